@@ -1,0 +1,140 @@
+"""Bandwidth sweep: nccl-tests sizes, per-iteration times, algbw and busbw."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Literal, Self
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
+
+from fleetval.checks.base import CheckContext, StepSpec
+from fleetval.checks.collectives import (
+    TORCH_DTYPE,
+    Case,
+    combinations,
+    elements_for,
+    prepare,
+    unsupported,
+    verdict_fields,
+)
+from fleetval.results import Row
+from fleetval.vocab import Collective, DType, ReduceOp, Status
+
+
+def busbw_factor(collective: Collective, world: int) -> float:
+    """nccl-tests' bus-bandwidth factor: what each link carries relative to algbw."""
+    if world <= 1:
+        return 1.0 if collective in {Collective.BROADCAST, Collective.REDUCE} else 0.0
+    if collective == Collective.ALL_REDUCE:
+        return 2 * (world - 1) / world
+    if collective in {Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL}:
+        return (world - 1) / world
+    return 1.0
+
+
+def sweep_sizes(lo: int, hi: int, factor: int) -> list[int]:
+    """lo, lo*factor, ... up to hi (nccl-tests -b -e -f)."""
+    sizes, s = [], lo
+    while s <= hi:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+class SizeRange(BaseModel):
+    """Message sizes from `min` to `max`, multiplying by `factor` (nccl-tests -b -e -f)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: ByteSize = ByteSize(8)
+    max: ByteSize = ByteSize(4 * 1024 * 1024)
+    factor: int = Field(default=2, ge=2)
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> Self:
+        if self.min < 1:
+            raise ValueError(f"min must be at least 1 byte, got {int(self.min)}")
+        if self.min > self.max:
+            raise ValueError(
+                f"empty size range: min {self.min.human_readable()} > max {self.max.human_readable()}"
+            )
+        return self
+
+    def sizes(self) -> list[int]:
+        return sweep_sizes(int(self.min), int(self.max), self.factor)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class BandwidthParams(StepSpec):
+    """Sweep sizes for each collective and dtype; every rank records its own per-iteration times."""
+
+    check: Literal["bandwidth"]
+    collectives: list[Collective] = Field(
+        default_factory=lambda: [Collective.ALL_REDUCE], min_length=1
+    )
+    ops: list[ReduceOp] = Field(default_factory=lambda: [ReduceOp.SUM], min_length=1)
+    dtypes: list[DType] = Field(default_factory=lambda: [DType.FLOAT32], min_length=1)
+    sizes: SizeRange = SizeRange()
+    warmup: int = Field(default=5, ge=0)
+    iters: int = Field(default=20, ge=1)
+    verify: bool = True  # after timing, one more call with fresh data, checked exactly
+
+
+def _measure(ctx: CheckContext, case: Case, p: BandwidthParams, collective: str) -> list[float]:
+    for i in range(p.warmup):
+        ctx.enter(collective, -1 - i)
+        case.launch()
+    samples = []
+    for i in range(p.iters):
+        ctx.enter(collective, i)
+        samples.append(ctx.time_us(case.launch))
+    return samples
+
+
+def run_bandwidth(ctx: CheckContext, p: BandwidthParams) -> list[Row]:
+    """Achieved algbw and busbw per size on every rank, with exact verification of the result."""
+    rows: list[Row] = []
+    world = ctx.rank.world_size
+    for collective, op, dtype in combinations(p.collectives, p.ops, p.dtypes):
+        ident = {
+            "check": p.check,
+            "collective": collective.value,
+            "op": op.value if op else None,
+            "dtype": dtype.value,
+        }
+        why = unsupported(ctx.rank.backend, collective, op, dtype)
+        if why:
+            rows.append(ctx.row(**ident, status=Status.SKIP.value, message=why))
+            continue
+        for size in p.sizes.sizes():
+            count = elements_for(collective, size, dtype, world)
+            nbytes = count * TORCH_DTYPE[dtype].itemsize
+            case = prepare(ctx, collective, op, dtype, count)
+            samples = _measure(ctx, case, p, collective.value)
+            verdict = verdict_fields(0, {}, 0)
+            if p.verify:
+                case.reset()
+                case.launch()
+                ctx.synchronize()
+                wrong, by_source = case.wrong(dtype, op)
+                verdict = verdict_fields(wrong, by_source, case.output.numel())
+            median = statistics.median(samples)
+            algbw = nbytes / (median * 1e-6) / 1e9 if collective != Collective.BARRIER else None
+            rows.append(
+                ctx.row(
+                    **ident,
+                    size_bytes=nbytes,
+                    iters=p.iters,
+                    time_us_median=median,
+                    time_us_p99=percentile(samples, 0.99),
+                    algbw_gbps=algbw,
+                    busbw_gbps=algbw * busbw_factor(collective, world) if algbw else None,
+                    samples_us=tuple(samples),
+                    **verdict,
+                )
+            )
+    return rows

@@ -1,0 +1,180 @@
+"""What every check shares: its step model, the rank's context, progress and faults."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, PositiveFloat
+
+from fleetval.results import Row
+from fleetval.vocab import FaultKind
+
+
+class StepSpec(BaseModel):
+    """Keys every step has; each check subclasses it with `check: Literal[...]` and its params."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    check: str
+    name: str | None = None  # defaults to the check's name; unique within a suite
+    timeout_s: PositiveFloat | None = None  # overrides the suite's timeouts.step_s
+
+    @property
+    def step_name(self) -> str:
+        return self.name or self.check
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankContext:
+    """Who a rank is, decided by the driver before the process group exists."""
+
+    run_id: str
+    job: int
+    rank: int
+    world_size: int
+    local_rank: int  # index among this job's ranks on the same node
+    local_world_size: int
+    node: str  # the node's name: its `fleetval/node` label, else its hostname
+    node_rank: int
+    backend: str
+    device: str  # "cpu" or "cuda:N" (ROCm builds of torch use "cuda" too)
+    device_id: str | None
+    seed: int
+
+
+@dataclass(frozen=True)
+class ActiveFault:
+    """A fault from the suite that applies to this rank in this step."""
+
+    kind: FaultKind
+    ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a rank last reached; the driver reads it to name where a hung rank stopped."""
+
+    step: str = ""
+    collective: str | None = None
+    iteration: int | None = None
+    phase: str = "idle"
+    seq: int = 0  # collectives entered so far: a rank behind the others never arrived
+    updated_at: float = field(default_factory=time.time)
+
+    def describe(self) -> str:
+        where = [self.phase, self.step, self.collective]
+        text = " ".join(w for w in where if w)
+        if self.iteration is not None:
+            text += f" iteration {self.iteration}"
+        return f"{text} ({time.time() - self.updated_at:.1f}s ago)"
+
+
+class Heartbeat:
+    """Thread-safe latest Progress of a rank (the check runs in one thread, the driver reads in another)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._progress = Progress()
+
+    def set(self, **changes: Any) -> None:
+        with self._lock:
+            self._progress = replace(self._progress, updated_at=time.time(), **changes)
+
+    def get(self) -> Progress:
+        with self._lock:
+            return self._progress
+
+
+class CheckContext:
+    """Everything a check's `run` needs inside one rank actor."""
+
+    def __init__(
+        self,
+        rank: RankContext,
+        step: str,
+        faults: tuple[ActiveFault, ...],
+        heartbeat: Heartbeat,
+    ) -> None:
+        self.rank = rank
+        self.step = step
+        self.faults = faults
+        self.heartbeat = heartbeat
+        self.device = torch.device(rank.device)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    def row(self, **fields: Any) -> Row:
+        """A Row with this rank's identity filled in."""
+        r = self.rank
+        return Row(
+            run_id=r.run_id,
+            job=r.job,
+            step=self.step,
+            world_size=r.world_size,
+            rank=r.rank,
+            local_rank=r.local_rank,
+            node=r.node,
+            device=r.device,
+            device_id=r.device_id,
+            backend=r.backend,
+            **fields,
+        )
+
+    def enter(self, collective: str, iteration: int) -> None:
+        """Call right before each collective: applies this rank's faults, then reports progress.
+
+        Faults come first so that a delayed or hung rank's progress stays behind the ranks
+        already waiting inside the collective: that gap is how the driver names it.
+        """
+        for fault in self.faults:
+            if fault.kind == FaultKind.DELAY:
+                time.sleep(fault.ms / 1000)
+            elif fault.kind == FaultKind.HANG:
+                while True:  # stop participating; only the driver's deadline ends this
+                    time.sleep(3600)
+            elif fault.kind == FaultKind.CRASH:
+                os._exit(17)
+        seq = self.heartbeat.get().seq + 1
+        self.heartbeat.set(
+            step=self.step, collective=collective, iteration=iteration, phase="in", seq=seq
+        )
+
+    def has_fault(self, kind: FaultKind) -> bool:
+        return any(f.kind == kind for f in self.faults)
+
+    def synchronize(self) -> None:
+        if self.on_gpu:
+            torch.cuda.synchronize(self.device)
+
+    def time_us(self, fn: Callable[[], object]) -> float:
+        """Wall time of fn on this rank's device: CUDA events on GPU, perf_counter on CPU."""
+        if self.on_gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1000.0
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e6
+
+
+@dataclass(frozen=True)
+class Check:
+    """A registered check: its step model and the function every rank runs."""
+
+    params: type[StepSpec]
+    run: Callable[[CheckContext, Any], list[Row]]
+
+    @property
+    def doc(self) -> str:
+        return (self.run.__doc__ or "").strip().splitlines()[0]

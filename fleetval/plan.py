@@ -1,0 +1,150 @@
+"""Suite + cluster shape -> jobs. Pure: no Ray, no torch, so every rule here is unit-testable."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from fleetval.suite import Suite
+from fleetval.vocab import Backend, Strategy
+
+NODE_LABEL = "fleetval/node"  # a Ray node label naming the node; else its hostname is used
+
+
+class PlanError(ValueError):
+    """The suite cannot be placed on this cluster; the message gives the numbers."""
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """What one Ray node offers (total resources, not what is free right now)."""
+
+    name: str
+    cpus: float
+    gpus: float
+    node_id: str = ""
+    ip: str = ""
+
+    def bundles(self, cpus_per_rank: float, gpus_per_rank: float) -> int:
+        """How many rank bundles fit on this node."""
+        fit = math.floor(self.cpus / cpus_per_rank + 1e-9)
+        if gpus_per_rank > 0:
+            fit = min(fit, math.floor(self.gpus / gpus_per_rank + 1e-9))
+        return fit
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    nodes: tuple[NodeShape, ...]
+
+    @property
+    def gpus(self) -> float:
+        return sum(n.gpus for n in self.nodes)
+
+    def describe(self) -> str:
+        cpus = sum(n.cpus for n in self.nodes)
+        return f"{self.gpus:g} GPUs and {cpus:g} CPUs on {len(self.nodes)} node(s)"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One placement group and its rank actors, reused across the job's steps."""
+
+    index: int
+    world_size: int
+    backend: str  # resolved: "nccl" or "gloo"
+    gpus_per_rank: float
+    cpus_per_rank: float
+    strategy: Strategy
+    nodes: tuple[str, ...] | None  # node names the job is restricted to
+    steps: tuple[Any, ...]
+
+    def bundle(self) -> dict[str, float]:
+        b = {"CPU": self.cpus_per_rank}
+        if self.gpus_per_rank > 0:
+            b["GPU"] = self.gpus_per_rank
+        return b
+
+    def label_selector(self) -> dict[str, str] | None:
+        return {NODE_LABEL: f"in({','.join(self.nodes)})"} if self.nodes else None
+
+
+@dataclass(frozen=True)
+class Plan:
+    suite: Suite
+    jobs: tuple[Job, ...]
+
+
+def resolve_gpus_per_rank(suite: Suite, cluster: ClusterShape) -> float:
+    gpr = suite.placement.gpus_per_rank
+    if gpr == "auto":
+        return 1.0 if cluster.gpus > 0 and suite.backend != Backend.GLOO else 0.0
+    return float(gpr)
+
+
+def resolve_backend(suite: Suite, gpus_per_rank: float) -> str:
+    if suite.backend == Backend.NCCL:
+        if gpus_per_rank <= 0:
+            raise PlanError("backend: nccl needs ranks that hold GPUs; this suite's ranks hold none")
+        if gpus_per_rank < 1:
+            raise PlanError(
+                f"backend: nccl runs one rank per GPU; placement.gpus_per_rank is {gpus_per_rank:g}"
+            )
+        return "nccl"
+    if suite.backend == Backend.GLOO:
+        return "gloo"
+    return "nccl" if gpus_per_rank >= 1 else "gloo"
+
+
+def check_fits(world: int, strategy: Strategy, eligible: list[NodeShape], cpr: float, gpr: float) -> None:
+    """Raise PlanError, with the numbers, when `world` bundles cannot be placed at all."""
+    fits = [n.bundles(cpr, gpr) for n in eligible]
+    need = f"{world} bundles of {cpr:g} CPU" + (f" + {gpr:g} GPU" if gpr else "")
+    have = ClusterShape(tuple(eligible)).describe()
+    if strategy == Strategy.STRICT_PACK and max(fits, default=0) < world:
+        raise PlanError(
+            f"placement.world_sizes: world size {world} with STRICT_PACK needs {need} on one node; "
+            f"the largest node takes {max(fits, default=0)} ({have})"
+        )
+    if strategy == Strategy.STRICT_SPREAD and sum(f > 0 for f in fits) < world:
+        raise PlanError(
+            f"placement.world_sizes: world size {world} with STRICT_SPREAD needs {world} nodes; "
+            f"{sum(f > 0 for f in fits)} can take a rank ({have})"
+        )
+    if sum(fits) < world:
+        raise PlanError(f"placement.world_sizes: world size {world} needs {need}; the cluster has {have}")
+
+
+def make_plan(suite: Suite, cluster: ClusterShape) -> Plan:
+    """One job per world size, in the suite's order, each running all steps."""
+    p = suite.placement
+    eligible = list(cluster.nodes)
+    if p.nodes:
+        known = {n.name for n in cluster.nodes}
+        missing = [n for n in p.nodes if n not in known]
+        if missing:
+            raise PlanError(
+                f"placement.nodes: no node named {', '.join(missing)}; the cluster has {', '.join(sorted(known))}"
+            )
+        eligible = [n for n in cluster.nodes if n.name in p.nodes]
+    gpr = resolve_gpus_per_rank(suite, cluster)
+    if gpr > 0 and cluster.gpus == 0:
+        raise PlanError(f"placement.gpus_per_rank: {gpr:g} GPU per rank asked; the cluster has {cluster.describe()}")
+    backend = resolve_backend(suite, gpr)
+    jobs = []
+    for i, world in enumerate(p.world_sizes):
+        check_fits(world, p.strategy, eligible, p.cpus_per_rank, gpr)
+        jobs.append(
+            Job(
+                index=i,
+                world_size=world,
+                backend=backend,
+                gpus_per_rank=gpr,
+                cpus_per_rank=p.cpus_per_rank,
+                strategy=p.strategy,
+                nodes=tuple(p.nodes) if p.nodes else None,
+                steps=tuple(suite.steps),
+            )
+        )
+    return Plan(suite, tuple(jobs))

@@ -1,0 +1,139 @@
+"""Measurement rows and the one Arrow schema of each stored table.
+
+Every check returns `Row`s; the store writes them with `RESULTS_SCHEMA`. The schema is
+versioned (`SCHEMA_VERSION`) and documented in docs/schema.md; any Arrow reader can use
+it without fleetval.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One measurement by one rank: a long, typed row (never dimensions packed in names)."""
+
+    run_id: str = ""
+    job: int = 0
+    step: str = ""
+    check: str = ""
+    collective: str | None = None
+    op: str | None = None
+    dtype: str | None = None
+    size_bytes: int | None = None
+    world_size: int = 1
+    rank: int = 0
+    local_rank: int = 0
+    node: str = ""
+    device: str = ""  # "cpu", "cuda:0"
+    device_id: str | None = None  # GPU UUID or PCI bus id: names the physical device
+    backend: str = ""
+    iters: int = 0
+    time_us_median: float | None = None
+    time_us_p99: float | None = None
+    algbw_gbps: float | None = None
+    busbw_gbps: float | None = None
+    metric: str | None = None  # for non-collective measurements, e.g. "gemm_tflops"
+    value: float | None = None
+    unit: str | None = None
+    wrong: int = 0  # elements that differ from the exact expected value
+    status: str = "pass"
+    message: str = ""
+    samples_us: tuple[float, ...] = ()  # per-iteration times, so statistics are possible later
+    details: dict[str, Any] = field(default_factory=dict)  # check-specific, stored as JSON
+
+    def to_record(self) -> dict[str, Any]:
+        rec = dataclasses.asdict(self)
+        rec["samples_us"] = list(self.samples_us)
+        rec["details"] = json.dumps(self.details, sort_keys=True, default=str)
+        return rec
+
+
+RESULTS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("job", pa.int32()),
+        ("step", pa.string()),
+        ("check", pa.string()),
+        ("collective", pa.string()),
+        ("op", pa.string()),
+        ("dtype", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("world_size", pa.int32()),
+        ("rank", pa.int32()),
+        ("local_rank", pa.int32()),
+        ("node", pa.string()),
+        ("device", pa.string()),
+        ("device_id", pa.string()),
+        ("backend", pa.string()),
+        ("iters", pa.int32()),
+        ("time_us_median", pa.float64()),
+        ("time_us_p99", pa.float64()),
+        ("algbw_gbps", pa.float64()),
+        ("busbw_gbps", pa.float64()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+        ("unit", pa.string()),
+        ("wrong", pa.int64()),
+        ("status", pa.string()),
+        ("message", pa.string()),
+        ("samples_us", pa.list_(pa.float64())),
+        ("details", pa.string()),
+    ],
+    metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "results"},
+)
+
+NODES_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("node", pa.string()),
+        ("hostname", pa.string()),
+        ("node_ip", pa.string()),
+        ("ray_node_id", pa.string()),
+        ("gpu_model", pa.string()),
+        ("gpu_count", pa.int32()),
+        ("gpu_ids", pa.list_(pa.string())),  # UUIDs or PCI bus ids
+        ("driver_version", pa.string()),
+        ("cuda_version", pa.string()),
+        ("rocm_version", pa.string()),
+        ("hip_version", pa.string()),
+        ("nccl_version", pa.string()),
+        ("rccl_version", pa.string()),
+        ("torch_version", pa.string()),
+        ("ray_version", pa.string()),
+        ("python_version", pa.string()),
+        ("kernel", pa.string()),
+        ("cpu_model", pa.string()),
+        ("extra", pa.string()),  # JSON: anything else the fingerprint found
+    ],
+    metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "nodes"},
+)
+
+RUNS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("suite", pa.string()),
+        ("status", pa.string()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("labels", pa.map_(pa.string(), pa.string())),
+        ("submitter", pa.string()),
+        ("backend", pa.string()),
+        ("faults", pa.string()),  # JSON list of injected faults: a report always says so
+        ("suite_json", pa.string()),  # the validated suite, so a run can be reproduced
+        ("summary", pa.string()),  # JSON: per-step status and failure culprits
+        ("message", pa.string()),
+    ],
+    metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "runs"},
+)
+
+def rows_to_table(rows: list[Row]) -> pa.Table:
+    return pa.Table.from_pylist([r.to_record() for r in rows], schema=RESULTS_SCHEMA)

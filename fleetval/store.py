@@ -1,0 +1,184 @@
+"""The Parquet store: runs/, nodes/ and results/ under one data directory.
+
+Layout (any Arrow reader can glob it; see docs/schema.md):
+
+    runs/<run_id>.parquet               one row, written when the run ends
+    nodes/<run_id>.parquet              one row per node
+    results/<run_id>/<part>.parquet     one file per finished step
+
+Every file is written once, atomically (temp file + rename), and never rewritten, so a
+crash leaves no torn file and results measured before it stay readable. A run that has
+results but no runs/ record was cut off; it is listed as `incomplete`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import tempfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from fleetval.results import NODES_SCHEMA, RESULTS_SCHEMA, RUNS_SCHEMA, SCHEMA_VERSION, Row, rows_to_table
+
+DEFAULT_DATA = "fleetval-data"
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class StoreError(ValueError):
+    """Bad input to the store: an unknown run, an unsafe name, a file that exists already."""
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("FLEETVAL_DATA") or DEFAULT_DATA)
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """Sortable by start time, unique without coordination: 20261122-183000-3f9a1c."""
+    now = now or datetime.now(UTC)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    run_id: str
+    suite: str
+    status: str  # pass / fail / cancelled / error; "incomplete" when read back without a record
+    started_at: datetime
+    finished_at: datetime | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    submitter: str = ""
+    backend: str = ""
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    suite_json: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            **self.__dict__,
+            "labels": list(self.labels.items()),
+            "faults": json.dumps(self.faults),
+            "summary": json.dumps(self.summary, default=str),
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> RunRecord:
+        return cls(
+            **{
+                **rec,
+                "labels": dict(rec["labels"] or []),
+                "faults": json.loads(rec["faults"] or "[]"),
+                "summary": json.loads(rec["summary"] or "{}"),
+            }
+        )
+
+
+def _atomic_write(table: pa.Table, path: Path) -> Path:
+    """Write once: temp file in the same directory, fsync, rename; refuse to overwrite."""
+    if path.exists():
+        raise StoreError(f"{path} exists already; stored files are never rewritten")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pq.write_table(table, f, compression="zstd")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _check_name(kind: str, name: str) -> str:
+    if not _SAFE.match(name):
+        raise StoreError(f"{kind} {name!r}: use letters, digits, '.', '_' and '-' only")
+    return name
+
+
+class Store:
+    """One data directory. Cheap to construct; every read scans the files on disk."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def write_results(self, run_id: str, part: str, rows: list[Row]) -> Path:
+        _check_name("run", run_id)
+        path = self.root / "results" / run_id / f"{_check_name('part', part)}.parquet"
+        return _atomic_write(rows_to_table(rows), path)
+
+    def write_nodes(self, run_id: str, nodes: list[dict[str, Any]]) -> Path:
+        recs = [{**n, "run_id": run_id} for n in nodes]
+        table = pa.Table.from_pylist(recs, schema=NODES_SCHEMA)
+        return _atomic_write(table, self.root / "nodes" / f"{_check_name('run', run_id)}.parquet")
+
+    def write_run(self, record: RunRecord) -> Path:
+        table = pa.Table.from_pylist([record.to_record()], schema=RUNS_SCHEMA)
+        return _atomic_write(table, self.root / "runs" / f"{_check_name('run', record.run_id)}.parquet")
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _read(self, files: list[Path], schema: pa.Schema) -> pa.Table:
+        if not files:
+            return schema.empty_table()
+        return ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table()
+
+    def runs(self) -> list[RunRecord]:
+        """All runs, oldest first; runs cut off before their record was written are `incomplete`."""
+        table = self._read(sorted((self.root / "runs").glob("*.parquet")), RUNS_SCHEMA)
+        records = {r["run_id"]: RunRecord.from_record(r) for r in table.to_pylist()}
+        for d in (self.root / "results").glob("*"):
+            if d.is_dir() and d.name not in records:
+                started = datetime.fromtimestamp(d.stat().st_mtime, UTC)
+                records[d.name] = RunRecord(
+                    run_id=d.name, suite="?", status="incomplete", started_at=started,
+                    message="no run record: the run was cut off; its finished steps are kept",
+                )
+        return sorted(records.values(), key=lambda r: r.run_id)
+
+    def run(self, run_id: str) -> RunRecord:
+        for r in self.runs():
+            if r.run_id == run_id:
+                return r
+        raise StoreError(f"no run {run_id!r} in {self.root}; `fleetval runs` lists them")
+
+    def latest_run(self) -> RunRecord:
+        runs = self.runs()
+        if not runs:
+            raise StoreError(f"no runs in {self.root}")
+        return runs[-1]
+
+    def results(self, run_ids: list[str] | None = None) -> pa.Table:
+        """Result rows of the given runs (all runs when None)."""
+        base = self.root / "results"
+        dirs = [base / _check_name("run", r) for r in run_ids] if run_ids is not None else [base]
+        files = sorted(f for d in dirs for f in d.rglob("*.parquet"))
+        return self._read(files, RESULTS_SCHEMA)
+
+    def nodes(self, run_ids: list[str] | None = None) -> pa.Table:
+        base = self.root / "nodes"
+        if run_ids is None:
+            files = sorted(base.glob("*.parquet"))
+        else:
+            files = [base / f"{_check_name('run', r)}.parquet" for r in run_ids]
+            files = [f for f in files if f.exists()]
+        return self._read(files, NODES_SCHEMA)
+
+    def write_schema_note(self) -> None:
+        """A VERSION file so a reader without fleetval knows which schema it is looking at."""
+        note = self.root / "SCHEMA_VERSION"
+        if not note.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            note.write_text(f"{SCHEMA_VERSION}\n")

@@ -1,0 +1,173 @@
+"""Suites: the YAML a user writes, validated by pydantic before anything runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+
+from fleetval.checks import CHECKS
+from fleetval.vocab import Backend, FaultKind, Strategy
+
+SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+
+
+class SuiteError(ValueError):
+    """A suite that cannot run; `problems` are "field.path: message" lines."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"invalid suite {source}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Placement(_Model):
+    """How ranks map onto the cluster: one Ray bundle (and actor) per rank."""
+
+    world_sizes: list[PositiveInt] = Field(default_factory=lambda: [2], min_length=1)
+    # "auto": one GPU per rank where the cluster has GPUs, else CPU ranks. Fractions
+    # (0.25) share one GPU between ranks (gloo only: NCCL refuses duplicate GPUs).
+    gpus_per_rank: NonNegativeFloat | Literal["auto"] = "auto"
+    cpus_per_rank: PositiveFloat = 1.0
+    strategy: Strategy = Strategy.PACK
+    nodes: list[str] | None = None  # restrict to these node names (label fleetval/node or hostname)
+
+
+class Timeouts(_Model):
+    """Every wait has a deadline (seconds)."""
+
+    placement_s: PositiveFloat = 60.0  # placement group ready
+    rendezvous_s: PositiveFloat = 60.0  # actors up + process group formed
+    step_s: PositiveFloat = 300.0  # one step on all ranks; a step's timeout_s overrides
+    collective_s: PositiveFloat = 120.0  # the process group's own timeout
+
+
+class Fault(_Model):
+    """Injected misbehaviour, so detection can be shown on any machine."""
+
+    kind: FaultKind
+    rank: Annotated[int, Field(ge=0)] | None = None
+    node: str | None = None
+    ms: PositiveFloat | None = None
+    step: str | None = None  # only in the step with this name (default: every step)
+
+    @model_validator(mode="after")
+    def _target(self) -> Self:
+        if (self.rank is None) == (self.node is None):
+            raise ValueError("a fault names exactly one of `rank` or `node`")
+        if self.kind == FaultKind.DELAY and self.ms is None:
+            raise ValueError("a delay fault needs `ms`")
+        if self.kind != FaultKind.DELAY and self.ms is not None:
+            raise ValueError(f"`ms` applies to delay faults only, not {self.kind.value}")
+        return self
+
+    def applies(self, *, rank: int, node: str, step: str) -> bool:
+        target = self.rank == rank if self.rank is not None else self.node == node
+        return target and self.step in (None, step)
+
+
+def _step_union() -> Any:
+    models = tuple(check.params for check in CHECKS.values())
+    return Annotated[Union[models], Field(discriminator="check")]  # noqa: UP007
+
+
+StepModel = _step_union()
+
+
+class Suite(_Model):
+    """A validation suite: what to run, where, with which faults and deadlines."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    backend: Backend = Backend.AUTO
+    seed: int = 0
+    placement: Placement = Placement()
+    timeouts: Timeouts = Timeouts()
+    steps: list[StepModel] = Field(min_length=1)  # type: ignore[valid-type]
+    faults: list[Fault] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        names = [s.step_name for s in self.steps]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"step names must be unique; repeated: {', '.join(dupes)}")
+        biggest = max(self.placement.world_sizes)
+        for i, fault in enumerate(self.faults):
+            if fault.step is not None and fault.step not in names:
+                raise ValueError(f"faults.{i}.step: no step named {fault.step!r} ({', '.join(names)})")
+            if fault.rank is not None and fault.rank >= biggest:
+                raise ValueError(
+                    f"faults.{i}.rank: rank {fault.rank} does not exist; the largest world size is {biggest}"
+                )
+        return self
+
+    def step_timeout(self, step: Any) -> float:
+        return step.timeout_s or self.timeouts.step_s
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+
+
+def _path_of(loc: tuple[int | str, ...]) -> str:
+    """pydantic's location without the union tag it inserts after `steps.N`."""
+    parts = [str(p) for i, p in enumerate(loc) if not (i == 2 and loc[0] == "steps" and p in CHECKS)]
+    return ".".join(parts) or "(suite)"
+
+
+def _problems(err: ValidationError) -> list[str]:
+    out = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "union_tag_invalid":
+            msg = f"unknown check {e['input'].get('check')!r}; known: {', '.join(CHECKS)}"
+        elif e["type"] == "extra_forbidden":
+            msg = f"unknown key {e['loc'][-1]!r}"
+        elif e["type"] == "union_tag_not_found":
+            msg = f"a step needs `check:` one of {', '.join(CHECKS)}"
+        out.append(f"{_path_of(e['loc'])}: {msg}")
+    return out
+
+
+def parse_suite(data: Any, source: str = "<suite>") -> Suite:
+    if not isinstance(data, dict):
+        raise SuiteError(source, [f"(suite): expected a mapping, got {type(data).__name__}"])
+    try:
+        return Suite.model_validate(data)
+    except ValidationError as err:
+        raise SuiteError(source, _problems(err)) from err
+
+
+def shipped_suites() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(SUITES_DIR.glob("*.yaml"))}
+
+
+def load_suite(ref: str | Path) -> Suite:
+    """A shipped suite by name (`smoke`) or a YAML file by path."""
+    path = Path(ref)
+    if not path.exists():
+        known = shipped_suites()
+        if str(ref) not in known:
+            raise SuiteError(str(ref), [f"(suite): no such file, and no shipped suite of that name ({', '.join(known)})"])
+        path = known[str(ref)]
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise SuiteError(str(path), [f"(yaml): {err}"]) from err
+    return parse_suite(data, str(path))

@@ -1,0 +1,84 @@
+"""The vocabulary of fleetval, named once: every enum a suite, a row or a verdict uses."""
+
+from enum import StrEnum
+
+
+class Collective(StrEnum):
+    """A torch.distributed communication pattern."""
+
+    ALL_REDUCE = "all_reduce"  # every rank gets the reduction of all inputs
+    ALL_GATHER = "all_gather"  # every rank gets every rank's input, concatenated
+    REDUCE_SCATTER = "reduce_scatter"  # rank r gets chunk r of the reduction
+    BROADCAST = "broadcast"  # every rank gets the root's input
+    REDUCE = "reduce"  # the root gets the reduction
+    ALL_TO_ALL = "all_to_all"  # rank r sends chunk j to rank j
+    SEND_RECV = "send_recv"  # a ring: rank r sends to r+1 and receives from r-1
+    BARRIER = "barrier"  # synchronisation only, no data
+
+
+class ReduceOp(StrEnum):
+    """Reduction applied by all_reduce, reduce and reduce_scatter."""
+
+    SUM = "sum"
+    AVG = "avg"  # nccl only in torch; gloo does not implement it
+    MAX = "max"
+    MIN = "min"
+    PRODUCT = "product"
+
+
+class DType(StrEnum):
+    """Element type of the tensors a check moves."""
+
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FLOAT64 = "float64"
+    INT32 = "int32"
+    INT64 = "int64"
+
+
+class Backend(StrEnum):
+    """torch.distributed backend; `auto` means nccl where ranks hold GPUs, else gloo."""
+
+    AUTO = "auto"
+    NCCL = "nccl"  # also RCCL on ROCm builds of torch
+    GLOO = "gloo"
+
+
+class Strategy(StrEnum):
+    """Ray placement-group strategy for a job's bundles (one bundle per rank)."""
+
+    PACK = "PACK"  # as few nodes as possible, spill over if needed
+    SPREAD = "SPREAD"  # across nodes where possible
+    STRICT_PACK = "STRICT_PACK"  # all ranks on one node
+    STRICT_SPREAD = "STRICT_SPREAD"  # every rank on a different node
+
+
+class FaultKind(StrEnum):
+    """Injected misbehaviour of one rank (or every rank on one node)."""
+
+    DELAY = "delay"  # sleep `ms` before each collective
+    HANG = "hang"  # stop participating: block forever inside the step
+    CRASH = "crash"  # the rank's process exits
+    CORRUPT = "corrupt"  # the rank contributes wrong data
+
+
+class Status(StrEnum):
+    """Outcome of one measurement row, one step or a whole run."""
+
+    PASS = "pass"
+    WARN = "warn"  # works, but something a human should look at
+    FAIL = "fail"
+    SKIP = "skip"  # could not be measured here (tool or feature absent); the reason says why
+
+
+class Verdict(StrEnum):
+    """Result of comparing one candidate measurement with its baseline."""
+
+    REGRESSION = "regression"  # worse beyond the threshold, statistically supported
+    IMPROVEMENT = "improvement"  # better beyond the threshold, statistically supported
+    UNCHANGED = "unchanged"  # within the threshold
+    NOISY = "noisy"  # the change may exceed the threshold but the evidence is too spread
+    MISSING = "missing"  # in the baseline, not in the candidate
+    NEW = "new"  # in the candidate, not in the baseline
+    FAILED = "failed"  # correctness: wrong elements or a failed status, whatever the baseline
