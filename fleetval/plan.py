@@ -86,7 +86,9 @@ def resolve_gpus_per_rank(suite: Suite, cluster: ClusterShape) -> float:
 def resolve_backend(suite: Suite, gpus_per_rank: float) -> str:
     if suite.backend == Backend.NCCL:
         if gpus_per_rank <= 0:
-            raise PlanError("backend: nccl needs ranks that hold GPUs; this suite's ranks hold none")
+            raise PlanError(
+                "backend: nccl needs ranks that hold GPUs; this suite's ranks hold none"
+            )
         if gpus_per_rank < 1:
             raise PlanError(
                 f"backend: nccl runs one rank per GPU; placement.gpus_per_rank is {gpus_per_rank:g}"
@@ -97,7 +99,9 @@ def resolve_backend(suite: Suite, gpus_per_rank: float) -> str:
     return "nccl" if gpus_per_rank >= 1 else "gloo"
 
 
-def check_fits(world: int, strategy: Strategy, eligible: list[NodeShape], cpr: float, gpr: float) -> None:
+def check_fits(
+    world: int, strategy: Strategy, eligible: list[NodeShape], cpr: float, gpr: float
+) -> None:
     """Raise PlanError, with the numbers, when `world` bundles cannot be placed at all."""
     fits = [n.bundles(cpr, gpr) for n in eligible]
     need = f"{world} bundles of {cpr:g} CPU" + (f" + {gpr:g} GPU" if gpr else "")
@@ -113,7 +117,9 @@ def check_fits(world: int, strategy: Strategy, eligible: list[NodeShape], cpr: f
             f"{sum(f > 0 for f in fits)} can take a rank ({have})"
         )
     if sum(fits) < world:
-        raise PlanError(f"placement.world_sizes: world size {world} needs {need}; the cluster has {have}")
+        raise PlanError(
+            f"placement.world_sizes: world size {world} needs {need}; the cluster has {have}"
+        )
 
 
 def make_plan(suite: Suite, cluster: ClusterShape) -> Plan:
@@ -130,7 +136,9 @@ def make_plan(suite: Suite, cluster: ClusterShape) -> Plan:
         eligible = [n for n in cluster.nodes if n.name in p.nodes]
     gpr = resolve_gpus_per_rank(suite, cluster)
     if gpr > 0 and cluster.gpus == 0:
-        raise PlanError(f"placement.gpus_per_rank: {gpr:g} GPU per rank asked; the cluster has {cluster.describe()}")
+        raise PlanError(
+            f"placement.gpus_per_rank: {gpr:g} GPU per rank asked; the cluster has {cluster.describe()}"
+        )
     backend = resolve_backend(suite, gpr)
     jobs = []
     for i, world in enumerate(p.world_sizes):

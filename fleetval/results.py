@@ -135,5 +135,6 @@ RUNS_SCHEMA = pa.schema(
     metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "runs"},
 )
 
+
 def rows_to_table(rows: list[Row]) -> pa.Table:
     return pa.Table.from_pylist([r.to_record() for r in rows], schema=RESULTS_SCHEMA)

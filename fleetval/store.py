@@ -27,7 +27,14 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from fleetval.results import NODES_SCHEMA, RESULTS_SCHEMA, RUNS_SCHEMA, SCHEMA_VERSION, Row, rows_to_table
+from fleetval.results import (
+    NODES_SCHEMA,
+    RESULTS_SCHEMA,
+    RUNS_SCHEMA,
+    SCHEMA_VERSION,
+    Row,
+    rows_to_table,
+)
 
 DEFAULT_DATA = "fleetval-data"
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -126,7 +133,9 @@ class Store:
 
     def write_run(self, record: RunRecord) -> Path:
         table = pa.Table.from_pylist([record.to_record()], schema=RUNS_SCHEMA)
-        return _atomic_write(table, self.root / "runs" / f"{_check_name('run', record.run_id)}.parquet")
+        return _atomic_write(
+            table, self.root / "runs" / f"{_check_name('run', record.run_id)}.parquet"
+        )
 
     # -- reading -----------------------------------------------------------------------
 
@@ -143,7 +152,10 @@ class Store:
             if d.is_dir() and d.name not in records:
                 started = datetime.fromtimestamp(d.stat().st_mtime, UTC)
                 records[d.name] = RunRecord(
-                    run_id=d.name, suite="?", status="incomplete", started_at=started,
+                    run_id=d.name,
+                    suite="?",
+                    status="incomplete",
+                    started_at=started,
                     message="no run record: the run was cut off; its finished steps are kept",
                 )
         return sorted(records.values(), key=lambda r: r.run_id)

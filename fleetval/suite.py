@@ -111,7 +111,9 @@ class Suite(_Model):
         biggest = max(self.placement.world_sizes)
         for i, fault in enumerate(self.faults):
             if fault.step is not None and fault.step not in names:
-                raise ValueError(f"faults.{i}.step: no step named {fault.step!r} ({', '.join(names)})")
+                raise ValueError(
+                    f"faults.{i}.step: no step named {fault.step!r} ({', '.join(names)})"
+                )
             if fault.rank is not None and fault.rank >= biggest:
                 raise ValueError(
                     f"faults.{i}.rank: rank {fault.rank} does not exist; the largest world size is {biggest}"
@@ -127,7 +129,9 @@ class Suite(_Model):
 
 def _path_of(loc: tuple[int | str, ...]) -> str:
     """pydantic's location without the union tag it inserts after `steps.N`."""
-    parts = [str(p) for i, p in enumerate(loc) if not (i == 2 and loc[0] == "steps" and p in CHECKS)]
+    parts = [
+        str(p) for i, p in enumerate(loc) if not (i == 2 and loc[0] == "steps" and p in CHECKS)
+    ]
     return ".".join(parts) or "(suite)"
 
 
@@ -164,7 +168,10 @@ def load_suite(ref: str | Path) -> Suite:
     if not path.exists():
         known = shipped_suites()
         if str(ref) not in known:
-            raise SuiteError(str(ref), [f"(suite): no such file, and no shipped suite of that name ({', '.join(known)})"])
+            raise SuiteError(
+                str(ref),
+                [f"(suite): no such file, and no shipped suite of that name ({', '.join(known)})"],
+            )
         path = known[str(ref)]
     try:
         data = yaml.safe_load(path.read_text())

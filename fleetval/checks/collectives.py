@@ -100,9 +100,7 @@ class Case:
         if total == 0 or self.sources == 1:
             return total, {}
         per_chunk = bad.reshape(self.sources, -1).sum(1).tolist()
-        return total, {
-            str(self.source_of_chunk(j)): int(c) for j, c in enumerate(per_chunk) if c
-        }
+        return total, {str(self.source_of_chunk(j)): int(c) for j, c in enumerate(per_chunk) if c}
 
 
 def elements_for(collective: Collective, size_bytes: int, dtype: DType, world: int) -> int:
@@ -233,7 +231,9 @@ class CollectivesParams(StepSpec):
     """Correctness of every collective, op and dtype at one buffer size."""
 
     check: Literal["collectives"]
-    collectives: list[Collective] = Field(default_factory=lambda: list(ALL_COLLECTIVES), min_length=1)
+    collectives: list[Collective] = Field(
+        default_factory=lambda: list(ALL_COLLECTIVES), min_length=1
+    )
     ops: list[ReduceOp] = Field(default_factory=lambda: list(REDUCE_OPS), min_length=1)
     dtypes: list[DType] = Field(default_factory=lambda: list(CORRECTNESS_DTYPES), min_length=1)
     size: ByteSize = ByteSize(64 * 1024)

@@ -1,0 +1,54 @@
+"""What every command shares: the data-directory option, exit statuses, error printing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import IntEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from fleetval.store import Store, default_data_dir
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class Exit(IntEnum):
+    OK = 0
+    FAILED = 1  # a check failed / a regression / sign-off failed
+    BAD_INPUT = 2  # bad input or usage: nothing ran, nothing was lost
+
+
+DataOpt = Annotated[
+    Path | None,
+    typer.Option("--data", help="Data directory [default: $FLEETVAL_DATA, else ./fleetval-data]"),
+]
+
+
+def open_store(data: Path | None) -> Store:
+    return Store(data or default_data_dir())
+
+
+@contextmanager
+def bad_input_exits() -> Iterator[None]:
+    """Turn user-input errors (ValueError and its subclasses) into a message and exit 2."""
+    try:
+        yield
+    except ValueError as err:
+        err_console.print(f"[red]error:[/red] {err}", highlight=False)
+        raise typer.Exit(Exit.BAD_INPUT) from err
+
+
+def parse_pairs(pairs: list[str], option: str) -> dict[str, str]:
+    """KEY=VALUE options into a dict; a malformed one is bad input."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{option} {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out

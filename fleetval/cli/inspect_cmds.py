@@ -1,0 +1,136 @@
+"""`fleetval runs`, `show RUN`, `results RUN`: read the store, print it."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Annotated
+
+import pyarrow.compute as pc
+import typer
+from rich.table import Table
+
+from fleetval.cli.common import DataOpt, bad_input_exits, console, open_store
+from fleetval.cli.run_cmd import STATUS_STYLE, print_summary
+
+RunArg = Annotated[str, typer.Argument(help="Run id (see `fleetval runs`), or `latest`")]
+
+
+class Format(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    CSV = "csv"
+
+
+def runs(data: DataOpt = None) -> None:
+    """List stored runs, oldest first."""
+    with bad_input_exits():
+        records = open_store(data).runs()
+    table = Table(title="runs")
+    for col in ("run", "suite", "status", "started", "labels", "faults"):
+        table.add_column(col)
+    for r in records:
+        style = STATUS_STYLE.get(r.status, "")
+        labels = ",".join(f"{k}={v}" for k, v in r.labels.items())
+        faults = ",".join(f["kind"] for f in r.faults)
+        table.add_row(
+            r.run_id,
+            r.suite,
+            f"[{style}]{r.status}[/{style}]",
+            f"{r.started_at:%Y-%m-%d %H:%M:%S}",
+            labels,
+            faults,
+        )
+    console.print(table)
+
+
+def _resolve(store, run: str) -> str:
+    return store.latest_run().run_id if run == "latest" else store.run(run).run_id
+
+
+def show(run: RunArg, data: DataOpt = None) -> None:
+    """One run: its environment per node, its steps and their verdicts."""
+    with bad_input_exits():
+        store = open_store(data)
+        record = store.run(_resolve(store, run))
+        nodes = store.nodes([record.run_id]).to_pylist()
+    if record.faults:
+        console.print(f"[yellow]faults injected:[/yellow] {json.dumps(record.faults)}")
+    env = Table(title="environment")
+    cols = (
+        "node",
+        "gpu_model",
+        "gpu_count",
+        "driver_version",
+        "cuda_version",
+        "rocm_version",
+        "nccl_version",
+        "rccl_version",
+        "torch_version",
+        "ray_version",
+    )
+    for c in cols:
+        env.add_column(c)
+    for n in nodes:
+        env.add_row(*("" if n.get(c) is None else str(n[c]) for c in cols))
+    console.print(env)
+    print_summary(record)
+
+
+def results(
+    run: RunArg,
+    data: DataOpt = None,
+    fmt: Annotated[Format, typer.Option("--format", help="table, json or csv")] = Format.TABLE,
+) -> None:
+    """The measurement rows of a run."""
+    with bad_input_exits():
+        store = open_store(data)
+        table = store.results([_resolve(store, run)])
+    if fmt == Format.CSV:
+        import pyarrow.csv as pacsv
+
+        flat = table.set_column(
+            table.schema.get_field_index("samples_us"),
+            "samples_us",
+            pc.cast(pc.list_value_length(table["samples_us"]), "int64"),
+        )
+        buf = __import__("io").BytesIO()
+        pacsv.write_csv(flat, buf)
+        typer.echo(buf.getvalue().decode(), nl=False)
+        return
+    rows = table.to_pylist()
+    if fmt == Format.JSON:
+        typer.echo(json.dumps(rows, default=str))
+        return
+    out = Table(title=f"results {rows[0]['run_id'] if rows else run}")
+    cols = (
+        "job",
+        "step",
+        "collective",
+        "op",
+        "dtype",
+        "size_bytes",
+        "world_size",
+        "rank",
+        "node",
+        "time_us_median",
+        "busbw_gbps",
+        "metric",
+        "value",
+        "wrong",
+        "status",
+        "message",
+    )
+    for c in cols:
+        out.add_column(c)
+    for r in rows:
+        out.add_row(*(_cell(r.get(c)) for c in cols))
+    console.print(out)
+
+
+def _cell(v: object) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)

@@ -1,0 +1,94 @@
+"""`fleetval run SUITE`: run a suite with a live progress bar; exit 0 pass, 1 fail, 2 bad input."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fleetval.cli.common import DataOpt, Exit, bad_input_exits, console, open_store, parse_pairs
+from fleetval.execute import Event, run_suite
+from fleetval.store import RunRecord
+from fleetval.suite import load_suite
+
+STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
+
+
+def run(
+    suite: Annotated[
+        str, typer.Argument(help="A shipped suite name (smoke, collectives, ...) or a YAML path")
+    ],
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address [default: $RAY_ADDRESS, else embedded]")
+    ] = None,
+    data: DataOpt = None,
+    label: Annotated[list[str], typer.Option("--label", help="KEY=VALUE, repeatable")] = [],  # noqa: B006
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON")] = False,
+) -> None:
+    """Run a validation suite and store its results."""
+    with bad_input_exits():
+        spec = load_suite(suite)
+        labels = parse_pairs(label, "--label")
+        store = open_store(data)
+        if as_json:
+            record = run_suite(spec, store, address=address, labels=labels)
+        else:
+            record = _run_with_progress(spec, store, address, labels)
+    if as_json:
+        typer.echo(json.dumps(_record_json(record), indent=2, default=str))
+    else:
+        print_summary(record)
+    raise typer.Exit(Exit.OK if record.status == "pass" else Exit.FAILED)
+
+
+def _run_with_progress(spec, store, address, labels) -> RunRecord:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task(f"{spec.name}: starting Ray", total=None)
+
+        def on_event(e: Event) -> None:
+            head = f"{spec.name} job {e.job} {e.step}"
+            if e.kind == "step_end" and e.outcome is not None:
+                style = STATUS_STYLE.get(e.outcome.status, "")
+                bar.console.print(
+                    f"  [{style}]{e.outcome.status:4}[/{style}] {head} ({e.outcome.seconds:.1f}s) {e.outcome.message}"
+                )
+                bar.update(task, total=e.total, completed=e.index, description=head)
+            else:
+                bar.update(
+                    task, total=e.total, completed=e.index, description=f"{head} {e.detail}"[:90]
+                )
+
+        return run_suite(spec, store, address=address, labels=labels, on_event=on_event)
+
+
+def _record_json(record: RunRecord) -> dict:
+    return {k: v for k, v in record.__dict__.items() if k != "suite_json"}
+
+
+def print_summary(record: RunRecord) -> None:
+    table = Table(title=f"run {record.run_id} ({record.suite})")
+    for col in ("job", "world", "step", "check", "status", "seconds", "message"):
+        table.add_column(col)
+    for s in record.summary.get("steps", []):
+        style = STATUS_STYLE.get(s["status"], "")
+        table.add_row(
+            str(s["job"]),
+            str(s["world_size"]),
+            s["step"],
+            s["check"],
+            f"[{style}]{s['status']}[/{style}]",
+            f"{s['seconds']:.1f}",
+            s["message"],
+        )
+    console.print(table)
+    style = STATUS_STYLE.get(record.status, "")
+    console.print(f"run [bold]{record.run_id}[/bold]: [{style}]{record.status}[/{style}]")
