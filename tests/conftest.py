@@ -1,0 +1,70 @@
+"""Shared fixtures: one simulated Ray cluster per test session (starting Ray costs seconds)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+# Rank actors import torch; keep their thread pools small on a 2-core machine.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+HEAD = "head"
+WORKERS = ("node-a", "node-b")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[object]:
+    """A head with 4 CPUs and two worker nodes declaring 2 CPUs + 2 GPUs each (labelled by name).
+
+    The GPUs are declared resources only: a rank placed on one still runs on CPU, which
+    is what placement and rank-ordering tests need.
+    """
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 4, "labels": {"fleetval/node": HEAD}, "include_dashboard": False},
+    )
+    for name in WORKERS:
+        cluster.add_node(num_cpus=2, num_gpus=2, labels={"fleetval/node": name})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def leftovers() -> tuple[list[str], list[str]]:
+    """Actors still alive and placement groups not removed, from Ray's GCS state."""
+    import ray._private.state as state
+    from ray.util import placement_group_table
+
+    actors = [k for k, a in state.actors().items() if a["State"] not in ("DEAD",)]
+    groups = [k for k, g in placement_group_table().items() if g["state"] != "REMOVED"]
+    return actors, groups
+
+
+def assert_no_leaks(timeout_s: float = 15.0) -> None:
+    """Every actor dead and every placement group removed (kills are asynchronous: poll)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        actors, groups = leftovers()
+        if not actors and not groups:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"leaked after the test: actors {actors}, placement groups {groups}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def ray_session(ray_cluster: object) -> Iterator[object]:
+    """The shared cluster, with a check after the test that nothing was left behind."""
+    assert_no_leaks()
+    yield ray_cluster
+    assert_no_leaks()
