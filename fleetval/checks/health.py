@@ -1,0 +1,653 @@
+"""Health: is this node and rank set up the way fast, correct collectives need?
+
+Each finding is one row (`metric` names the finding, `status` judges it, `message` says
+why in plain words). The judging functions below take plain values so tests drive every
+PASS/WARN/FAIL/SKIP without a GPU; `run_health` only gathers those values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Self
+
+import torch
+import torch.distributed as dist
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from fleetval import environment
+from fleetval.checks.base import CheckContext, StepSpec
+from fleetval.nccllog import NcclLogSummary, read_nccl_log
+from fleetval.results import Row
+from fleetval.vocab import Status
+
+GIB = 1024**3
+GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")  # NCCL_NET_GDR_LEVEL names, nearest first
+VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+class HealthParams(StepSpec):
+    """Expectations for the node and rank set-up; every threshold lives here, none in code."""
+
+    check: Literal["health"]
+    expect_gpus_per_node: PositiveInt | None = None
+    # A rank whose free memory is this many percent off the median: WARN, then FAIL.
+    memory_balance_pct: PositiveFloat = 10.0
+    memory_balance_fail_pct: PositiveFloat = 25.0
+    min_nccl_version: str | None = Field(default=None, pattern=r"^\d+\.\d+(\.\d+)?$")
+    expect_network: str | None = None  # "IB", "Socket", "AWS Libfabric" as NCCL names it
+    expect_net_plugin: str | None = None  # prefix of the plugin name, e.g. "aws-ofi-rccl"
+    required_env: dict[str, str] = Field(default_factory=dict)  # exact values this rank must see
+    # AMD's multi-GPU guidance asks for these on the kernel command line (ROCm only).
+    rocm_kernel_args: list[str] = Field(default_factory=lambda: ["iommu=pt", "amd_iommu=on"])
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.memory_balance_fail_pct < self.memory_balance_pct:
+            raise ValueError(
+                f"memory_balance_fail_pct ({self.memory_balance_fail_pct}) must be at least "
+                f"memory_balance_pct ({self.memory_balance_pct})"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One judged fact; becomes one Row."""
+
+    metric: str
+    status: Status
+    message: str
+    value: float | None = None
+    unit: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "status": self.status.value,
+            "message": self.message,
+            "value": self.value,
+            "unit": self.unit,
+            "details": self.details,
+        }
+
+
+# ---- pure judgements ----------------------------------------------------------------------
+
+
+def device_list(value: str) -> list[str]:
+    """Entries of a *_VISIBLE_DEVICES value ("" means no device at all)."""
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def judge_visible_devices(env: Mapping[str, str], device_count: int, *, rocm: bool) -> Finding:
+    """The visibility variables name exactly the devices torch sees."""
+    m = "visible_devices"
+    # HIP applies HIP_VISIBLE_DEVICES (or CUDA_VISIBLE_DEVICES) on top of ROCR_VISIBLE_DEVICES.
+    inner_var = next((v for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if v in env), None)
+    if not rocm:
+        inner_var = "CUDA_VISIBLE_DEVICES" if "CUDA_VISIBLE_DEVICES" in env else None
+    outer_var = "ROCR_VISIBLE_DEVICES" if rocm and "ROCR_VISIBLE_DEVICES" in env else None
+    details = {v: env[v] for v in VISIBLE_VARS if v in env}
+    n = float(device_count)
+    if inner_var is None and outer_var is None:
+        if device_count > 1:
+            return Finding(
+                m,
+                Status.WARN,
+                f"no visibility variable set: this rank sees all {device_count} GPUs, "
+                "so ranks may end up sharing one",
+                n,
+                "devices",
+                details,
+            )
+        return Finding(m, Status.PASS, f"no visibility variable set; {device_count} device(s)", n)
+    if inner_var and outer_var:
+        outer = device_list(env[outer_var])
+        beyond = [i for i in device_list(env[inner_var]) if i.isdigit() and int(i) >= len(outer)]
+        if beyond:
+            return Finding(
+                m,
+                Status.FAIL,
+                f"{inner_var}={env[inner_var]} indexes past {outer_var}={env[outer_var]} "
+                f"({len(outer)} devices): the inner list counts within the outer one",
+                n,
+                "devices",
+                details,
+            )
+    var = inner_var or outer_var or ""
+    named = len(device_list(env[var]))
+    if named != device_count:
+        return Finding(
+            m,
+            Status.FAIL,
+            f"{var}={env[var]!r} names {named} device(s) but torch sees {device_count}",
+            n,
+            "devices",
+            details,
+        )
+    return Finding(
+        m,
+        Status.PASS,
+        f"{var}={env[var]}: torch sees {device_count} device(s)",
+        n,
+        "devices",
+        details,
+    )
+
+
+def judge_gpu_count(found: int | None, expected: int | None, source: str | None) -> Finding:
+    """The node has the number of GPUs the suite expects."""
+    m = "gpu_count"
+    if found is None:
+        return Finding(m, Status.SKIP, "no GPU tool found (nvidia-smi, amd-smi, rocm-smi)")
+    if expected is None:
+        return Finding(
+            m, Status.SKIP, f"expect_gpus_per_node not set; {source} lists {found}", found, "gpus"
+        )
+    if found < expected:
+        status, word = Status.FAIL, "fewer"
+    elif found > expected:
+        status, word = Status.WARN, "more"
+    else:
+        return Finding(m, Status.PASS, f"{found} GPUs ({source})", found, "gpus")
+    return Finding(
+        m,
+        status,
+        f"{source} lists {found} GPUs, {word} than the {expected} expected",
+        found,
+        "gpus",
+    )
+
+
+def judge_cpu_affinity(
+    affinity: set[int], gpu_node: int | None, numa_cpus: Mapping[int, set[int]]
+) -> Finding:
+    """The rank's CPUs are on its GPU's NUMA node (host staging stays on-socket)."""
+    m = "cpu_affinity_numa"
+    mine = environment.format_cpulist(affinity)
+    if len(numa_cpus) <= 1:
+        return Finding(m, Status.PASS, f"one NUMA node: CPUs {mine} are all local")
+    if gpu_node is None or gpu_node < 0 or gpu_node not in numa_cpus:
+        return Finding(m, Status.SKIP, "the platform does not report the GPU's NUMA node")
+    local = numa_cpus[gpu_node]
+    where = f"the GPU's NUMA node {gpu_node} (CPUs {environment.format_cpulist(local)})"
+    details = {"affinity": mine, "gpu_numa_node": gpu_node}
+    if affinity <= local:
+        return Finding(m, Status.PASS, f"CPUs {mine} are on {where}", gpu_node, None, details)
+    if not affinity & local:
+        return Finding(
+            m, Status.FAIL, f"pinned to CPUs {mine}, none on {where}", gpu_node, None, details
+        )
+    return Finding(
+        m, Status.WARN, f"CPUs {mine} span NUMA nodes beyond {where}", gpu_node, None, details
+    )
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+def judge_nccl_version(version: str | None, minimum: str | None, library: str) -> Finding:
+    """The NCCL/RCCL in use is known and not older than the suite's minimum."""
+    m = "nccl_version"
+    name = library.upper()
+    if version is None:
+        return Finding(m, Status.SKIP, f"{name} version unknown (no GPU or no log)")
+    details = {"library": library, "version": version}
+    if minimum and _version_tuple(version) < _version_tuple(minimum):
+        return Finding(
+            m, Status.FAIL, f"{name} {version} is older than the minimum {minimum}", details=details
+        )
+    return Finding(m, Status.PASS, f"{name} {version}", details=details)
+
+
+def parse_nccl_filter(value: str) -> tuple[bool, bool, list[str]]:
+    """NCCL's interface/HCA list syntax: `^` excludes, `=` matches exactly, else prefixes."""
+    exclude = value.startswith("^")
+    value = value.removeprefix("^")
+    exact = value.startswith("=")
+    names = [n.strip().split(":")[0] for n in value.removeprefix("=").split(",") if n.strip()]
+    return exclude, exact, names
+
+
+def _selected(value: str, available: set[str]) -> tuple[list[str], list[str]]:
+    """(available names the filter selects, filter names matching nothing available)."""
+    exclude, exact, names = parse_nccl_filter(value)
+
+    def hit(dev: str, name: str) -> bool:
+        return dev == name if exact else dev.startswith(name)
+
+    chosen = sorted(d for d in available if any(hit(d, n) for n in names) != exclude)
+    unmatched = [n for n in names if not any(hit(d, n) for d in available)]
+    return chosen, unmatched
+
+
+def judge_socket_ifname(value: str | None, interfaces: set[str]) -> Finding:
+    """NCCL_SOCKET_IFNAME selects interfaces that exist (and not only loopback)."""
+    m = "nccl_env_socket_ifname"
+    have = ", ".join(sorted(interfaces)) or "none"
+    details = {"value": value, "interfaces": sorted(interfaces)}
+    if not value:
+        fast = sorted(i for i in interfaces if i.startswith("hsn"))
+        other = sorted(i for i in interfaces - set(fast) if not i.startswith(("lo", "docker")))
+        if fast and other:
+            return Finding(
+                m,
+                Status.WARN,
+                f"NCCL_SOCKET_IFNAME unset and {', '.join(fast)} sit beside {', '.join(other)}: "
+                f"NCCL may pick the slow one; set NCCL_SOCKET_IFNAME={','.join(fast)}",
+                details=details,
+            )
+        return Finding(m, Status.PASS, f"unset: NCCL picks among {have}", details=details)
+    chosen, unmatched = _selected(value, interfaces)
+    details["selected"] = chosen
+    if not chosen:
+        return Finding(
+            m,
+            Status.FAIL,
+            f"NCCL_SOCKET_IFNAME={value} selects no interface on this node (have: {have})",
+            details=details,
+        )
+    if chosen == ["lo"]:
+        return Finding(
+            m,
+            Status.WARN,
+            f"NCCL_SOCKET_IFNAME={value} selects only loopback: other nodes cannot connect",
+            details=details,
+        )
+    if unmatched and not value.startswith("^"):
+        return Finding(
+            m,
+            Status.WARN,
+            f"NCCL_SOCKET_IFNAME={value}: {', '.join(unmatched)} "
+            f"match no interface; using {', '.join(chosen)}",
+            details=details,
+        )
+    return Finding(
+        m, Status.PASS, f"NCCL_SOCKET_IFNAME={value} selects {', '.join(chosen)}", details=details
+    )
+
+
+def judge_ib_hca(value: str | None, devices: set[str]) -> Finding:
+    """NCCL_IB_HCA names InfiniBand devices present in /sys/class/infiniband."""
+    m = "nccl_env_ib_hca"
+    have = ", ".join(sorted(devices)) or "none"
+    details = {"value": value, "devices": sorted(devices)}
+    if not value:
+        return Finding(m, Status.PASS, f"unset: NCCL uses any HCA (have: {have})", details=details)
+    chosen, unmatched = _selected(value, devices)
+    if not chosen:
+        return Finding(
+            m,
+            Status.FAIL,
+            f"NCCL_IB_HCA={value} selects no InfiniBand device on this node (have: {have})",
+            details=details,
+        )
+    if unmatched and not value.startswith("^"):
+        return Finding(
+            m,
+            Status.WARN,
+            f"NCCL_IB_HCA={value}: {', '.join(unmatched)} not present; using {', '.join(chosen)}",
+            details=details,
+        )
+    return Finding(
+        m, Status.PASS, f"NCCL_IB_HCA={value} selects {', '.join(chosen)}", details=details
+    )
+
+
+def judge_gdr_level(value: str | None) -> Finding:
+    """NCCL_NET_GDR_LEVEL is a level NCCL understands."""
+    m = "nccl_env_gdr_level"
+    if not value:
+        return Finding(m, Status.PASS, "unset: NCCL's default GPU Direct RDMA level")
+    if value.upper() in GDR_LEVELS:
+        return Finding(m, Status.PASS, f"NCCL_NET_GDR_LEVEL={value}")
+    if value.isdigit() and int(value) <= 5:
+        return Finding(
+            m,
+            Status.WARN,
+            f"NCCL_NET_GDR_LEVEL={value}: numeric levels are "
+            f"deprecated; use one of {', '.join(GDR_LEVELS)}",
+        )
+    return Finding(
+        m,
+        Status.FAIL,
+        f"NCCL_NET_GDR_LEVEL={value} is not a level NCCL knows ({', '.join(GDR_LEVELS)})",
+    )
+
+
+def judge_transport(
+    log: NcclLogSummary | None, *, why_none: str, multinode: bool, expect_network: str | None
+) -> Finding:
+    """NCCL set up its communicator cleanly, over the network the suite expects."""
+    m = "nccl_transport"
+    if log is None:
+        return Finding(m, Status.SKIP, why_none)
+    details = asdict(log)
+    via = log.network or "no network"
+    if log.errors:
+        last = f"; last warning: {log.warnings[-1]}" if log.warnings else ""
+        return Finding(
+            m, Status.FAIL, f"NCCL reported {', '.join(log.errors)}{last}", details=details
+        )
+    if expect_network and (log.network or "").lower() != expect_network.lower():
+        return Finding(
+            m, Status.FAIL, f"NCCL used {via}; the suite expects {expect_network}", details=details
+        )
+    if not log.init_complete:
+        return Finding(
+            m, Status.WARN, "the log shows no completed communicator init", details=details
+        )
+    summary = _transport_text(log)
+    if multinode and log.network == "Socket":
+        return Finding(
+            m, Status.WARN, f"inter-node traffic goes over TCP sockets ({summary})", details=details
+        )
+    return Finding(m, Status.PASS, summary, details=details)
+
+
+def _transport_text(log: NcclLogSummary) -> str:
+    parts = [f"network {log.network or 'none'}"]
+    over = log.ib_devices or log.socket_interfaces
+    if over:
+        parts.append("over " + ", ".join(over))
+    if log.transports:
+        parts.append("transports " + ", ".join(log.transports))
+    if log.gdr_enabled is not None:
+        parts.append("GDR " + ("enabled" if log.gdr_enabled else "disabled"))
+    return "; ".join(parts)
+
+
+def judge_net_plugin(
+    log: NcclLogSummary | None, *, why_none: str, expect_plugin: str | None
+) -> Finding:
+    """The external net plugin the fabric needs (e.g. aws-ofi-rccl on Slingshot) was loaded."""
+    m = "net_plugin"
+    if log is None:
+        return Finding(m, Status.SKIP, why_none)
+    details = {"net_plugin": log.net_plugin, "ofi_provider": log.ofi_provider}
+    found = log.net_plugin
+    if expect_plugin and not (found or "").startswith(expect_plugin):
+        got = found or "no external plugin (internal IB/Socket only)"
+        return Finding(
+            m, Status.FAIL, f"expected {expect_plugin}; NCCL loaded {got}", details=details
+        )
+    if found:
+        provider = f" (provider {log.ofi_provider})" if log.ofi_provider else ""
+        return Finding(m, Status.PASS, f"{found}{provider}", details=details)
+    return Finding(m, Status.PASS, "no external net plugin: internal IB/Socket", details=details)
+
+
+def judge_miopen_cache(rocm: bool, dirs: list[tuple[str, str, bool]]) -> Finding:
+    """MIOpen's user db and kernel cache are writable (else every rank recompiles, or fails).
+
+    `dirs`: (variable or "default", path, writable-or-creatable).
+    """
+    m = "miopen_cache"
+    if not rocm:
+        return Finding(m, Status.SKIP, "not a ROCm build of torch: MIOpen is not used")
+    bad = [(var, path) for var, path, ok in dirs if not ok]
+    details = {var: path for var, path, _ in dirs}
+    if any(var != "default" for var, _ in bad):
+        text = "; ".join(f"{var}={path}" for var, path in bad)
+        return Finding(m, Status.FAIL, f"not writable: {text}", details=details)
+    if bad:
+        paths = ", ".join(path for _, path in bad)
+        return Finding(
+            m,
+            Status.WARN,
+            f"default MIOpen cache {paths} not writable; set "
+            "MIOPEN_USER_DB_PATH and MIOPEN_CUSTOM_CACHE_DIR",
+            details=details,
+        )
+    return Finding(m, Status.PASS, "writable: " + ", ".join(p for _, p, _ in dirs), details=details)
+
+
+def judge_fine_grain_pcie(rocm: bool, value: str | None) -> Finding:
+    """RCCL over PCIe wants HSA_FORCE_FINE_GRAIN_PCIE=1."""
+    m = "rccl_fine_grain_pcie"
+    if not rocm:
+        return Finding(m, Status.SKIP, "not a ROCm build of torch")
+    if value == "1":
+        return Finding(m, Status.PASS, "HSA_FORCE_FINE_GRAIN_PCIE=1")
+    shown = "unset" if value is None else f"={value}"
+    return Finding(
+        m,
+        Status.WARN,
+        f"HSA_FORCE_FINE_GRAIN_PCIE {shown}: RCCL may fall back to "
+        "slower or unsafe paths over PCIe; set it to 1",
+    )
+
+
+def judge_kernel_args(rocm: bool, cmdline: str | None, required: list[str]) -> Finding:
+    """The kernel command line has the IOMMU settings RCCL peer-to-peer needs."""
+    m = "rccl_kernel_args"
+    if not rocm:
+        return Finding(m, Status.SKIP, "not a ROCm build of torch")
+    if cmdline is None:
+        return Finding(m, Status.SKIP, "/proc/cmdline is not readable")
+    missing = [a for a in required if a not in cmdline.split()]
+    if missing:
+        return Finding(
+            m,
+            Status.WARN,
+            f"kernel command line lacks {', '.join(missing)}: "
+            "peer-to-peer transfers may hang or slow down",
+        )
+    return Finding(m, Status.PASS, "kernel command line has " + ", ".join(required))
+
+
+def judge_required_env(env: Mapping[str, str], required: Mapping[str, str]) -> Finding:
+    """Every variable the suite requires has exactly the required value."""
+    m = "required_env"
+    if not required:
+        return Finding(m, Status.SKIP, "the suite requires no environment variables")
+    wrong = [
+        f"{k} is {'unset' if k not in env else repr(env[k])}, needs {v!r}"
+        for k, v in required.items()
+        if env.get(k) != v
+    ]
+    if wrong:
+        return Finding(m, Status.FAIL, "; ".join(wrong), details={"required": dict(required)})
+    return Finding(m, Status.PASS, f"{len(required)} variable(s) as required")
+
+
+def judge_memory_balance(
+    free: list[float | None], rank: int, warn_pct: float, fail_pct: float, what: str
+) -> Finding:
+    """This rank's free memory is within the suite's percentage of the median over ranks."""
+    m = "memory_balance"
+    mine = free[rank]
+    known = [f for f in free if f is not None]
+    if mine is None or not known:
+        return Finding(m, Status.SKIP, f"rank {rank}: {what} could not be read")
+    median = statistics.median(known)
+    dev = 0.0 if median == 0 else (mine - median) / median * 100
+    worst = max(
+        (r for r, f in enumerate(free) if f is not None), key=lambda r: abs(free[r] - median)
+    )
+    details = {
+        "free_gib_by_rank": free,
+        "median_gib": median,
+        "deviation_pct": round(dev, 2),
+        "worst_rank": worst,
+    }
+    side = f"{abs(dev):.1f}% {'below' if dev < 0 else 'above'}" if round(dev, 1) else "at"
+    text = (
+        f"rank {rank}: {mine:.1f} GiB {what}, {side} the median {median:.1f} GiB "
+        f"of {len(known)} rank(s)"
+    )
+    status = Status.PASS
+    if abs(dev) > fail_pct:
+        status = Status.FAIL
+    elif abs(dev) > warn_pct:
+        status = Status.WARN
+    return Finding(m, status, text, mine, "GiB", details)
+
+
+def expand_debug_file(value: str, hostname: str, pid: int) -> str:
+    """NCCL_DEBUG_FILE with NCCL's placeholders filled: %h hostname, %p pid, %% a percent."""
+    table = {"%h": hostname, "%p": str(pid), "%%": "%"}
+    return re.sub(r"%[hp%]", lambda m: table[m.group(0)], value)
+
+
+def parse_meminfo_available(text: str) -> int | None:
+    """MemAvailable of /proc/meminfo, in bytes."""
+    m = re.search(r"^MemAvailable:\s+(\d+)\s*kB", text, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
+
+
+# ---- thin I/O -----------------------------------------------------------------------------
+
+
+def _is_rocm() -> bool:
+    return getattr(torch.version, "hip", None) is not None
+
+
+def _listdir(path: str) -> set[str]:
+    try:
+        return set(os.listdir(path))
+    except OSError:
+        return set()
+
+
+def _writable(path: Path) -> bool:
+    """Writable, or creatable: its nearest existing ancestor is writable."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return os.access(path, os.W_OK)
+
+
+def _miopen_dirs(env: Mapping[str, str]) -> list[tuple[str, str, bool]]:
+    home = Path(env.get("HOME", "~")).expanduser()
+    defaults = {
+        "MIOPEN_USER_DB_PATH": home / ".config" / "miopen",
+        "MIOPEN_CUSTOM_CACHE_DIR": home / ".cache" / "miopen",
+    }
+    out = []
+    for var, default in defaults.items():
+        path = Path(env[var]) if env.get(var) else default
+        out.append((var if env.get(var) else "default", str(path), _writable(path)))
+    return out
+
+
+def _device_index(ctx: CheckContext) -> int:
+    return ctx.device.index if ctx.device.index is not None else torch.cuda.current_device()
+
+
+def _gpu_pci_id(ctx: CheckContext) -> str:
+    p = torch.cuda.get_device_properties(_device_index(ctx))
+    return f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+
+
+def _free_gib(ctx: CheckContext) -> float | None:
+    """Free device memory on GPU; available RAM on a CPU rank."""
+    if ctx.on_gpu:
+        return torch.cuda.mem_get_info(ctx.device)[0] / GIB
+    avail = parse_meminfo_available(environment.read_text("/proc/meminfo") or "")
+    return avail / GIB if avail is not None else None
+
+
+def _memory_balance(ctx: CheckContext, p: HealthParams) -> Finding:
+    if not dist.is_available() or not dist.is_initialized():
+        return Finding("memory_balance", Status.SKIP, "no process group: nothing to compare")
+    try:
+        mine = _free_gib(ctx)
+    except Exception:  # NOTE: still join the gather below: the other ranks wait for this one
+        mine = None
+    gathered: list[float | None] = [None] * ctx.rank.world_size
+    ctx.enter("all_gather_object", 0)
+    dist.all_gather_object(gathered, mine)
+    what = "device memory free" if ctx.on_gpu else "host memory available"
+    return judge_memory_balance(
+        gathered, ctx.rank.rank, p.memory_balance_pct, p.memory_balance_fail_pct, what
+    )
+
+
+def _nccl_log(ctx: CheckContext) -> tuple[NcclLogSummary | None, str]:
+    """This rank's NCCL log summary, or None and the reason there is none."""
+    if ctx.rank.backend != "nccl":
+        return None, f"no NCCL log: backend is {ctx.rank.backend}"
+    raw = os.environ.get("NCCL_DEBUG_FILE")
+    if not raw:
+        return None, "no NCCL log: NCCL_DEBUG_FILE is not set"
+    # NOTE: NCCL expands %h with the hostname cut at its first dot.
+    path = expand_debug_file(raw, socket.gethostname().split(".")[0], os.getpid())
+    log = read_nccl_log(path) if Path(path).is_file() else None
+    return log, f"no NCCL log at {path}"
+
+
+def _gpu_count(p: HealthParams) -> Finding:
+    gpus, tool = environment.node_gpus()
+    found = len(gpus) if tool["source"] else None
+    return judge_gpu_count(found, p.expect_gpus_per_node, tool["source"])
+
+
+def _affinity(ctx: CheckContext) -> Finding:
+    if not ctx.on_gpu:
+        return Finding("cpu_affinity_numa", Status.SKIP, "rank runs on cpu: no GPU NUMA node")
+    node = environment.pci_numa_node(_gpu_pci_id(ctx))
+    return judge_cpu_affinity(os.sched_getaffinity(0), node, environment.numa_cpus())
+
+
+def _visible(ctx: CheckContext, rocm: bool) -> Finding:
+    if not ctx.on_gpu:
+        return Finding("visible_devices", Status.SKIP, "rank runs on cpu: no GPU to see")
+    return judge_visible_devices(os.environ, torch.cuda.device_count(), rocm=rocm)
+
+
+def _version(ctx: CheckContext, log: NcclLogSummary | None, p: HealthParams, rocm: bool) -> Finding:
+    library = "rccl" if rocm else "nccl"
+    if ctx.rank.backend != "nccl" or not ctx.on_gpu:
+        return Finding(
+            "nccl_version", Status.SKIP, f"backend is {ctx.rank.backend}: no NCCL in use"
+        )
+    version = environment.version_string(torch.cuda.nccl.version())
+    return judge_nccl_version(version or (log and log.version), p.min_nccl_version, library)
+
+
+def _safe(metric: str, probe: Callable[..., Finding], *args: Any, **kwargs: Any) -> Finding:
+    """A probe that raises becomes a WARN row: one broken probe must not hide the others."""
+    try:
+        return probe(*args, **kwargs)
+    except Exception as e:
+        return Finding(metric, Status.WARN, f"probe failed: {type(e).__name__}: {e}")
+
+
+def run_health(ctx: CheckContext, p: HealthParams) -> list[Row]:
+    """This rank's devices, CPU affinity, NCCL/RCCL set-up and memory are as the suite expects."""
+    # The collective goes first: every rank reaches it whatever the local probes find, and
+    # on nccl it creates the communicator, so the NCCL log read next holds its transport.
+    findings = [_safe("memory_balance", _memory_balance, ctx, p)]
+    log, why_none = _nccl_log(ctx)
+    rocm, env = _is_rocm(), dict(os.environ)
+    multinode = ctx.rank.world_size > ctx.rank.local_world_size
+    findings += [
+        _safe("visible_devices", _visible, ctx, rocm),
+        _safe("cpu_affinity_numa", _affinity, ctx),
+        _safe("nccl_version", _version, ctx, log, p, rocm),
+        judge_socket_ifname(env.get("NCCL_SOCKET_IFNAME"), _listdir("/sys/class/net")),
+        judge_ib_hca(env.get("NCCL_IB_HCA"), _listdir("/sys/class/infiniband")),
+        judge_gdr_level(env.get("NCCL_NET_GDR_LEVEL")),
+        judge_transport(
+            log, why_none=why_none, multinode=multinode, expect_network=p.expect_network
+        ),
+        judge_net_plugin(log, why_none=why_none, expect_plugin=p.expect_net_plugin),
+        judge_miopen_cache(rocm, _miopen_dirs(env) if rocm else []),
+        judge_fine_grain_pcie(rocm, env.get("HSA_FORCE_FINE_GRAIN_PCIE")),
+        judge_required_env(env, p.required_env),
+    ]
+    # Node-wide facts once per node (local rank 0), not once per GPU.
+    if ctx.rank.local_rank == 0:
+        findings += [
+            _safe("gpu_count", _gpu_count, p),
+            judge_kernel_args(rocm, environment.read_text("/proc/cmdline"), p.rocm_kernel_args),
+        ]
+    return [ctx.row(check=p.check, **f.fields()) for f in findings]

@@ -1,0 +1,101 @@
+"""Suites are validated before anything runs, with the field path and a plain message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetval.suite import SuiteError, load_suite, parse_suite, shipped_suites
+
+
+def problems(data: object) -> list[str]:
+    with pytest.raises(SuiteError) as err:
+        parse_suite(data)
+    return err.value.problems
+
+
+def base(**over: object) -> dict:
+    return {"name": "t", "steps": [{"check": "collectives"}], **over}
+
+
+@pytest.mark.parametrize("name", ["smoke", "collectives", "bandwidth"])
+def test_shipped_suites_load(name):
+    assert load_suite(name).name == name
+
+
+def test_every_shipped_suite_is_valid():
+    for name in shipped_suites():
+        load_suite(name)
+
+
+def test_unknown_key_names_its_path():
+    assert problems(base(placement={"world_sizes": [2], "strateg": "PACK"})) == [
+        "placement.strateg: unknown key 'strateg'"
+    ]
+
+
+def test_wrong_type():
+    (msg,) = problems(base(placement={"world_sizes": "four"}))
+    assert msg.startswith("placement.world_sizes: ")
+
+
+def test_empty_size_range():
+    (msg,) = problems(base(steps=[{"check": "bandwidth", "sizes": {"min": "4MiB", "max": "1KiB"}}]))
+    assert msg == "steps.0.sizes: empty size range: min 4.0MiB > max 1.0KiB"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "path"),
+    [
+        ("collectives", ["allreduce"], "steps.0.collectives.0"),
+        ("ops", ["mean"], "steps.0.ops.0"),
+        ("dtypes", ["float8"], "steps.0.dtypes.0"),
+    ],
+)
+def test_unknown_vocabulary(field, value, path):
+    (msg,) = problems(base(steps=[{"check": "collectives", field: value}]))
+    assert msg.startswith(f"{path}: Input should be ")
+
+
+def test_unknown_check_lists_the_known_ones():
+    (msg,) = problems(base(steps=[{"check": "nope"}]))
+    assert msg.startswith("steps.0: unknown check 'nope'; known: collectives, bandwidth")
+
+
+def test_step_without_check():
+    (msg,) = problems(base(steps=[{"name": "x"}]))
+    assert msg.startswith("steps.0: a step needs `check:`")
+
+
+def test_fault_rules():
+    assert problems(base(faults=[{"kind": "delay", "rank": 1}])) == ["faults.0: a delay fault needs `ms`"]
+    assert problems(base(faults=[{"kind": "hang"}])) == [
+        "faults.0: a fault names exactly one of `rank` or `node`"
+    ]
+    (msg,) = problems(base(faults=[{"kind": "crash", "rank": 9}]))
+    assert "rank 9 does not exist; the largest world size is 2" in msg
+    (msg,) = problems(base(faults=[{"kind": "crash", "rank": 0, "step": "nope"}]))
+    assert "no step named 'nope'" in msg
+
+
+def test_duplicate_step_names():
+    (msg,) = problems(base(steps=[{"check": "collectives"}, {"check": "collectives"}]))
+    assert "repeated: collectives" in msg
+
+
+def test_not_a_mapping_and_bad_yaml(tmp_path: Path):
+    assert problems([1, 2]) == ["(suite): expected a mapping, got list"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(SuiteError, match=r"\(yaml\)"):
+        load_suite(bad)
+    with pytest.raises(SuiteError, match="no shipped suite of that name"):
+        load_suite("no-such-suite")
+
+
+def test_defaults_and_timeouts():
+    s = parse_suite(base(steps=[{"check": "bandwidth", "timeout_s": 7}, {"check": "collectives"}]))
+    assert s.step_timeout(s.steps[0]) == 7
+    assert s.step_timeout(s.steps[1]) == s.timeouts.step_s
+    assert s.steps[0].sizes.sizes()[:3] == [8, 16, 32]
