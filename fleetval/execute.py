@@ -114,6 +114,7 @@ def connect(address: str | None, min_cpus: float = 0) -> None:
     # NOTE: logical CPUs may exceed physical cores: validation ranks mostly wait on I/O.
     cpus = max(os.cpu_count() or 1, int(min_cpus + 0.999))
     ray.init(
+        address="local",  # a fresh instance, even when a test cluster left its address file
         num_cpus=cpus,
         include_dashboard=False,
         logging_level=logging.WARNING,

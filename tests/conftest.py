@@ -10,6 +10,8 @@ import pytest
 
 # Rank actors import torch; keep their thread pools small on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Rich wraps tables at 80 columns when not on a terminal; tests read whole lines.
+os.environ["COLUMNS"] = "250"
 
 HEAD = "head"
 WORKERS = ("node-a", "node-b")

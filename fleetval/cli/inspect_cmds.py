@@ -16,6 +16,24 @@ from fleetval.cli.run_cmd import STATUS_STYLE, print_summary
 RunArg = Annotated[str, typer.Argument(help="Run id (see `fleetval runs`), or `latest`")]
 
 
+ENV_FIELDS = (
+    "hostname",
+    "gpu_model",
+    "gpu_count",
+    "driver_version",
+    "cuda_version",
+    "rocm_version",
+    "hip_version",
+    "nccl_version",
+    "rccl_version",
+    "torch_version",
+    "ray_version",
+    "python_version",
+    "kernel",
+    "cpu_model",
+)
+
+
 class Format(StrEnum):
     TABLE = "table"
     JSON = "json"
@@ -27,7 +45,8 @@ def runs(data: DataOpt = None) -> None:
     with bad_input_exits():
         records = open_store(data).runs()
     table = Table(title="runs")
-    for col in ("run", "suite", "status", "started", "labels", "faults"):
+    table.add_column("run", no_wrap=True)
+    for col in ("suite", "status", "started", "labels", "faults"):
         table.add_column(col)
     for r in records:
         style = STATUS_STYLE.get(r.status, "")
@@ -57,22 +76,11 @@ def show(run: RunArg, data: DataOpt = None) -> None:
     if record.faults:
         console.print(f"[yellow]faults injected:[/yellow] {json.dumps(record.faults)}")
     env = Table(title="environment")
-    cols = (
-        "node",
-        "gpu_model",
-        "gpu_count",
-        "driver_version",
-        "cuda_version",
-        "rocm_version",
-        "nccl_version",
-        "rccl_version",
-        "torch_version",
-        "ray_version",
-    )
-    for c in cols:
-        env.add_column(c)
+    env.add_column("field")
     for n in nodes:
-        env.add_row(*("" if n.get(c) is None else str(n[c]) for c in cols))
+        env.add_column(n["node"])
+    for field in ENV_FIELDS:
+        env.add_row(field, *(_cell(n.get(field)) for n in nodes))
     console.print(env)
     print_summary(record)
 

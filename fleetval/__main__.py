@@ -1,0 +1,3 @@
+from fleetval.cli import app
+
+app(prog_name="fleetval")

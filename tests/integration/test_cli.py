@@ -1,0 +1,99 @@
+"""The CLI over the real engine: exit statuses, output formats, and the embedded default."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetval.cli import app
+
+runner = CliRunner()
+
+
+def write_suite(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "suite.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+QUICK = """
+name: quick
+placement: {world_sizes: [2], gpus_per_rank: 0}
+steps:
+  - check: collectives
+    collectives: [all_reduce, all_gather]
+    dtypes: [float32]
+    repeats: 1
+"""
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_run_then_inspect(tmp_path):
+    data = str(tmp_path / "data")
+    res = runner.invoke(app, ["run", write_suite(tmp_path, QUICK), "--data", data, "--label", "rocm=6.1", "--json"])
+    assert res.exit_code == 0, res.output
+    record = json.loads(res.output)
+    run_id = record["run_id"]
+    assert record["status"] == "pass" and record["labels"] == {"rocm": "6.1"}
+
+    res = runner.invoke(app, ["runs", "--data", data])
+    assert res.exit_code == 0 and run_id in res.output and "rocm=6.1" in res.output
+    res = runner.invoke(app, ["show", run_id, "--data", data])
+    assert res.exit_code == 0 and "torch_version" in res.output and "collectives" in res.output
+
+    res = runner.invoke(app, ["results", run_id, "--data", data, "--format", "json"])
+    rows = json.loads(res.output)
+    assert res.exit_code == 0 and {r["rank"] for r in rows} == {0, 1}
+    res = runner.invoke(app, ["results", "latest", "--data", data, "--format", "csv"])
+    parsed = list(csv.DictReader(io.StringIO(res.output)))
+    assert len(parsed) == len(rows) and parsed[0]["run_id"] == run_id
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_failed_check_exits_1(tmp_path):
+    suite = QUICK + "faults:\n  - {kind: corrupt, rank: 1}\n"
+    res = runner.invoke(app, ["run", write_suite(tmp_path, suite), "--data", str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    assert "traced to rank 1" in res.output
+
+
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, ray_session):
+    data = tmp_path / "data"
+    bad = write_suite(tmp_path, "name: x\nsteps:\n  - check: bandwidth\n    sizes: {min: 4MiB, max: 1KiB}\n")
+    res = runner.invoke(app, ["run", bad, "--data", str(data)])
+    assert res.exit_code == 2
+    assert "steps.0.sizes: empty size range" in res.output
+    huge = write_suite(tmp_path, "name: x\nplacement: {world_sizes: [512]}\nsteps:\n  - check: collectives\n")
+    res = runner.invoke(app, ["run", huge, "--data", str(data)])
+    assert res.exit_code == 2 and "world size 512 needs 512 bundles" in res.output
+    res = runner.invoke(app, ["run", "smoke", "--data", str(data), "--label", "novalue"])
+    assert res.exit_code == 2 and "expected KEY=VALUE" in res.output
+    assert not data.exists() or not any(data.rglob("*.parquet"))
+
+
+def test_unknown_run_exits_2(tmp_path):
+    for cmd in (["show", "nope"], ["results", "nope"], ["show", "latest"]):
+        res = runner.invoke(app, [*cmd, "--data", str(tmp_path)])
+        assert res.exit_code == 2, cmd
+
+
+@pytest.mark.slow
+def test_embedded_default_runs_smoke_from_a_fresh_process(tmp_path):
+    """The README's main command: no address, a local Ray instance, CPU and gloo."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "fleetval.cli", "run", "smoke", "--data", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=240, env=env, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(proc.stdout)
+    assert record["status"] == "pass" and record["backend"] == "gloo"
+    assert [s["status"] for s in record["summary"]["steps"]] == ["pass", "pass"]
