@@ -12,13 +12,14 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -89,15 +90,19 @@ class _Rank:
 
 
 @dataclass
-class _RunState:
+class RunState:
+    """What a run accumulates while its jobs execute."""
+
     run_id: str
     suite: Suite
     store: Store
     on_event: EventSink
     total_steps: int
     done_steps: int = 0
+    backend: str = ""
     outcomes: list[StepOutcome] = field(default_factory=list)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    record: RunRecord | None = None
 
 
 # -- Ray connection and cluster shape --------------------------------------------------
@@ -352,7 +357,7 @@ def _wait_step(
     return rows, failures
 
 
-def run_step(ranks: list[_Rank], job: Job, step: Any, state: _RunState) -> StepOutcome:
+def run_step(ranks: list[_Rank], job: Job, step: Any, state: RunState) -> StepOutcome:
     """Run one step on every rank and write its rows; raise JobAborted if the ranks are lost."""
     suite, name = state.suite, step.step_name
     timeout = suite.step_timeout(step)
@@ -364,8 +369,12 @@ def run_step(ranks: list[_Rank], job: Job, step: Any, state: _RunState) -> StepO
     def tick() -> None:
         lead = ranks[0].actor.progress.remote()
         ready, _ = ray.wait([lead], timeout=0.2)
-        if ready:
-            state.on_event(_event(state, "step_progress", job, name, ray.get(ready[0]).describe()))
+        try:
+            detail = ray.get(ready[0]).describe() if ready else ""
+        except RayError:  # rank 0 itself may be the one that died; _wait_step names it
+            return
+        if detail:
+            state.on_event(_event(state, "step_progress", job, name, detail))
 
     rows, failures = _wait_step(refs, started + timeout, tick)
     unfinished = {k for k in refs.values() if k not in rows and k not in failures}
@@ -444,7 +453,7 @@ def _traced_sources(rows: list[Row]) -> str:
 
 
 def _event(
-    state: _RunState,
+    state: RunState,
     kind: str,
     job: Job,
     step: str,
@@ -457,7 +466,7 @@ def _event(
 # -- a job and a run ----------------------------------------------------------------------
 
 
-def _fingerprint_nodes(ranks: list[_Rank], state: _RunState, timeout_s: float) -> None:
+def _fingerprint_nodes(ranks: list[_Rank], state: RunState, timeout_s: float) -> None:
     """One environment fingerprint per node not yet seen in this run."""
     firsts = {r.placed.node: r for r in reversed(ranks) if r.placed.node not in state.nodes}
     refs = {name: r.actor.fingerprint.remote() for name, r in firsts.items()}
@@ -476,9 +485,11 @@ def _fingerprint_nodes(ranks: list[_Rank], state: _RunState, timeout_s: float) -
         }
 
 
-def run_job(job: Job, state: _RunState) -> None:
+def run_job(job: Job, state: RunState) -> list[StepOutcome]:
     """Placement group -> actors -> rendezvous -> steps in order; torn down on every path."""
     pg, ranks = None, []
+    state.backend = state.backend or job.backend
+    first = len(state.outcomes)
     remaining = list(job.steps)
     try:
         t = state.suite.timeouts
@@ -503,16 +514,17 @@ def run_job(job: Job, state: _RunState) -> None:
         _not_run(state, job, remaining, str(err), status=Status.FAIL.value)
     finally:
         teardown(ranks, pg)
+    return state.outcomes[first:]
 
 
-def _record(state: _RunState, job: Job, outcome: StepOutcome) -> None:
+def _record(state: RunState, job: Job, outcome: StepOutcome) -> None:
     state.outcomes.append(outcome)
     state.done_steps += 1
     state.on_event(_event(state, "step_end", job, outcome.step, outcome.message, outcome))
 
 
 def _not_run(
-    state: _RunState, job: Job, steps: list[Any], message: str, status: str = Status.SKIP.value
+    state: RunState, job: Job, steps: list[Any], message: str, status: str = Status.SKIP.value
 ) -> None:
     for step in steps:
         _record(
@@ -533,6 +545,48 @@ def summary(outcomes: list[StepOutcome]) -> dict[str, Any]:
     return {"steps": [asdict(o) for o in outcomes]}
 
 
+@contextmanager
+def recording(
+    suite: Suite,
+    store: Store,
+    *,
+    labels: dict[str, str] | None = None,
+    submitter: str = "",
+    on_event: EventSink | None = None,
+    total_steps: int = 0,
+) -> Iterator[RunState]:
+    """One run: yields its state for `run_job` calls, then writes nodes and the run record,
+    whatever happened (a Ctrl-C is recorded as `cancelled`, and re-raised)."""
+    state = RunState(new_run_id(), suite, store, on_event or (lambda e: None), total_steps)
+    started = datetime.now(UTC)
+    store.write_schema_note()
+    status, message = "error", ""
+    try:
+        yield state
+        status = run_status(state.outcomes)
+    except KeyboardInterrupt:
+        status, message = "cancelled", "interrupted; finished steps are kept"
+        raise
+    finally:
+        if state.nodes:
+            store.write_nodes(state.run_id, list(state.nodes.values()))
+        state.record = RunRecord(
+            run_id=state.run_id,
+            suite=suite.name,
+            status=status,
+            started_at=started,
+            finished_at=datetime.now(UTC),
+            labels=labels or {},
+            submitter=submitter,
+            backend=state.backend,
+            faults=[f.model_dump(mode="json", exclude_none=True) for f in suite.faults],
+            suite_json=suite.to_json(),
+            summary=summary(state.outcomes),
+            message=message,
+        )
+        store.write_run(state.record)
+
+
 def run_suite(
     suite: Suite,
     store: Store,
@@ -546,42 +600,13 @@ def run_suite(
 
     A PlanError (bad input) is raised before anything is written.
     """
-    min_cpus = max(suite.placement.world_sizes) * suite.placement.cpus_per_rank
-    connect(address, min_cpus)
+    connect(address, max(suite.placement.world_sizes) * suite.placement.cpus_per_rank)
     plan = make_plan(suite, cluster_shape())
-    run_id, started = new_run_id(), datetime.now(UTC)
-    state = _RunState(
-        run_id,
-        suite,
-        store,
-        on_event or (lambda e: None),
-        total_steps=sum(len(j.steps) for j in plan.jobs),
-    )
-    store.write_schema_note()
-    status, message = "error", ""
-    try:
+    total = sum(len(j.steps) for j in plan.jobs)
+    with recording(
+        suite, store, labels=labels, submitter=submitter, on_event=on_event, total_steps=total
+    ) as state:
         for job in plan.jobs:
             run_job(job, state)
-        status = run_status(state.outcomes)
-    except KeyboardInterrupt:
-        status, message = "cancelled", "interrupted; finished steps are kept"
-        raise
-    finally:
-        if state.nodes:
-            store.write_nodes(run_id, list(state.nodes.values()))
-        record = RunRecord(
-            run_id=run_id,
-            suite=suite.name,
-            status=status,
-            started_at=started,
-            finished_at=datetime.now(UTC),
-            labels=labels or {},
-            submitter=submitter,
-            backend=plan.jobs[0].backend if plan.jobs else "",
-            faults=[f.model_dump(mode="json", exclude_none=True) for f in suite.faults],
-            suite_json=suite.to_json(),
-            summary=summary(state.outcomes),
-            message=message,
-        )
-        store.write_run(record)
-    return record
+    assert state.record is not None  # written by recording() on the way out
+    return state.record

@@ -122,24 +122,35 @@ def check_fits(
         )
 
 
-def make_plan(suite: Suite, cluster: ClusterShape) -> Plan:
-    """One job per world size, in the suite's order, each running all steps."""
-    p = suite.placement
-    eligible = list(cluster.nodes)
-    if p.nodes:
-        known = {n.name for n in cluster.nodes}
-        missing = [n for n in p.nodes if n not in known]
-        if missing:
-            raise PlanError(
-                f"placement.nodes: no node named {', '.join(missing)}; the cluster has {', '.join(sorted(known))}"
-            )
-        eligible = [n for n in cluster.nodes if n.name in p.nodes]
+def eligible_nodes(suite: Suite, cluster: ClusterShape) -> list[NodeShape]:
+    """The cluster's nodes, or those named by placement.nodes (all of which must exist)."""
+    names = suite.placement.nodes
+    if not names:
+        return list(cluster.nodes)
+    known = {n.name for n in cluster.nodes}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise PlanError(
+            f"placement.nodes: no node named {', '.join(missing)}; the cluster has {', '.join(sorted(known))}"
+        )
+    return [n for n in cluster.nodes if n.name in names]
+
+
+def _resources(suite: Suite, cluster: ClusterShape) -> tuple[float, str]:
+    """GPUs per rank and the backend, checked against what the cluster has."""
     gpr = resolve_gpus_per_rank(suite, cluster)
     if gpr > 0 and cluster.gpus == 0:
         raise PlanError(
             f"placement.gpus_per_rank: {gpr:g} GPU per rank asked; the cluster has {cluster.describe()}"
         )
-    backend = resolve_backend(suite, gpr)
+    return gpr, resolve_backend(suite, gpr)
+
+
+def make_plan(suite: Suite, cluster: ClusterShape) -> Plan:
+    """One job per world size, in the suite's order, each running all steps."""
+    p = suite.placement
+    eligible = eligible_nodes(suite, cluster)
+    gpr, backend = _resources(suite, cluster)
     jobs = []
     for i, world in enumerate(p.world_sizes):
         check_fits(world, p.strategy, eligible, p.cpus_per_rank, gpr)
@@ -156,3 +167,20 @@ def make_plan(suite: Suite, cluster: ClusterShape) -> Plan:
             )
         )
     return Plan(suite, tuple(jobs))
+
+
+def node_group_job(suite: Suite, cluster: ClusterShape, group: tuple[str, ...], index: int) -> Job:
+    """A job with exactly one rank on each node of `group` (STRICT_SPREAD), for fleet sweeps."""
+    gpr, backend = _resources(suite, cluster)
+    eligible = [n for n in cluster.nodes if n.name in group]
+    check_fits(len(group), Strategy.STRICT_SPREAD, eligible, suite.placement.cpus_per_rank, gpr)
+    return Job(
+        index=index,
+        world_size=len(group),
+        backend=backend,
+        gpus_per_rank=gpr,
+        cpus_per_rank=suite.placement.cpus_per_rank,
+        strategy=Strategy.STRICT_SPREAD,
+        nodes=tuple(sorted(group)),
+        steps=tuple(suite.steps),
+    )

@@ -14,12 +14,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["COLUMNS"] = "250"
 
 HEAD = "head"
-WORKERS = ("node-a", "node-b")
+WORKERS = ("node-a", "node-b", "node-c")
 
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[object]:
-    """A head with 4 CPUs and two worker nodes declaring 2 CPUs + 2 GPUs each (labelled by name).
+    """A head with 4 CPUs and three worker nodes declaring 2 CPUs + 2 GPUs each (labelled by name).
 
     The GPUs are declared resources only: a rank placed on one still runs on CPU, which
     is what placement and rank-ordering tests need.

@@ -1,0 +1,113 @@
+"""Naming the culprit across ranks and nodes: stragglers, a slow node by bisection, a lost node."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetval.cli import app
+from fleetval.execute import run_suite
+from fleetval.store import Store
+from fleetval.suite import parse_suite
+from fleetval.sweep import sweep
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+STRAGGLER_STEP = {"check": "straggler", "iters": 30, "warmup": 3}
+
+
+def straggler_rows(tmp_path, faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    store = Store(tmp_path)
+    spec = parse_suite(
+        {"name": "s", "placement": {"world_sizes": [4], "gpus_per_rank": 0}, "steps": [STRAGGLER_STEP], "faults": faults}
+    )
+    record = run_suite(spec, store)
+    return store.results([record.run_id]).to_pylist()
+
+
+def test_delayed_rank_is_named_with_its_node(tmp_path):
+    got = straggler_rows(tmp_path, [{"kind": "delay", "rank": 2, "ms": 20}])
+    failing = [r for r in got if r["status"] == "fail"]
+    assert [r["rank"] for r in failing] == [2]
+    assert f"rank 2 on {failing[0]['node']} arrives last" in failing[0]["message"]
+    assert failing[0]["value"] >= 0.9  # last in (nearly) every iteration
+    assert all('"stragglers": [2]' in r["details"] for r in got)
+
+
+def test_clean_run_names_nobody(tmp_path):
+    got = straggler_rows(tmp_path, [])
+    assert [r["status"] for r in got] == ["pass"] * 4
+    assert all('"stragglers": []' in r["details"] for r in got)
+
+
+SWEEP = {
+    "name": "sweep-test",
+    "placement": {"gpus_per_rank": 0},
+    "steps": [{"check": "bandwidth", "sizes": {"min": 4096, "max": 16384, "factor": 4}, "warmup": 1, "iters": 4}],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.multinode
+def test_sweep_isolates_the_slow_node_by_bisection(tmp_path):
+    spec = parse_suite({**SWEEP, "faults": [{"kind": "delay", "node": "node-c", "ms": 30}]})
+    # A 30 ms delay per collective makes a group ~100x slower; 0.7 keeps loaded-CI noise out.
+    record, found = sweep(spec, Store(tmp_path), threshold=0.7)
+    assert found.flagged == ["node-c"]
+    assert found.rounds == 2 and len(found.trials) == 4  # log2(4) rounds of two groups
+    assert all(len(t.group) == 2 for t in found.trials)
+    assert record.status == "fail" and "node-c" in record.summary["steps"][-1]["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.multinode
+def test_sweep_cli_on_a_healthy_fleet_exits_0(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(SWEEP))
+    res = CliRunner().invoke(app, ["sweep", str(path), "--data", str(tmp_path), "--json", "--threshold", "0.7"])
+    assert res.exit_code == 0, res.output
+    assert '"flagged": []' in res.output
+
+
+@pytest.mark.multinode
+def test_lost_node_fails_the_step_naming_rank_and_node(tmp_path, ray_cluster):
+    doomed = ray_cluster.add_node(num_cpus=1, labels={"fleetval/node": "doomed"})
+    ray_cluster.wait_for_nodes()
+    spec = parse_suite(
+        {
+            "name": "lost",
+            "placement": {"world_sizes": [2], "gpus_per_rank": 0, "strategy": "STRICT_SPREAD", "nodes": ["head", "doomed"]},
+            "timeouts": {"step_s": 60},
+            "steps": [
+                {"name": "quick", "check": "collectives", "collectives": ["barrier"]},
+                {"name": "long", "check": "bandwidth", "sizes": {"min": 4096, "max": 4096}, "warmup": 0, "iters": 100000},
+            ],
+        }
+    )
+    events: list[str] = []
+
+    def kill_when_long_starts() -> None:
+        while "long" not in events:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        ray_cluster.remove_node(doomed)
+
+    killer = threading.Thread(target=kill_when_long_starts, daemon=True)
+    killer.start()
+    store = Store(tmp_path)
+    t0 = time.monotonic()
+    record = run_suite(spec, store, on_event=lambda e: e.kind == "step_start" and events.append(e.step))
+    killer.join(timeout=30)
+    assert time.monotonic() - t0 < 60
+    steps = {s["step"]: s for s in record.summary["steps"]}
+    assert steps["quick"]["status"] == "pass"
+    long = steps["long"]
+    assert long["status"] == "fail"
+    assert [(c["node"], c["reason"]) for c in long["culprits"]] == [("doomed", "crash")]
+    assert store.results([record.run_id]).num_rows >= 2  # the quick step's rows are kept

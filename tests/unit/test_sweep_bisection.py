@@ -1,0 +1,73 @@
+"""Bisection isolates one slow node among N in about log2(N) rounds; a healthy fleet flags none."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from fleetval.sweep import group_score, isolate
+
+
+def fleet(n: int) -> list[str]:
+    return [f"node-{i:02d}" for i in range(n)]
+
+
+def measure_with(bad: set[str], seed: int = 0):
+    rng = random.Random(seed)
+    calls: list[tuple[str, ...]] = []
+
+    def measure(group: tuple[str, ...]) -> float:
+        calls.append(group)
+        base = 5.0 if bad & set(group) else 10.0  # a slow node halves its group's busbw
+        return base * (1 + rng.uniform(-0.05, 0.05))  # +-5% noise
+
+    return measure, calls
+
+
+@pytest.mark.parametrize("n", [4, 5, 7, 8, 13, 16, 33, 64])
+def test_one_slow_node_is_found_in_log_rounds(n):
+    for position in range(0, n, max(1, n // 7)):
+        bad = fleet(n)[position]
+        measure, calls = measure_with({bad}, seed=position)
+        found = isolate(fleet(n), measure)
+        assert found.flagged == [bad], (n, bad, found)
+        # O(log N): per halving level one round of two jobs, plus one job for a node set aside
+        levels = math.ceil(math.log2(n))
+        assert found.rounds <= 2 * levels
+        assert len(calls) <= 3 * levels
+        assert all(len(g) >= 2 for g in calls)  # every job is a real collective group
+
+
+def test_power_of_two_fleet_takes_exactly_log2_rounds():
+    measure, calls = measure_with({"node-11"})
+    found = isolate(fleet(16), measure)
+    assert found.flagged == ["node-11"] and found.rounds == 4 and len(calls) == 8
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 9, 16])
+def test_healthy_fleet_flags_nobody(n):
+    measure, _ = measure_with(set())
+    assert isolate(fleet(n), measure).flagged == []
+
+
+def test_small_fleets_use_all_pairs():
+    measure, calls = measure_with({"node-02"})
+    found = isolate(fleet(3), measure)
+    assert found.flagged == ["node-02"] and len(calls) == 3
+
+
+def test_a_failed_group_counts_as_slow():
+    def measure(group):
+        return None if "node-05" in group else 10.0
+
+    assert isolate(fleet(8), measure).flagged == ["node-05"]
+
+
+def test_group_score_prefers_busbw_and_fails_on_failure():
+    rows = [{"status": "pass", "busbw_gbps": b, "time_us_median": 10.0} for b in (1.0, 2.0, 3.0)]
+    assert group_score(rows) == 2.0
+    assert group_score([{"status": "pass", "busbw_gbps": None, "time_us_median": 4.0}]) == 250_000.0
+    assert group_score([*rows, {"status": "fail", "busbw_gbps": None, "time_us_median": None}]) is None
+    assert group_score([]) is None
