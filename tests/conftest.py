@@ -29,7 +29,11 @@ def ray_cluster() -> Iterator[object]:
 
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 4, "labels": {"fleetval/node": HEAD}, "include_dashboard": False},
+        head_node_args={
+            "num_cpus": 4,
+            "labels": {"fleetval/node": HEAD},
+            "include_dashboard": False,
+        },
     )
     for name in WORKERS:
         cluster.add_node(num_cpus=2, num_gpus=2, labels={"fleetval/node": name})
@@ -60,7 +64,9 @@ def assert_no_leaks(timeout_s: float = 15.0) -> None:
         if not actors and not groups:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"leaked after the test: actors {actors}, placement groups {groups}")
+            raise AssertionError(
+                f"leaked after the test: actors {actors}, placement groups {groups}"
+            )
         time.sleep(0.2)
 
 

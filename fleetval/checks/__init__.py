@@ -4,10 +4,17 @@ function, and one line here; the suite, planner and executor pick it up unchange
 from fleetval.checks.bandwidth import BandwidthParams, run_bandwidth
 from fleetval.checks.base import Check
 from fleetval.checks.collectives import CollectivesParams, run_collectives
+from fleetval.checks.ddp import DdpHealthParams, DdpScalingParams, run_ddp_health, run_ddp_scaling
 from fleetval.checks.health import HealthParams, run_health
+from fleetval.checks.microbench import MicrobenchParams, run_microbench
+from fleetval.checks.straggler import StragglerParams, run_straggler
 
 CHECKS: dict[str, Check] = {
     "collectives": Check(CollectivesParams, run_collectives),
     "bandwidth": Check(BandwidthParams, run_bandwidth),
     "health": Check(HealthParams, run_health),
+    "ddp_scaling": Check(DdpScalingParams, run_ddp_scaling),
+    "ddp_health": Check(DdpHealthParams, run_ddp_health),
+    "microbench": Check(MicrobenchParams, run_microbench),
+    "straggler": Check(StragglerParams, run_straggler),
 }

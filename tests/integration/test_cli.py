@@ -38,7 +38,9 @@ steps:
 @pytest.mark.usefixtures("ray_session")
 def test_run_then_inspect(tmp_path):
     data = str(tmp_path / "data")
-    res = runner.invoke(app, ["run", write_suite(tmp_path, QUICK), "--data", data, "--label", "rocm=6.1", "--json"])
+    res = runner.invoke(
+        app, ["run", write_suite(tmp_path, QUICK), "--data", data, "--label", "rocm=6.1", "--json"]
+    )
     assert res.exit_code == 0, res.output
     record = json.loads(res.output)
     run_id = record["run_id"]
@@ -67,11 +69,15 @@ def test_failed_check_exits_1(tmp_path):
 
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, ray_session):
     data = tmp_path / "data"
-    bad = write_suite(tmp_path, "name: x\nsteps:\n  - check: bandwidth\n    sizes: {min: 4MiB, max: 1KiB}\n")
+    bad = write_suite(
+        tmp_path, "name: x\nsteps:\n  - check: bandwidth\n    sizes: {min: 4MiB, max: 1KiB}\n"
+    )
     res = runner.invoke(app, ["run", bad, "--data", str(data)])
     assert res.exit_code == 2
     assert "steps.0.sizes: empty size range" in res.output
-    huge = write_suite(tmp_path, "name: x\nplacement: {world_sizes: [512]}\nsteps:\n  - check: collectives\n")
+    huge = write_suite(
+        tmp_path, "name: x\nplacement: {world_sizes: [512]}\nsteps:\n  - check: collectives\n"
+    )
     res = runner.invoke(app, ["run", huge, "--data", str(data)])
     assert res.exit_code == 2 and "world size 512 needs 512 bundles" in res.output
     res = runner.invoke(app, ["run", "smoke", "--data", str(data), "--label", "novalue"])
@@ -91,7 +97,11 @@ def test_embedded_default_runs_smoke_from_a_fresh_process(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run(
         [sys.executable, "-m", "fleetval.cli", "run", "smoke", "--data", str(tmp_path), "--json"],
-        capture_output=True, text=True, timeout=240, env=env, check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(proc.stdout)

@@ -23,7 +23,12 @@ STRAGGLER_STEP = {"check": "straggler", "iters": 30, "warmup": 3}
 def straggler_rows(tmp_path, faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
     store = Store(tmp_path)
     spec = parse_suite(
-        {"name": "s", "placement": {"world_sizes": [4], "gpus_per_rank": 0}, "steps": [STRAGGLER_STEP], "faults": faults}
+        {
+            "name": "s",
+            "placement": {"world_sizes": [4], "gpus_per_rank": 0},
+            "steps": [STRAGGLER_STEP],
+            "faults": faults,
+        }
     )
     record = run_suite(spec, store)
     return store.results([record.run_id]).to_pylist()
@@ -47,7 +52,14 @@ def test_clean_run_names_nobody(tmp_path):
 SWEEP = {
     "name": "sweep-test",
     "placement": {"gpus_per_rank": 0},
-    "steps": [{"check": "bandwidth", "sizes": {"min": 4096, "max": 16384, "factor": 4}, "warmup": 1, "iters": 4}],
+    "steps": [
+        {
+            "check": "bandwidth",
+            "sizes": {"min": 4096, "max": 16384, "factor": 4},
+            "warmup": 1,
+            "iters": 4,
+        }
+    ],
 }
 
 
@@ -70,7 +82,9 @@ def test_sweep_cli_on_a_healthy_fleet_exits_0(tmp_path):
     import yaml
 
     path.write_text(yaml.safe_dump(SWEEP))
-    res = CliRunner().invoke(app, ["sweep", str(path), "--data", str(tmp_path), "--json", "--threshold", "0.7"])
+    res = CliRunner().invoke(
+        app, ["sweep", str(path), "--data", str(tmp_path), "--json", "--threshold", "0.7"]
+    )
     assert res.exit_code == 0, res.output
     assert '"flagged": []' in res.output
 
@@ -82,11 +96,22 @@ def test_lost_node_fails_the_step_naming_rank_and_node(tmp_path, ray_cluster):
     spec = parse_suite(
         {
             "name": "lost",
-            "placement": {"world_sizes": [2], "gpus_per_rank": 0, "strategy": "STRICT_SPREAD", "nodes": ["head", "doomed"]},
+            "placement": {
+                "world_sizes": [2],
+                "gpus_per_rank": 0,
+                "strategy": "STRICT_SPREAD",
+                "nodes": ["head", "doomed"],
+            },
             "timeouts": {"step_s": 60},
             "steps": [
                 {"name": "quick", "check": "collectives", "collectives": ["barrier"]},
-                {"name": "long", "check": "bandwidth", "sizes": {"min": 4096, "max": 4096}, "warmup": 0, "iters": 100000},
+                {
+                    "name": "long",
+                    "check": "bandwidth",
+                    "sizes": {"min": 4096, "max": 4096},
+                    "warmup": 0,
+                    "iters": 100000,
+                },
             ],
         }
     )
@@ -102,7 +127,9 @@ def test_lost_node_fails_the_step_naming_rank_and_node(tmp_path, ray_cluster):
     killer.start()
     store = Store(tmp_path)
     t0 = time.monotonic()
-    record = run_suite(spec, store, on_event=lambda e: e.kind == "step_start" and events.append(e.step))
+    record = run_suite(
+        spec, store, on_event=lambda e: e.kind == "step_start" and events.append(e.step)
+    )
     killer.join(timeout=30)
     assert time.monotonic() - t0 < 60
     steps = {s["step"]: s for s in record.summary["steps"]}

@@ -50,7 +50,15 @@ def test_every_collective_and_dtype_exact_on_four_ranks(tmp_path):
 def test_corrupt_rank_fails_the_step_and_is_traced(tmp_path):
     store = Store(tmp_path)
     spec = suite(
-        [{"check": "collectives", "collectives": ["all_reduce", "all_gather", "send_recv"], "dtypes": ["float32"], "size": "4KiB", "repeats": 1}],
+        [
+            {
+                "check": "collectives",
+                "collectives": ["all_reduce", "all_gather", "send_recv"],
+                "dtypes": ["float32"],
+                "size": "4KiB",
+                "repeats": 1,
+            }
+        ],
         faults=[{"kind": "corrupt", "rank": 2}],
     )
     record = run_suite(spec, store)
@@ -70,7 +78,15 @@ def test_corrupt_rank_fails_the_step_and_is_traced(tmp_path):
 def test_bandwidth_sweep_rows_have_samples_and_busbw(tmp_path):
     store = Store(tmp_path)
     spec = suite(
-        [{"check": "bandwidth", "collectives": ["all_reduce", "all_gather"], "sizes": {"min": 1024, "max": "64KiB", "factor": 4}, "warmup": 1, "iters": 5}]
+        [
+            {
+                "check": "bandwidth",
+                "collectives": ["all_reduce", "all_gather"],
+                "sizes": {"min": 1024, "max": "64KiB", "factor": 4},
+                "warmup": 1,
+                "iters": 5,
+            }
+        ]
     )
     record = run_suite(spec, store)
     assert record.status == "pass"
@@ -89,7 +105,13 @@ def test_hang_is_named_within_the_deadline_and_the_run_goes_on(tmp_path):
     store = Store(tmp_path)
     spec = suite(
         [
-            {"name": "bw", "check": "bandwidth", "sizes": {"min": 1024, "max": 4096}, "iters": 50, "timeout_s": 6},
+            {
+                "name": "bw",
+                "check": "bandwidth",
+                "sizes": {"min": 1024, "max": 4096},
+                "iters": 50,
+                "timeout_s": 6,
+            },
             {"name": "after", "check": "collectives", "collectives": ["barrier"]},
         ],
         placement={"world_sizes": [4, 2]},
@@ -113,7 +135,12 @@ def test_crash_is_named_and_earlier_results_are_kept(tmp_path):
     store = Store(tmp_path)
     spec = suite(
         [
-            {"name": "first", "check": "collectives", "collectives": ["all_reduce"], "dtypes": ["float32"]},
+            {
+                "name": "first",
+                "check": "collectives",
+                "collectives": ["all_reduce"],
+                "dtypes": ["float32"],
+            },
             {"name": "boom", "check": "bandwidth", "sizes": {"min": 1024, "max": 4096}},
         ],
         faults=[{"kind": "crash", "rank": 1, "step": "boom"}],
@@ -131,7 +158,15 @@ def test_crash_is_named_and_earlier_results_are_kept(tmp_path):
 def test_strict_spread_places_one_rank_per_node_ordered_by_node(tmp_path):
     store = Store(tmp_path)
     spec = suite(
-        [{"check": "collectives", "collectives": ["all_reduce"], "ops": ["sum"], "dtypes": ["float32"], "repeats": 1}],
+        [
+            {
+                "check": "collectives",
+                "collectives": ["all_reduce"],
+                "ops": ["sum"],
+                "dtypes": ["float32"],
+                "repeats": 1,
+            }
+        ],
         placement={"world_sizes": [3], "strategy": "STRICT_SPREAD"},
     )
     record = run_suite(spec, store)
@@ -153,7 +188,9 @@ def test_gpu_bundles_pack_onto_gpu_nodes_with_local_ranks(tmp_path):
     assert record.status == "pass"
     got = sorted(rows(store, record.run_id), key=lambda r: r["rank"])
     nodes = [r["node"] for r in got]
-    assert nodes == sorted(nodes) and len(set(nodes)) == 2 and "head" not in nodes  # packed, 2 GPUs a node
+    assert (
+        nodes == sorted(nodes) and len(set(nodes)) == 2 and "head" not in nodes
+    )  # packed, 2 GPUs a node
     assert [r["local_rank"] for r in got] == [0, 1, 0, 1]
 
 
@@ -170,10 +207,19 @@ def test_node_restriction_uses_labels(tmp_path):
 def test_unplaceable_world_size_fails_fast_before_anything_runs(tmp_path):
     store = Store(tmp_path)
     t0 = time.monotonic()
-    with pytest.raises(PlanError, match=r"world size 64 needs 64 bundles of 1 CPU; the cluster has 6 GPUs and 10 CPUs on 4 node"):
+    with pytest.raises(
+        PlanError,
+        match=r"world size 64 needs 64 bundles of 1 CPU; the cluster has 6 GPUs and 10 CPUs on 4 node",
+    ):
         run_suite(suite([{"check": "collectives"}], placement={"world_sizes": [64]}), store)
     with pytest.raises(PlanError, match="STRICT_SPREAD needs 5 nodes; 4 can take a rank"):
-        run_suite(suite([{"check": "collectives"}], placement={"world_sizes": [5], "strategy": "STRICT_SPREAD"}), store)
+        run_suite(
+            suite(
+                [{"check": "collectives"}],
+                placement={"world_sizes": [5], "strategy": "STRICT_SPREAD"},
+            ),
+            store,
+        )
     assert time.monotonic() - t0 < 5
     assert store.runs() == []  # nothing written
 

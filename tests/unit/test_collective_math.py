@@ -72,12 +72,21 @@ def test_wrong_elements_are_attributed_to_their_source():
 def test_avg_uses_a_dtype_tolerance_others_are_exact():
     expected = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64) / 3
     got = expected.to(torch.bfloat16)
-    assert Case(lambda: None, lambda: None, got, expected).wrong(DType.BFLOAT16, ReduceOp.AVG) == (0, {})
-    assert Case(lambda: None, lambda: None, got, expected).wrong(DType.BFLOAT16, ReduceOp.SUM)[0] > 0
+    assert Case(lambda: None, lambda: None, got, expected).wrong(DType.BFLOAT16, ReduceOp.AVG) == (
+        0,
+        {},
+    )
+    assert (
+        Case(lambda: None, lambda: None, got, expected).wrong(DType.BFLOAT16, ReduceOp.SUM)[0] > 0
+    )
 
 
 def test_combinations_skip_ops_for_non_reducing_collectives():
-    combos = combinations([Collective.ALL_REDUCE, Collective.BROADCAST, Collective.BARRIER], [ReduceOp.SUM, ReduceOp.MAX], [DType.INT32])
+    combos = combinations(
+        [Collective.ALL_REDUCE, Collective.BROADCAST, Collective.BARRIER],
+        [ReduceOp.SUM, ReduceOp.MAX],
+        [DType.INT32],
+    )
     assert combos == [
         (Collective.ALL_REDUCE, ReduceOp.SUM, DType.INT32),
         (Collective.ALL_REDUCE, ReduceOp.MAX, DType.INT32),

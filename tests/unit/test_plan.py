@@ -29,7 +29,9 @@ def test_gpu_cluster_gets_nccl_and_one_gpu_per_rank():
 
 
 def test_fractional_gpus_fall_back_to_gloo():
-    (job,) = make_plan(suite(placement={"world_sizes": [4], "gpus_per_rank": 0.25}), TWO_GPU_NODES).jobs
+    (job,) = make_plan(
+        suite(placement={"world_sizes": [4], "gpus_per_rank": 0.25}), TWO_GPU_NODES
+    ).jobs
     assert job.backend == "gloo"
 
 
@@ -43,11 +45,15 @@ def test_world_size_larger_than_the_cluster():
 
 
 def test_strict_strategies():
-    with pytest.raises(PlanError, match="STRICT_PACK needs 9 bundles .* on one node; the largest node takes 8"):
+    with pytest.raises(
+        PlanError, match=r"STRICT_PACK needs 9 bundles .* on one node; the largest node takes 8"
+    ):
         make_plan(suite(placement={"world_sizes": [9], "strategy": "STRICT_PACK"}), TWO_GPU_NODES)
     with pytest.raises(PlanError, match="STRICT_SPREAD needs 3 nodes; 2 can take a rank"):
         make_plan(suite(placement={"world_sizes": [3], "strategy": "STRICT_SPREAD"}), TWO_GPU_NODES)
-    (job,) = make_plan(suite(placement={"world_sizes": [2], "strategy": "STRICT_SPREAD"}), TWO_GPU_NODES).jobs
+    (job,) = make_plan(
+        suite(placement={"world_sizes": [2], "strategy": "STRICT_SPREAD"}), TWO_GPU_NODES
+    ).jobs
     assert job.strategy == Strategy.STRICT_SPREAD
 
 

@@ -11,14 +11,34 @@ import pytest
 from fleetval.results import RESULTS_SCHEMA, Row
 from fleetval.store import RunRecord, Store, StoreError, new_run_id
 
-RESULT_COLUMNS = (
-    "run_id job step check collective op dtype size_bytes world_size rank node device iters "
-    "time_us_median time_us_p99 algbw_gbps busbw_gbps wrong status message"
-).split()
+RESULT_COLUMNS = [
+    "run_id",
+    "job",
+    "step",
+    "check",
+    "collective",
+    "op",
+    "dtype",
+    "size_bytes",
+    "world_size",
+    "rank",
+    "node",
+    "device",
+    "iters",
+    "time_us_median",
+    "time_us_p99",
+    "algbw_gbps",
+    "busbw_gbps",
+    "wrong",
+    "status",
+    "message",
+]
 
 
 def record(run_id: str, **over) -> RunRecord:
-    return RunRecord(run_id=run_id, suite="smoke", status="pass", started_at=datetime.now(UTC), **over)
+    return RunRecord(
+        run_id=run_id, suite="smoke", status="pass", started_at=datetime.now(UTC), **over
+    )
 
 
 def test_row_fields_match_the_arrow_schema():
@@ -31,10 +51,15 @@ def test_row_fields_match_the_arrow_schema():
 def test_round_trip_and_foreign_readers(tmp_path):
     store = Store(tmp_path)
     rid = new_run_id()
-    rows = [Row(run_id=rid, rank=r, collective="all_reduce", samples_us=(1.0, 2.0, 3.0), busbw_gbps=1.5) for r in range(2)]
+    rows = [
+        Row(run_id=rid, rank=r, collective="all_reduce", samples_us=(1.0, 2.0, 3.0), busbw_gbps=1.5)
+        for r in range(2)
+    ]
     store.write_results(rid, "job0-bw", rows)
     store.write_nodes(rid, [{"node": "n0", "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8}])
-    store.write_run(record(rid, labels={"rocm": "6.1"}, faults=[{"kind": "delay", "rank": 1, "ms": 20}]))
+    store.write_run(
+        record(rid, labels={"rocm": "6.1"}, faults=[{"kind": "delay", "rank": 1, "ms": 20}])
+    )
 
     got = store.run(rid)
     assert got.labels == {"rocm": "6.1"} and got.faults[0]["ms"] == 20
@@ -42,11 +67,17 @@ def test_round_trip_and_foreign_readers(tmp_path):
 
     df = pd.read_parquet(tmp_path / "results")
     assert list(df["samples_us"].iloc[0]) == [1.0, 2.0, 3.0]
-    [(n,)] = duckdb.sql(f"select count(*) from read_parquet('{tmp_path}/results/*/*.parquet') where busbw_gbps = 1.5").fetchall()
+    [(n,)] = duckdb.sql(
+        f"select count(*) from read_parquet('{tmp_path}/results/*/*.parquet') where busbw_gbps = 1.5"
+    ).fetchall()
     assert n == 2
-    [(labels,)] = duckdb.sql(f"select labels from read_parquet('{tmp_path}/runs/*.parquet')").fetchall()
+    [(labels,)] = duckdb.sql(
+        f"select labels from read_parquet('{tmp_path}/runs/*.parquet')"
+    ).fetchall()
     assert labels == {"rocm": "6.1"}
-    [(model,)] = duckdb.sql(f"select gpu_model from read_parquet('{tmp_path}/nodes/*.parquet')").fetchall()
+    [(model,)] = duckdb.sql(
+        f"select gpu_model from read_parquet('{tmp_path}/nodes/*.parquet')"
+    ).fetchall()
     assert model.startswith("NVIDIA H100")
 
 

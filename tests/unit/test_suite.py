@@ -69,7 +69,9 @@ def test_step_without_check():
 
 
 def test_fault_rules():
-    assert problems(base(faults=[{"kind": "delay", "rank": 1}])) == ["faults.0: a delay fault needs `ms`"]
+    assert problems(base(faults=[{"kind": "delay", "rank": 1}])) == [
+        "faults.0: a delay fault needs `ms`"
+    ]
     assert problems(base(faults=[{"kind": "hang"}])) == [
         "faults.0: a fault names exactly one of `rank` or `node`"
     ]

@@ -1,0 +1,303 @@
+"""Per-GPU micro-benchmarks against the GPU model's spec sheet.
+
+GEMM TFLOP/s per dtype, device-memory copy bandwidth and pinned host<->device bandwidth,
+each timed per iteration with device events (`CheckContext.time_us`), judged against
+`EXPECTATIONS` for the GPU model `torch.cuda.get_device_name` reports. Every rank measures
+its own device independently: the process group is never used, so one slow GPU shows as
+one slow row, not as a slow collective.
+
+The measuring functions take a `time_us` callable rather than a context, so
+`bench/bench_gpu_checks.py` runs exactly these kernels without Ray.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Self
+
+import torch
+from pydantic import ByteSize, Field, NonNegativeInt, PositiveInt, model_validator
+
+from fleetval.checks.bandwidth import percentile
+from fleetval.checks.base import CheckContext, StepSpec
+from fleetval.checks.collectives import TORCH_DTYPE
+from fleetval.results import Row
+from fleetval.vocab import DType, Status
+
+TimeUs = Callable[[Callable[[], object]], float]
+Direction = Literal["h2d", "d2h"]
+GEMM_DTYPES = (DType.BFLOAT16, DType.FLOAT16, DType.FLOAT32)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Public spec-sheet peaks of one GPU model, per device as torch sees it."""
+
+    model: str
+    tflops: dict[str, float]  # dense (no sparsity) peak by dtype value
+    hbm_gbps: float  # device memory bandwidth, GB/s (read + write together)
+    host_gbps: float  # host link, GB/s per direction
+    source: str
+
+
+# Spec-sheet peaks, dense (the sparsity figures are 2x these). float32 is the non-tensor
+# (SIMT / vector) rate on NVIDIA, since torch keeps TF32 off for matmul by default; on AMD
+# it is the matrix-core FP32 rate rocBLAS uses. Host links: PCIe 4.0 x16 ~32 GB/s, 5.0 x16
+# ~64 GB/s per direction. Order matters: the first pattern that matches the name wins.
+EXPECTATIONS: tuple[tuple[str, GpuSpec], ...] = (
+    (r"H100.*PCIe", GpuSpec("H100 PCIe", {"bfloat16": 756.0, "float16": 756.0, "float32": 51.0}, 2000.0, 64.0, "NVIDIA H100 datasheet (PCIe)")),
+    (r"H100.*NVL", GpuSpec("H100 NVL", {"bfloat16": 835.0, "float16": 835.0, "float32": 60.0}, 3900.0, 64.0, "NVIDIA H100 datasheet (NVL)")),
+    (r"H100", GpuSpec("H100 SXM", {"bfloat16": 989.0, "float16": 989.0, "float32": 67.0}, 3350.0, 64.0, "NVIDIA H100 datasheet (SXM5)")),
+    (r"H200.*NVL", GpuSpec("H200 NVL", {"bfloat16": 835.0, "float16": 835.0, "float32": 60.0}, 4800.0, 64.0, "NVIDIA H200 datasheet (NVL)")),
+    (r"H200", GpuSpec("H200 SXM", {"bfloat16": 989.0, "float16": 989.0, "float32": 67.0}, 4800.0, 64.0, "NVIDIA H200 datasheet (SXM)")),
+    (r"A100.*PCIE.*40GB|A100.*40GB.*PCIE", GpuSpec("A100 PCIe 40GB", {"bfloat16": 312.0, "float16": 312.0, "float32": 19.5}, 1555.0, 32.0, "NVIDIA A100 datasheet")),
+    (r"A100.*PCIE", GpuSpec("A100 PCIe 80GB", {"bfloat16": 312.0, "float16": 312.0, "float32": 19.5}, 1935.0, 32.0, "NVIDIA A100 datasheet")),
+    (r"A100.*40GB", GpuSpec("A100 SXM4 40GB", {"bfloat16": 312.0, "float16": 312.0, "float32": 19.5}, 1555.0, 32.0, "NVIDIA A100 datasheet")),
+    (r"A100", GpuSpec("A100 SXM4 80GB", {"bfloat16": 312.0, "float16": 312.0, "float32": 19.5}, 2039.0, 32.0, "NVIDIA A100 datasheet")),
+    # NOTE: an MI250X is two GCDs and torch sees each as one device, so the per-device
+    # peaks are half the card's (383 TFLOP/s bf16/fp16, 95.7 fp32 matrix, 3.2 TB/s).
+    (r"MI250X?", GpuSpec("MI250X (one GCD)", {"bfloat16": 191.5, "float16": 191.5, "float32": 47.9}, 1638.4, 32.0, "AMD Instinct MI250X datasheet, halved per GCD")),
+    (r"MI300X", GpuSpec("MI300X", {"bfloat16": 1307.4, "float16": 1307.4, "float32": 163.4}, 5300.0, 64.0, "AMD Instinct MI300X datasheet")),
+)  # fmt: skip
+
+
+def expectations_for(device_name: str) -> GpuSpec | None:
+    """The spec of the first table entry whose pattern matches the device name, if any."""
+    for pattern, spec in EXPECTATIONS:
+        if re.search(pattern, device_name, re.IGNORECASE):
+            return spec
+    return None
+
+
+class MicrobenchParams(StepSpec):
+    """Sizes, dtypes and thresholds of the per-GPU micro-benchmarks."""
+
+    check: Literal["microbench"]
+    gemm_sizes: list[PositiveInt] = Field(default_factory=lambda: [4096, 8192], min_length=1)
+    dtypes: list[DType] = Field(default_factory=lambda: list(GEMM_DTYPES), min_length=1)
+    copy_bytes: ByteSize = ByteSize(1024**3)  # device-to-device copy buffer
+    host_bytes: ByteSize = ByteSize(256 * 1024**2)  # pinned host <-> device buffer
+    # CPU ranks have no expectations and little time: small sizes only.
+    cpu_gemm_sizes: list[PositiveInt] = Field(default_factory=lambda: [256], min_length=1)
+    cpu_copy_bytes: ByteSize = ByteSize(16 * 1024**2)
+    warmup: NonNegativeInt = 3
+    iters: PositiveInt = 10
+    # NOTE: 0.6 of the dense peak: large square cuBLAS/hipBLASLt GEMMs reach ~70-80% of it on
+    # a healthy GPU at production clocks, while a power-capped, throttled or misconfigured
+    # one drops well below; 0.6 leaves headroom for clock and library variation without
+    # hiding a real problem. Copies are simpler and run closer to the peak.
+    pass_fraction: float = Field(default=0.6, gt=0, le=1)  # GEMM vs dense peak: PASS at or above
+    bandwidth_pass_fraction: float = Field(default=0.7, gt=0, le=1)  # copies vs HBM / host link
+    # Below fail_fraction x the pass threshold is FAIL (e.g. a PCIe link trained at half
+    # width), between the two WARN.
+    fail_fraction: float = Field(default=0.5, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _known_dtypes(self) -> Self:
+        bad = [d.value for d in self.dtypes if d not in GEMM_DTYPES]
+        if bad:
+            raise ValueError(f"dtypes: GEMM runs {', '.join(GEMM_DTYPES)}; not {', '.join(bad)}")
+        return self
+
+
+# -- measuring (no context, no Ray: the bench calls these directly) -----------------------
+
+
+def gemm_tflops(n: int, us: float) -> float:
+    """TFLOP/s of an n x n x n matmul (2 n^3 flops) taking `us` microseconds."""
+    return 2 * n**3 / (us * 1e-6) / 1e12
+
+
+def gbps(nbytes: float, us: float) -> float:
+    return nbytes / (us * 1e-6) / 1e9
+
+
+def _repeat(fn: Callable[[], object], time_us: TimeUs, warmup: int, iters: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    return [time_us(fn) for _ in range(iters)]
+
+
+def gemm_samples(
+    device: torch.device, n: int, dtype: torch.dtype, *, time_us: TimeUs, warmup: int, iters: int
+) -> list[float]:
+    """Per-iteration microseconds of C = A @ B, all n x n, written into a preallocated C."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    c = torch.empty(n, n, device=device, dtype=dtype)
+    return _repeat(lambda: torch.mm(a, b, out=c), time_us, warmup, iters)
+
+
+def copy_samples(
+    device: torch.device, nbytes: int, *, time_us: TimeUs, warmup: int, iters: int
+) -> list[float]:
+    """Per-iteration microseconds of copying `nbytes` within device memory."""
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    return _repeat(lambda: dst.copy_(src), time_us, warmup, iters)
+
+
+def host_samples(
+    device: torch.device,
+    nbytes: int,
+    direction: Direction,
+    *,
+    time_us: TimeUs,
+    warmup: int,
+    iters: int,
+) -> list[float]:
+    """Per-iteration microseconds of one pinned host <-> device copy of `nbytes`."""
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if direction == "h2d":
+        return _repeat(lambda: dev.copy_(host, non_blocking=True), time_us, warmup, iters)
+    return _repeat(lambda: host.copy_(dev, non_blocking=True), time_us, warmup, iters)
+
+
+# -- judging ------------------------------------------------------------------------------
+
+
+def judge(
+    measured: float, peak: float | None, pass_fraction: float, fail_fraction: float
+) -> Status:
+    """PASS at or above pass_fraction x peak, FAIL below fail_fraction of that, else WARN."""
+    if peak is None:
+        return Status.PASS
+    threshold = pass_fraction * peak
+    if measured >= threshold:
+        return Status.PASS
+    return Status.FAIL if measured < fail_fraction * threshold else Status.WARN
+
+
+def expectation(
+    peak: float | None, pass_fraction: float, fail_fraction: float
+) -> dict[str, Any] | None:
+    """What a row was judged against (stored in details), or None where there is none."""
+    if peak is None:
+        return None
+    return {
+        "peak": peak,
+        "pass_at": pass_fraction * peak,
+        "fail_below": fail_fraction * pass_fraction * peak,
+    }
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device a rank measures: torch's name for it and its expectations, if known."""
+
+    name: str  # torch.cuda.get_device_name, or "cpu"
+    spec: GpuSpec | None
+
+
+@dataclass(frozen=True)
+class _Judged:
+    value: float
+    peak: float | None
+    pass_fraction: float
+
+
+def _fields(
+    j: _Judged, p: MicrobenchParams, samples: list[float], dev: Device, what: str
+) -> dict[str, Any]:
+    status = judge(j.value, j.peak, j.pass_fraction, p.fail_fraction)
+    exp = expectation(j.peak, j.pass_fraction, p.fail_fraction)
+    if exp is None:
+        msg = f"no expectations for {dev.name!r}; recorded only"
+    else:
+        msg = f"{what}: {j.value:.4g} vs peak {j.peak:g} ({j.value / j.peak:.0%}; passes at {j.pass_fraction:.0%})"
+    return {
+        "value": j.value,
+        "status": status.value,
+        "message": msg,
+        "iters": len(samples),
+        "time_us_median": statistics.median(samples),
+        "time_us_p99": percentile(samples, 0.99),
+        "samples_us": tuple(samples),
+        "details": {
+            "expectation": exp,
+            "device_name": dev.name,
+            "gpu_model": dev.spec.model if dev.spec else None,
+        },
+    }
+
+
+def _peak(dev: Device, pick: Callable[[GpuSpec], float | None]) -> float | None:
+    return pick(dev.spec) if dev.spec is not None else None
+
+
+def _gemm_rows(ctx: CheckContext, p: MicrobenchParams, dev: Device) -> list[Row]:
+    sizes = p.gemm_sizes if ctx.on_gpu else p.cpu_gemm_sizes
+    rows = []
+    for dtype in p.dtypes:
+        tdt = TORCH_DTYPE[dtype]
+        for n in sizes:
+            ctx.enter("gemm", 0)
+            samples = gemm_samples(
+                ctx.device, n, tdt, time_us=ctx.time_us, warmup=p.warmup, iters=p.iters
+            )
+            value = gemm_tflops(n, statistics.median(samples))
+            peak = _peak(dev, lambda s, d=dtype: s.tflops.get(d.value))
+            fields = _fields(_Judged(value, peak, p.pass_fraction), p, samples, dev, "TFLOP/s")
+            fields["details"] |= {"m": n, "n": n, "k": n}
+            if ctx.on_gpu:  # TF32 would lift float32 far above its non-tensor peak
+                fields["details"]["tf32"] = torch.backends.cuda.matmul.allow_tf32
+            rows.append(
+                ctx.row(check=p.check, metric="gemm_tflops", unit="TFLOP/s", dtype=dtype.value,
+                        size_bytes=n * n * tdt.itemsize, **fields)
+            )  # fmt: skip
+    return rows
+
+
+def _copy_row(ctx: CheckContext, p: MicrobenchParams, dev: Device) -> Row:
+    nbytes = int(p.copy_bytes if ctx.on_gpu else p.cpu_copy_bytes) // 4 * 4
+    ctx.enter("memory_copy", 0)
+    samples = copy_samples(ctx.device, nbytes, time_us=ctx.time_us, warmup=p.warmup, iters=p.iters)
+    # A copy reads and writes every byte: 2 x nbytes cross the memory bus.
+    value = gbps(2 * nbytes, statistics.median(samples))
+    peak = _peak(dev, lambda s: s.hbm_gbps)
+    fields = _fields(_Judged(value, peak, p.bandwidth_pass_fraction), p, samples, dev, "GB/s")
+    fields["details"] |= {"bytes_counted": "read + write"}
+    return ctx.row(check=p.check, metric="memory_bw_gbps", unit="GB/s", size_bytes=nbytes, **fields)
+
+
+def _host_rows(ctx: CheckContext, p: MicrobenchParams, dev: Device) -> list[Row]:
+    rows = []
+    for direction in ("h2d", "d2h"):
+        metric = f"{direction}_gbps"
+        if not ctx.on_gpu:
+            why = f"host<->device bandwidth needs a GPU; this rank is on {ctx.device}"
+            rows.append(ctx.row(check=p.check, metric=metric, unit="GB/s",
+                                status=Status.SKIP.value, message=why))  # fmt: skip
+            continue
+        nbytes = int(p.host_bytes)
+        ctx.enter(metric, 0)
+        samples = host_samples(
+            ctx.device, nbytes, direction, time_us=ctx.time_us, warmup=p.warmup, iters=p.iters
+        )
+        value = gbps(nbytes, statistics.median(samples))
+        peak = _peak(dev, lambda s: s.host_gbps)
+        fields = _fields(_Judged(value, peak, p.bandwidth_pass_fraction), p, samples, dev, "GB/s")
+        fields["details"] |= {"pinned": True}
+        rows.append(ctx.row(check=p.check, metric=metric, unit="GB/s", size_bytes=nbytes, **fields))
+    return rows
+
+
+def probe_device(ctx: CheckContext) -> Device:
+    """The rank's device and its expectations (None on CPU or for a model not in the table)."""
+    if not ctx.on_gpu:
+        return Device("cpu", None)
+    name = torch.cuda.get_device_name(ctx.device)
+    return Device(name, expectations_for(name))
+
+
+def run_microbench(ctx: CheckContext, p: MicrobenchParams) -> list[Row]:
+    """This rank's GPU reaches its model's expected GEMM, memory and host-link throughput."""
+    dev = probe_device(ctx)
+    # GEMM first: it also warms clocks and the allocator for the bandwidth tests.
+    rows = [*_gemm_rows(ctx, p, dev), _copy_row(ctx, p, dev), *_host_rows(ctx, p, dev)]
+    ctx.synchronize()
+    return rows
