@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from fleetval.checks import CHECKS
+from fleetval.compare_settings import CompareSettings
 from fleetval.vocab import Backend, FaultKind, Strategy
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
@@ -101,6 +102,7 @@ class Suite(_Model):
     timeouts: Timeouts = Timeouts()
     steps: list[StepModel] = Field(min_length=1)  # type: ignore[valid-type]
     faults: list[Fault] = Field(default_factory=list)
+    compare: CompareSettings = CompareSettings()  # regression thresholds for runs of this suite
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -1,0 +1,174 @@
+"""Benchmark: `compare_runs` over a generated store of ~10 million result rows.
+
+A fleet of NODES x 8 GPUs runs a bandwidth sweep (4 collectives x 2 dtypes x 30 sizes,
+8 B .. 4 GiB, ITERS per-iteration samples per row) every night; the baseline is a filter
+(`rocm_version=6.1.*`) matching every nightly run but the last, which is the candidate.
+Every row of the store takes part in the comparison. Statistics included: per-iteration
+medians over ranks, bootstrap CI, Mann-Whitney U, fleet outliers, environment diff.
+
+    python bench/bench_compare.py                      # 41 runs x 245,760 rows = 10.1 M rows
+    python bench/bench_compare.py --runs 5 --per node  # smaller, per-node matching
+
+Wall time and peak RSS (resource.getrusage, the whole process, generation excluded by
+running the comparison in a fresh child process) are printed as a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fleetval.baselines import Baselines
+from fleetval.results import RESULTS_SCHEMA
+from fleetval.store import RunRecord, Store
+
+COLLECTIVES = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+DTYPES = ["float32", "bfloat16"]
+SIZES = [1 << e for e in range(3, 33)]  # 8 B .. 4 GiB: 30 sizes
+GPUS_PER_NODE = 8
+
+
+def _run_table(
+    run_id: str, nodes: int, iters: int, rng: np.random.Generator, slow: float
+) -> pa.Table:
+    """One run's rows, built column-wise (Row objects for 10 M rows would dominate the bench)."""
+    world = nodes * GPUS_PER_NODE
+    idents = [(c, d, s) for c in COLLECTIVES for d in DTYPES for s in SIZES]
+    n = len(idents) * world
+    coll = np.repeat([c for c, _, _ in idents], world)
+    dtype = np.repeat([d for _, d, _ in idents], world)
+    size = np.repeat(np.array([s for _, _, s in idents], dtype=np.int64), world)
+    rank = np.tile(np.arange(world, dtype=np.int32), len(idents))
+    base = 8.0 + size / 4e4  # microseconds: latency floor + ~40 GB/s
+    shared = 1 + 0.025 * rng.standard_normal((len(idents), 1, iters))  # per-iteration noise
+    jitter = 1 + 0.005 * rng.standard_normal((len(idents), world, iters))
+    samples = (base.reshape(len(idents), world, 1) * shared * jitter).reshape(n, iters)
+    samples[(coll == "all_reduce") & (size == 1 << 24)] *= slow  # the planted regression
+    med = np.median(samples, axis=1)
+    factor = np.array([COLLECTIVES[c] for c in coll]) * (world - 1) / world
+    algbw = size / med / 1e3
+    offsets = pa.array(np.arange(0, n * iters + 1, iters, dtype=np.int32))
+    cols = {
+        "run_id": pa.array([run_id] * n),
+        "job": pa.array(np.zeros(n, np.int32)),
+        "step": pa.array(["bandwidth"] * n),
+        "check": pa.array(["bandwidth"] * n),
+        "collective": pa.array(coll),
+        "op": pa.array(np.where(np.isin(coll, ["all_reduce", "reduce_scatter"]), "sum", None)),
+        "dtype": pa.array(dtype),
+        "size_bytes": pa.array(size),
+        "world_size": pa.array(np.full(n, world, np.int32)),
+        "rank": pa.array(rank),
+        "local_rank": pa.array(rank % GPUS_PER_NODE),
+        "node": pa.array(np.char.add("node-", (rank // GPUS_PER_NODE).astype(str))),
+        "device": pa.array(np.char.add("cuda:", (rank % GPUS_PER_NODE).astype(str))),
+        "iters": pa.array(np.full(n, iters, np.int32)),
+        "time_us_median": pa.array(med),
+        "time_us_p99": pa.array(samples.max(axis=1)),
+        "algbw_gbps": pa.array(algbw),
+        "busbw_gbps": pa.array(algbw * factor),
+        "wrong": pa.array(np.zeros(n, np.int64)),
+        "status": pa.array(["pass"] * n),
+        "message": pa.array([""] * n),
+        "samples_us": pa.ListArray.from_arrays(offsets, pa.array(samples.ravel())),
+        "details": pa.array(["{}"] * n),
+    }
+    return pa.table({f.name: cols.get(f.name, pa.nulls(n, f.type)) for f in RESULTS_SCHEMA}).cast(
+        RESULTS_SCHEMA
+    )
+
+
+def generate(root: Path, runs: int, nodes: int, iters: int) -> tuple[Store, str, int]:
+    """Nightly runs; the last is the candidate (ROCm 6.2, 5% slower all_reduce at 16 MiB)."""
+    store = Store(root)
+    rng = np.random.default_rng(0)
+    rows = 0
+    for i in range(runs):
+        last = i == runs - 1
+        started = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=i)
+        run_id = f"{started:%Y%m%d}-020000-{i:06x}"
+        table = _run_table(run_id, nodes, iters, rng, slow=1 / 0.95 if last else 1.0)
+        path = root / "results" / run_id / "bandwidth.parquet"
+        path.parent.mkdir(parents=True)
+        pq.write_table(table, path, compression="zstd")  # the store's own format and layout
+        rows += len(table)
+        env = {"gpu_model": "MI300X", "driver_version": "6.8.5", "rccl_version": "2.20.5"}
+        env["rocm_version"] = "6.2.0" if last else "6.1.3"
+        store.write_nodes(run_id, [{"node": f"node-{j}", **env} for j in range(nodes)])
+        store.write_run(
+            RunRecord(run_id=run_id, suite="nightly", status="pass", started_at=started)
+        )
+    Baselines(store).set("rocm6.1", where={"rocm_version": "6.1.*"})
+    return store, store.runs()[-1].run_id, rows
+
+
+def measure(root: str, candidate: str, per: str) -> dict[str, float]:
+    """Run in a fresh process so peak RSS is the comparison's, not the generator's."""
+    from fleetval.compare import compare_runs
+
+    start = time.perf_counter()
+    result = compare_runs(Store(root), "rocm6.1", [candidate], per=per)  # type: ignore[arg-type]
+    wall = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (Linux)
+    counts = {v.value: n for v, n in result.counts().items() if n}
+    return {"wall_s": wall, "peak_gib": peak, "identities": len(result.results), **counts}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--runs", type=int, default=41)
+    ap.add_argument("--nodes", type=int, default=128)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--per", choices=["sku", "node"], default="sku")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--store", type=Path, help="keep the generated store here and reuse it")
+    ap.add_argument("--measure", nargs=2, metavar=("ROOT", "CANDIDATE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure(*args.measure, per=args.per)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.store or Path(tmp)
+        t0 = time.perf_counter()
+        if (root / "runs").exists():  # --store: generated by an earlier call, reused
+            store = Store(root)
+            candidate = store.runs()[-1].run_id
+            rows = sum(
+                pq.ParquetFile(f).metadata.num_rows for f in root.rglob("results/*/*.parquet")
+            )
+        else:
+            _, candidate, rows = generate(root, args.runs, args.nodes, args.iters)
+            print(
+                f"generated {rows:,} rows in {args.runs} runs in {time.perf_counter() - t0:.0f} s"
+            )
+        cmd = [sys.executable, __file__, "--per", args.per, "--measure", str(root), candidate]
+        results = [json.loads(subprocess.check_output(cmd)) for _ in range(args.repeat)]
+    best = min(results, key=lambda r: r["wall_s"])
+    print(
+        f"| rows | runs | per | samples/row | wall s (best of {args.repeat}) | peak RSS GiB | verdicts |"
+    )
+    print("|---:|---:|---|---:|---:|---:|---|")
+    verdicts = ", ".join(
+        f"{k} {int(v)}" for k, v in best.items() if k not in ("wall_s", "peak_gib")
+    )
+    print(
+        f"| {rows:,} | {args.runs} | {args.per} | {args.iters} | {best['wall_s']:.2f} "
+        f"| {max(r['peak_gib'] for r in results):.2f} | {verdicts} |"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""Named baselines: a selection of runs that a candidate is compared against.
+
+A baseline is either explicit run ids (`--run ID...`) or `where` filters over the runs'
+labels and the nodes' environment (`rocm_version=6.1.*`, `driver_version=580.*`,
+`nightly=true`). Filters are resolved at compare time, so a nightly baseline by filter
+stays current; what it resolved to is recorded in every comparison.
+
+Stored beside the data as `<data>/baselines/<NAME>.json` (written atomically: temp file
++ os.replace), so the service and the command line see the same baselines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from fleetval.store import RunRecord, Store
+
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+# Environment columns of the nodes table a filter may name. A run matches a filter on
+# one of these when EVERY node of the run matches: a baseline should be homogeneous.
+ENV_COLUMNS = (
+    "gpu_model",
+    "driver_version",
+    "cuda_version",
+    "rocm_version",
+    "hip_version",
+    "nccl_version",
+    "rccl_version",
+    "torch_version",
+    "ray_version",
+    "python_version",
+    "kernel",
+    "cpu_model",
+    "hostname",
+    "node",
+)
+# Columns of the runs table a filter may name.
+RUN_COLUMNS = ("suite", "status", "submitter", "backend", "run_id")
+# Runs a filter selects unless it names `status`: finished runs, failed checks included
+# (a failed correctness row does not spoil the bandwidth rows of the same run).
+_USABLE_STATUS = ("pass", "fail")
+
+
+class BaselineError(ValueError):
+    """Bad baseline input: an unknown name, an unknown filter key, a filter matching nothing."""
+
+
+class UnknownBaseline(BaselineError):
+    """No baseline of that name; the message lists the known ones."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baseline:
+    """A named selection of runs: explicit ids, or filters resolved when compared."""
+
+    name: str
+    run_ids: tuple[str, ...] = ()
+    where: dict[str, str] = field(default_factory=dict)
+    last: int | None = None  # with `where`: only the newest N matching runs
+    description: str = ""
+    created_at: str = ""
+
+    def describe(self) -> str:
+        if self.run_ids:
+            return "runs " + ", ".join(self.run_ids)
+        text = " ".join(f"{k}={v}" for k, v in sorted(self.where.items()))
+        return text + (f" (newest {self.last})" if self.last else "")
+
+    def to_json(self) -> str:
+        rec = asdict(self)
+        rec["run_ids"] = list(self.run_ids)
+        return json.dumps(rec, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Baseline:
+        rec: dict[str, Any] = json.loads(text)
+        return cls(**{**rec, "run_ids": tuple(rec.get("run_ids") or ())})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedBaseline:
+    """A baseline and the runs it stands for right now (oldest first)."""
+
+    baseline: Baseline
+    run_ids: tuple[str, ...]
+
+
+def check_name(name: str) -> str:
+    if not _SAFE.match(name):
+        raise BaselineError(f"baseline name {name!r}: use letters, digits, '.', '_' and '-' only")
+    return name
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Baselines:
+    """The baselines of one data directory."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.dir = store.root / "baselines"
+
+    def _path(self, name: str) -> Path:
+        return self.dir / f"{check_name(name)}.json"
+
+    def list(self) -> list[Baseline]:
+        return [Baseline.from_json(p.read_text()) for p in sorted(self.dir.glob("*.json"))]
+
+    def names(self) -> list[str]:
+        return [p.stem for p in sorted(self.dir.glob("*.json"))]
+
+    def get(self, name: str) -> Baseline:
+        path = self._path(name)
+        if not path.exists():
+            known = (
+                ", ".join(self.names())
+                or "none yet; `fleetval baseline set NAME --run ID` makes one"
+            )
+            raise UnknownBaseline(f"no baseline {name!r}; known: {known}")
+        return Baseline.from_json(path.read_text())
+
+    def delete(self, name: str) -> None:
+        self.get(name)  # unknown -> UnknownBaseline with the known names
+        self._path(name).unlink()
+
+    def set(
+        self,
+        name: str,
+        *,
+        run_ids: list[str] | None = None,
+        where: dict[str, str] | None = None,
+        last: int | None = None,
+        description: str = "",
+    ) -> ResolvedBaseline:
+        """Create or replace a baseline after proving it resolves to at least one run."""
+        if bool(run_ids) == bool(where):
+            raise BaselineError(
+                "a baseline is either --run ID... or --where KEY=VALUE..., not both or neither"
+            )
+        if last is not None and (last < 1 or not where):
+            raise BaselineError("--last N needs --where and N >= 1")
+        baseline = Baseline(
+            name=check_name(name),
+            run_ids=tuple(dict.fromkeys(run_ids or ())),
+            where=dict(where or {}),
+            last=last,
+            description=description,
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        resolved = resolve(self.store, baseline)
+        _atomic_write_text(self._path(name), baseline.to_json())
+        return resolved
+
+    def resolve(self, name: str) -> ResolvedBaseline:
+        return resolve(self.store, self.get(name))
+
+
+def resolve(
+    store: Store, baseline: Baseline, *, runs: list[RunRecord] | None = None
+) -> ResolvedBaseline:
+    """The runs a baseline stands for now; every run id must exist and filters must match."""
+    runs = store.runs() if runs is None else runs
+    if baseline.run_ids:
+        known = {r.run_id for r in runs}
+        absent = [r for r in baseline.run_ids if r not in known]
+        if absent:
+            raise BaselineError(
+                f"baseline {baseline.name!r}: no run {', '.join(absent)} in {store.root}; "
+                "`fleetval runs` lists them"
+            )
+        return ResolvedBaseline(baseline=baseline, run_ids=baseline.run_ids)
+    matched = select_runs(store, baseline.where, runs)
+    if not matched:
+        raise BaselineError(
+            f"baseline {baseline.name!r}: no run matches {baseline.describe()} "
+            f"among {len(runs)} runs in {store.root}"
+        )
+    if baseline.last:
+        matched = matched[-baseline.last :]
+    return ResolvedBaseline(baseline=baseline, run_ids=tuple(matched))
+
+
+def select_runs(
+    store: Store, where: dict[str, str], runs: list[RunRecord] | None = None
+) -> list[str]:
+    """Run ids (oldest first) matching every filter; values are fnmatch globs."""
+    runs = store.runs() if runs is None else runs
+    label_keys = {k for r in runs for k in r.labels}
+    env = {k: v for k, v in where.items() if k in ENV_COLUMNS}
+    for key in where:
+        if key not in ENV_COLUMNS and key not in RUN_COLUMNS and key not in label_keys:
+            raise BaselineError(
+                f"unknown filter key {key!r}; environment columns: {', '.join(ENV_COLUMNS)}; "
+                f"run columns: {', '.join(RUN_COLUMNS)}; labels in this store: "
+                f"{', '.join(sorted(label_keys)) or 'none'}"
+            )
+    env_ok = _runs_matching_env(store, env) if env else None
+    out = []
+    for run in runs:
+        if "status" not in where and run.status not in _USABLE_STATUS:
+            continue
+        if env_ok is not None and run.run_id not in env_ok:
+            continue
+        if all(_run_matches(run, k, v) for k, v in where.items() if k not in env):
+            out.append(run.run_id)
+    return out
+
+
+def _run_matches(run: RunRecord, key: str, pattern: str) -> bool:
+    value = getattr(run, key) if key in RUN_COLUMNS else run.labels.get(key)
+    return value is not None and fnmatchcase(str(value), pattern)
+
+
+def _runs_matching_env(store: Store, env: dict[str, str]) -> set[str]:
+    """Runs whose every node matches every environment filter."""
+    nodes = store.nodes().select(["run_id", *env]).to_pylist()
+    ok: dict[str, bool] = {}
+    for rec in nodes:
+        match = all(rec[k] is not None and fnmatchcase(str(rec[k]), p) for k, p in env.items())
+        ok[rec["run_id"]] = ok.get(rec["run_id"], True) and match
+    return {run for run, good in ok.items() if good}

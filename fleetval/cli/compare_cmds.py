@@ -1,0 +1,216 @@
+"""`fleetval compare`, `fleetval trend` and `fleetval baseline set|list|show|delete`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from fleetval.baselines import BaselineError, Baselines, resolve
+from fleetval.cli.common import DataOpt, Exit, bad_input_exits, console, open_store, parse_pairs
+from fleetval.compare import compare_runs
+from fleetval.compare_format import format_comparison, trend_json, trend_table
+from fleetval.store import Store
+from fleetval.trend import find_trends
+
+FORMATS = ("table", "json", "markdown", "junit")
+
+RunsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--run", help="Candidate run id (repeatable) [default: the newest run]"),
+]
+PerOpt = Annotated[
+    str, typer.Option("--per", help="Match rows per GPU model (sku) or per node (node)")
+]
+
+
+def _emit(text: str, output: Path | None) -> None:
+    """Machine formats go to stdout (or a file) unwrapped: no rich markup, no line folding."""
+    if output:
+        output.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+def _candidates(store: Store, runs: list[str] | None, latest: bool) -> list[str]:
+    if runs and latest:
+        raise ValueError("give --run ID... or --latest, not both")
+    if not runs:
+        return [store.latest_run().run_id]
+    for run_id in runs:
+        store.run(run_id)  # unknown run -> bad input naming it
+    return runs
+
+
+def compare(
+    baseline: Annotated[
+        str, typer.Option("--baseline", "-b", help="Baseline name (`fleetval baseline list`)")
+    ],
+    run: RunsOpt = None,
+    latest: Annotated[bool, typer.Option("--latest", help="Compare the newest run")] = False,
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="table, json, markdown or junit")
+    ] = "table",
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            "--threshold", help="Threshold in percent for every metric [default: suite's, else 5]"
+        ),
+    ] = None,
+    per: PerOpt = "sku",
+    all_rows: Annotated[
+        bool, typer.Option("--all", help="Also list unchanged measurements")
+    ] = False,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report to FILE")
+    ] = None,
+    data: DataOpt = None,
+) -> None:
+    """Regression verdicts of a run against a baseline. Exit 0 none, 1 regression or failure, 2 bad input."""
+    with bad_input_exits():
+        if fmt not in FORMATS:
+            raise ValueError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+        if per not in ("node", "sku"):
+            raise ValueError(f"--per must be node or sku, not {per!r}")
+        store = open_store(data)
+        result = compare_runs(
+            store,
+            baseline,
+            _candidates(store, run, latest),
+            per=per,
+            threshold_pct=threshold,  # type: ignore[arg-type]
+        )
+    rendered = format_comparison(result, fmt, all_rows=all_rows)
+    if isinstance(rendered, str):
+        _emit(rendered, output)
+    elif output:
+        output.write_text(format_comparison(result, "markdown", all_rows=all_rows))  # type: ignore[arg-type]
+        console.print(rendered)
+    else:
+        console.print(rendered)
+    raise typer.Exit(result.worst_exit_code)
+
+
+def trend(
+    where: Annotated[
+        list[str] | None,
+        typer.Option("--where", help="Runs to follow: KEY=GLOB (labels, env columns)"),
+    ] = None,
+    run: Annotated[
+        list[str] | None, typer.Option("--run", help="Explicit runs, oldest first")
+    ] = None,
+    last: Annotated[int | None, typer.Option("--last", help="Only the newest N runs")] = None,
+    select: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--select",
+            help="Only these measurements: FIELD=VALUE (check, collective, dtype, size_bytes, metric, group)",
+        ),
+    ] = None,
+    threshold: Annotated[
+        float | None, typer.Option("--threshold", help="Smallest step reported, percent")
+    ] = None,
+    per: PerOpt = "sku",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table or json")] = "table",
+    data: DataOpt = None,
+) -> None:
+    """Change points in the nightly history of each measurement, naming the run where it stepped.
+
+    Exit 0 no step made a metric worse, 1 one did, 2 bad input.
+    """
+    with bad_input_exits():
+        if fmt not in ("table", "json"):
+            raise ValueError(f"--format must be table or json, not {fmt!r}")
+        report = find_trends(
+            open_store(data),
+            where=parse_pairs(where or [], "--where"),
+            run_ids=run,
+            select=parse_pairs(select or [], "--select"),
+            per=per,  # type: ignore[arg-type]
+            threshold_pct=threshold,
+            last=last,
+        )
+    if fmt == "json":
+        _emit(trend_json(report), None)
+    else:
+        console.print(trend_table(report))
+    raise typer.Exit(report.worst_exit_code)
+
+
+baseline_app = typer.Typer(
+    help="Named baselines: a selection of runs (ids, or filters resolved when compared).",
+    no_args_is_help=True,
+)
+
+
+@baseline_app.command("set")
+def baseline_set(
+    name: Annotated[str, typer.Argument(help="Baseline name, e.g. rocm6.1")],
+    run: Annotated[list[str] | None, typer.Option("--run", help="Run id (repeatable)")] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            help="KEY=GLOB on labels or env columns, e.g. rocm_version=6.1.* (repeatable)",
+        ),
+    ] = None,
+    last: Annotated[
+        int | None, typer.Option("--last", help="With --where: only the newest N runs")
+    ] = None,
+    description: Annotated[str, typer.Option("--description", help="Free text")] = "",
+    data: DataOpt = None,
+) -> None:
+    """Create or replace a baseline; it must resolve to at least one run now."""
+    with bad_input_exits():
+        resolved = Baselines(open_store(data)).set(
+            name, run_ids=run, where=parse_pairs(where or [], "--where") or None, last=last,
+            description=description,
+        )  # fmt: skip
+    console.print(
+        f"baseline [bold]{name}[/bold]: {resolved.baseline.describe()} -> {len(resolved.run_ids)} runs "
+        f"({', '.join(resolved.run_ids[-5:])}{', ...' if len(resolved.run_ids) > 5 else ''})",
+        highlight=False,
+    )
+
+
+@baseline_app.command("list")
+def baseline_list(data: DataOpt = None) -> None:
+    """Every baseline with what it resolves to now."""
+    store = open_store(data)
+    table = Table("name", "selection", "runs now", "created", "description")
+    for b in Baselines(store).list():
+        try:
+            runs = str(len(resolve(store, b).run_ids))
+        except BaselineError as err:
+            runs = f"[red]{err}[/red]"
+        table.add_row(b.name, b.describe(), runs, b.created_at, b.description)
+    console.print(table)
+
+
+@baseline_app.command("show")
+def baseline_show(name: Annotated[str, typer.Argument()], data: DataOpt = None) -> None:
+    """A baseline's definition and the runs it resolves to now."""
+    with bad_input_exits():
+        store = open_store(data)
+        resolved = Baselines(store).resolve(name)
+    b = resolved.baseline
+    console.print(f"[bold]{b.name}[/bold]: {b.describe()}  {b.description}", highlight=False)
+    table = Table("run", "suite", "status", "started", "labels")
+    by_id = {r.run_id: r for r in store.runs()}
+    for run_id in resolved.run_ids:
+        r = by_id[run_id]
+        labels = " ".join(f"{k}={v}" for k, v in sorted(r.labels.items()))
+        table.add_row(r.run_id, r.suite, r.status, f"{r.started_at:%Y-%m-%d %H:%M}", labels)
+    console.print(table)
+
+
+@baseline_app.command("delete")
+def baseline_delete(name: Annotated[str, typer.Argument()], data: DataOpt = None) -> None:
+    """Delete a baseline (its runs stay)."""
+    with bad_input_exits():
+        Baselines(open_store(data)).delete(name)
+    console.print(f"deleted baseline {name}")
+    raise typer.Exit(Exit.OK)

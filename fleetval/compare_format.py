@@ -1,0 +1,254 @@
+"""Comparison output: a rich table for people, JSON for tools, Markdown for CI summaries, JUnit XML.
+
+Pure functions from a `Comparison` (or `TrendReport`) to a string or a rich renderable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from fleetval.compare import Comparison, MetricComparison
+from fleetval.trend import TrendReport
+from fleetval.vocab import Verdict
+
+_STYLE = {
+    Verdict.FAILED: "bold red",
+    Verdict.REGRESSION: "red",
+    Verdict.NOISY: "yellow",
+    Verdict.MISSING: "magenta",
+    Verdict.NEW: "cyan",
+    Verdict.IMPROVEMENT: "green",
+    Verdict.UNCHANGED: "dim",
+}
+
+
+def _num(x: float | None, fmt: str = ".4g") -> str:
+    return "" if x is None else format(x, fmt)
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:+.2f}%"
+
+
+def _ci(r: MetricComparison) -> str:
+    if r.ci_low_pct is None or r.ci_high_pct is None:
+        return ""
+    return f"[{r.ci_low_pct:+.2f}, {r.ci_high_pct:+.2f}]"
+
+
+def summary_line(c: Comparison) -> str:
+    counts = ", ".join(f"{n} {v.value}" for v, n in c.counts().items() if n)
+    head = "REGRESSION" if c.worst_exit_code else "no regression"
+    return f"{head}: {counts} ({len(c.candidate_runs)} candidate vs {len(c.baseline_runs)} baseline runs)"
+
+
+def _env_lines(c: Comparison) -> list[str]:
+    return [
+        f"{e.key}: {', '.join(e.baseline) or '-'} -> {', '.join(e.candidate) or '-'}"
+        for e in c.env_diff
+    ]
+
+
+def to_rich(c: Comparison, *, all_rows: bool = False) -> Group:
+    """Verdicts (unchanged rows folded unless all_rows), environment diff, outliers."""
+    parts: list[Any] = [
+        Text(
+            f"baseline {c.baseline}: {c.baseline_selection} -> {len(c.baseline_runs)} runs",
+            style="bold",
+        ),
+        Text(f"candidate: {', '.join(c.candidate_runs)}  (matched per {c.per})"),
+    ]
+    if c.env_diff:
+        parts.append(Text("environment changed: " + "; ".join(_env_lines(c)), style="yellow"))
+    table = Table(show_lines=False)
+    numeric = ("baseline", "candidate", "change", "p", "n")
+    for col in ("verdict", "measurement", "baseline", "candidate", "change", "95% CI", "p", "n"):
+        # NOTE: only the measurement wraps: numbers stay on one line in a narrow terminal
+        table.add_column(
+            col,
+            justify="right" if col in numeric else "left",
+            no_wrap=col != "measurement",
+            min_width=30 if col == "measurement" else None,
+        )
+    shown = [r for r in c.results if all_rows or r.verdict != Verdict.UNCHANGED]
+    for r in shown:
+        table.add_row(
+            Text(r.verdict.value, style=_STYLE[r.verdict]),
+            r.identity.label(),
+            _num(r.baseline_median),
+            _num(r.candidate_median),
+            _pct(r.change_pct),
+            _ci(r),
+            _num(r.p_value, ".2g"),
+            f"{r.n_baseline}/{r.n_candidate}",
+        )
+    folded = len(c.results) - len(shown)
+    if shown:
+        parts.append(table)
+    if folded:
+        parts.append(
+            Text(f"{folded} unchanged (within threshold) not shown; --all shows them", style="dim")
+        )
+    for o in c.outliers:
+        parts.append(
+            Text(
+                f"outlier in {o.run_id}: {o.unit} {o.identity.label()} {o.value:.4g} vs peers "
+                f"{o.peer_median:.4g} ({o.deviation_pct:+.1f}%, robust z {o.robust_z:.1f})",
+                style="yellow",
+            )
+        )
+    parts += [Text(n, style="dim") for n in c.notes]
+    parts.append(Text(summary_line(c), style="bold red" if c.worst_exit_code else "bold green"))
+    return Group(*parts)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and obj != obj:  # NaN is not JSON
+        return None
+    return obj
+
+
+def to_json(c: Comparison) -> str:
+    """Everything in the comparison, stable keys; verdicts as their string values."""
+    data = {
+        "baseline": c.baseline,
+        "baseline_selection": c.baseline_selection,
+        "baseline_runs": list(c.baseline_runs),
+        "candidate_runs": list(c.candidate_runs),
+        "per": c.per,
+        "settings": c.settings.model_dump(mode="json"),
+        "summary": {v.value: n for v, n in c.counts().items()},
+        "exit_code": c.worst_exit_code,
+        "results": [asdict(r) for r in c.results],
+        "env_diff": [asdict(e) for e in c.env_diff],
+        "outliers": [asdict(o) for o in c.outliers],
+        "notes": list(c.notes),
+    }
+    return json.dumps(_jsonable(data), indent=2, default=str) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def to_markdown(c: Comparison, *, all_rows: bool = False) -> str:
+    """A CI step summary: the verdict first, then what moved and why."""
+    icon = "❌" if c.worst_exit_code else "✅"
+    lines = [
+        f"## {icon} fleetval compare vs `{c.baseline}`",
+        "",
+        f"**{summary_line(c)}**",
+        "",
+        f"- baseline: {c.baseline_selection} → {len(c.baseline_runs)} runs",
+        f"- candidate: {', '.join(f'`{r}`' for r in c.candidate_runs)} (matched per {c.per})",
+    ]
+    if c.env_diff:
+        lines += ["", "### Environment changes", ""] + [f"- {_md_cell(s)}" for s in _env_lines(c)]
+    shown = [r for r in c.results if all_rows or r.verdict != Verdict.UNCHANGED]
+    if shown:
+        lines += [
+            "",
+            "| verdict | measurement | baseline | candidate | change | 95% CI | p | why |",
+            "|---|---|---:|---:|---:|---|---:|---|",
+        ]
+        for r in shown:
+            lines.append(
+                f"| {r.verdict.value} | {_md_cell(r.identity.label())} | {_num(r.baseline_median)} "
+                f"| {_num(r.candidate_median)} | {_pct(r.change_pct)} | {_ci(r)} "
+                f"| {_num(r.p_value, '.2g')} | {_md_cell(r.reason)} |"
+            )
+    if len(shown) < len(c.results):
+        lines += ["", f"{len(c.results) - len(shown)} measurements unchanged (within threshold)."]
+    if c.outliers:
+        lines += ["", "### Fleet outliers", ""]
+        lines += [
+            f"- `{o.unit}` in `{o.run_id}`: {_md_cell(o.identity.label())} {o.value:.4g} vs peers "
+            f"{o.peer_median:.4g} ({o.deviation_pct:+.1f}%)"
+            for o in c.outliers
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def to_junit(c: Comparison) -> str:
+    """One test case per comparison; regressions and correctness failures are failures."""
+    bad = (Verdict.REGRESSION, Verdict.FAILED)
+    suite = ET.Element(
+        "testsuite",
+        name=f"fleetval compare vs {c.baseline}",
+        tests=str(len(c.results)),
+        failures=str(sum(r.verdict in bad for r in c.results)),
+        skipped=str(sum(r.verdict in (Verdict.MISSING, Verdict.NEW) for r in c.results)),
+        errors="0",
+    )
+    props = ET.SubElement(suite, "properties")
+    for e in c.env_diff:
+        ET.SubElement(
+            props,
+            "property",
+            name=f"env.{e.key}",
+            value=f"{', '.join(e.baseline)} -> {', '.join(e.candidate)}",
+        )
+    for r in c.results:
+        i = r.identity
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"fleetval.{i.check}.{i.collective or i.metric}",
+            name=i.label(),
+        )
+        text = f"{r.verdict.value}: {r.reason}"
+        if r.verdict in bad:
+            ET.SubElement(case, "failure", message=text, type=r.verdict.value).text = text
+        elif r.verdict in (Verdict.MISSING, Verdict.NEW):
+            ET.SubElement(case, "skipped", message=text)
+        else:
+            ET.SubElement(case, "system-out").text = text
+    suites = ET.Element("testsuites")
+    suites.append(suite)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def format_comparison(c: Comparison, fmt: str, *, all_rows: bool = False) -> str | Group:
+    """The comparison in one of: table (a rich renderable), json, markdown, junit."""
+    if fmt == "table":
+        return to_rich(c, all_rows=all_rows)
+    if fmt == "json":
+        return to_json(c)
+    if fmt == "markdown":
+        return to_markdown(c, all_rows=all_rows)
+    if fmt == "junit":
+        return to_junit(c)
+    raise ValueError(f"--format must be table, json, markdown or junit, not {fmt!r}")
+
+
+def trend_table(report: TrendReport) -> Group:
+    """Change points, each with the run where the step happened."""
+    table = Table()
+    for col in ("measurement", "step at run", "before", "after", "change", ""):
+        table.add_column(col)
+    for t in report.trends:
+        for p in t.change_points:
+            style = "red" if p.worse else ("green" if p.worse is False else "")
+            table.add_row(
+                t.identity.label(), p.run_id, f"{p.before:.4g}", f"{p.after:.4g}",
+                Text(f"{p.change_pct:+.2f}%", style=style), "worse" if p.worse else "",
+            )  # fmt: skip
+    head = Text(
+        f"{report.series} series over {len(report.runs)} runs; {len(report.trends)} with a step"
+    )
+    return Group(head, table) if report.trends else Group(head)
+
+
+def trend_json(report: TrendReport) -> str:
+    return json.dumps(_jsonable(asdict(report)), indent=2, default=str) + "\n"

@@ -1,0 +1,52 @@
+"""The `compare:` section of a suite: thresholds and statistics settings, numbers not code.
+
+```yaml
+compare:
+  threshold_pct: 5          # default for every metric
+  metrics: {busbw_gbps: 3, latency_us: 10}
+  latency_cutoff_bytes: 64KiB   # smaller messages are judged on latency, larger on busbw
+```
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, PositiveFloat, ValidationError
+
+
+class CompareSettings(BaseModel):
+    """How a candidate is judged against a baseline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threshold_pct: PositiveFloat = 5.0  # a change smaller than this is never a regression
+    metrics: dict[str, PositiveFloat] = Field(default_factory=dict)  # per-metric thresholds (%)
+    latency_cutoff_bytes: ByteSize = ByteSize(64 * 1024)
+    alpha: float = Field(default=0.01, gt=0, lt=0.5)  # rank-test significance level
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)  # bootstrap CI level
+    bootstrap: int = Field(default=1000, ge=100, le=20000)  # bootstrap draws per identity
+    outlier_z: PositiveFloat = 3.5  # robust z (median/MAD) beyond which a node is an outlier
+    min_peers: int = Field(default=4, ge=3)  # units needed before outliers are judged
+
+    def threshold_for(self, metric: str) -> float:
+        return self.metrics.get(metric, self.threshold_pct)
+
+
+def settings_from_suite_json(suite_json: str) -> CompareSettings:
+    """The suite's `compare:` section, or the defaults when it has none.
+
+    NOTE: suite_json is the validated suite stored with the run, so an invalid section can
+    only come from a store written by another tool; it is bad input, not a crash.
+    """
+    if not suite_json:
+        return CompareSettings()
+    data: dict[str, Any] = json.loads(suite_json)
+    section = data.get("compare")
+    if not section:
+        return CompareSettings()
+    try:
+        return CompareSettings.model_validate(section)
+    except ValidationError as err:
+        raise ValueError(f"the run's suite has an invalid compare section: {err}") from err

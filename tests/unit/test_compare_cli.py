@@ -1,0 +1,124 @@
+"""`fleetval compare | trend | baseline` through Typer's CliRunner on generated stores."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from fleetval.cli import compare_cmds
+from fleetval.results import Row
+from fleetval.store import RunRecord, Store
+
+# NOTE: a local app with just these commands, so the test does not depend on the others.
+app = typer.Typer()
+app.command("compare")(compare_cmds.compare)
+app.command("trend")(compare_cmds.trend)
+app.add_typer(compare_cmds.baseline_app, name="baseline")
+runner = CliRunner()
+
+
+def _write(
+    store: Store, i: int, rng: np.random.Generator, *, slow: float = 1.0, rocm: str = "6.1.2"
+) -> str:
+    started = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=i)
+    run_id = f"{started:%Y%m%d}-000000-{i:06x}"
+    rows = []
+    for size in (1024, 1 << 20):
+        shared = 1 + 0.025 * rng.standard_normal(20)
+        for rank in range(2):
+            t = (10 + size / 1e4) * (slow if size == 1 << 20 else 1.0) * shared
+            med = float(np.median(t))
+            rows.append(
+                Row(run_id=run_id, check="bandwidth", collective="all_reduce", op="sum", dtype="float32",
+                    size_bytes=size, world_size=2, rank=rank, node="node-0", time_us_median=med,
+                    busbw_gbps=size / med / 1e3, samples_us=tuple(t))
+            )  # fmt: skip
+    store.write_results(run_id, "bandwidth", rows)
+    store.write_nodes(run_id, [{"node": "node-0", "gpu_model": "MI300X", "rocm_version": rocm}])
+    store.write_run(RunRecord(run_id=run_id, suite="bw", status="pass", started_at=started))
+    return run_id
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    store, rng = Store(tmp_path), np.random.default_rng(0)
+    for i in range(3):
+        _write(store, i, rng)
+    _write(store, 3, rng, rocm="6.2.0")  # clean candidate
+    _write(store, 4, rng, slow=1.25, rocm="6.2.0")  # 20% slower at 1 MiB
+    return tmp_path
+
+
+def _cli(data: Path, *args: str):
+    return runner.invoke(app, [*args, "--data", str(data)])
+
+
+def _ids(data: Path) -> list[str]:
+    return [r.run_id for r in Store(data).runs()]
+
+
+def test_baseline_set_list_show_delete(data: Path) -> None:
+    ids = _ids(data)
+    res = _cli(data, "baseline", "set", "rocm6.1", "--where", "rocm_version=6.1.*")
+    assert res.exit_code == 0, res.output
+    assert "3 runs" in res.output
+    assert _cli(data, "baseline", "set", "pinned", "--run", ids[0], "--run", ids[1]).exit_code == 0
+    listing = _cli(data, "baseline", "list")
+    assert listing.exit_code == 0 and "rocm6.1" in listing.output and "pinned" in listing.output
+    shown = _cli(data, "baseline", "show", "pinned")
+    assert shown.exit_code == 0 and ids[1] in shown.output
+    assert _cli(data, "baseline", "delete", "pinned").exit_code == 0
+    assert _cli(data, "baseline", "show", "pinned").exit_code == 2
+
+
+def test_bad_baseline_input_exits_2(data: Path) -> None:
+    assert _cli(data, "baseline", "set", "x", "--where", "nonsense").exit_code == 2
+    assert _cli(data, "baseline", "set", "x", "--where", "colour=red").exit_code == 2
+    assert _cli(data, "baseline", "set", "x", "--run", "nope").exit_code == 2
+
+
+def test_compare_exit_codes(data: Path) -> None:
+    ids = _ids(data)
+    assert _cli(data, "baseline", "set", "rocm6.1", "--where", "rocm_version=6.1.*").exit_code == 0
+    clean = _cli(data, "compare", "--baseline", "rocm6.1", "--run", ids[3])
+    assert clean.exit_code == 0, clean.output
+    assert "no regression" in clean.output and "rocm_version" in clean.output
+    regressed = _cli(data, "compare", "--baseline", "rocm6.1", "--latest")
+    assert regressed.exit_code == 1 and "regression" in regressed.output
+    assert _cli(data, "compare", "--baseline", "nope", "--latest").exit_code == 2
+    assert _cli(data, "compare", "--baseline", "rocm6.1", "--format", "xml").exit_code == 2
+    assert _cli(data, "compare", "--baseline", "rocm6.1", "--run", "missing-run").exit_code == 2
+    assert (
+        _cli(data, "compare", "--baseline", "rocm6.1", "--latest", "--threshold", "50").exit_code
+        == 0
+    )
+
+
+def test_machine_formats_parse(data: Path, tmp_path: Path) -> None:
+    assert _cli(data, "baseline", "set", "rocm6.1", "--where", "rocm_version=6.1.*").exit_code == 0
+    out = _cli(data, "compare", "-b", "rocm6.1", "--latest", "--format", "json")
+    doc = json.loads(out.stdout)
+    assert out.exit_code == 1 and doc["exit_code"] == 1 and doc["summary"]["regression"] == 1
+    assert {r["verdict"] for r in doc["results"]} == {"regression", "unchanged"}
+    assert doc["env_diff"][0]["key"] == "rocm_version"
+    md = _cli(data, "compare", "-b", "rocm6.1", "--latest", "--format", "markdown").stdout
+    assert md.startswith("## ❌") and "| regression |" in md and "rocm_version" in md
+    junit = tmp_path / "compare.xml"
+    res = _cli(data, "compare", "-b", "rocm6.1", "--latest", "--format", "junit", "-o", str(junit))
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert res.exit_code == 1 and suite is not None
+    assert suite.get("tests") == "2" and suite.get("failures") == "1"
+    assert len(suite.findall("testcase/failure")) == 1
+
+
+def test_trend_command(data: Path) -> None:
+    res = _cli(data, "trend", "--format", "json")
+    assert res.exit_code in (0, 1) and json.loads(res.stdout)["series"] == 2
+    assert _cli(data, "trend", "--select", "colour=red").exit_code == 2
