@@ -115,7 +115,7 @@ def main() -> None:
     sizes = [8]
     while sizes[-1] * 8 <= args.max_mib * MiB:
         sizes.append(sizes[-1] * 8)
-    console = Console()
+    console = Console(width=150)
     tmp = tempfile.mkdtemp(prefix="fleetval-bench-")
     smoke_cli = cli_smoke_wall(str(Path(tmp) / "cli"))  # first: a cold process, nothing cached
     store = Store(Path(tmp) / "data")

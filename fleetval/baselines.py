@@ -12,18 +12,13 @@ Stored beside the data as `<data>/baselines/<NAME>.json` (written atomically: te
 from __future__ import annotations
 
 import json
-import os
-import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from fleetval.store import RunRecord, Store
-
-_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+from fleetval.store import SAFE_NAME, RunRecord, Store, atomic_write
 
 # Environment columns of the nodes table a filter may name. A run matches a filter on
 # one of these when EVERY node of the run matches: a baseline should be homogeneous.
@@ -95,23 +90,9 @@ class ResolvedBaseline:
 
 
 def check_name(name: str) -> str:
-    if not _SAFE.match(name):
+    if not SAFE_NAME.match(name):
         raise BaselineError(f"baseline name {name!r}: use letters, digits, '.', '_' and '-' only")
     return name
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class Baselines:
@@ -169,7 +150,7 @@ class Baselines:
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         )
         resolved = resolve(self.store, baseline)
-        _atomic_write_text(self._path(name), baseline.to_json())
+        atomic_write(self._path(name), lambda f: f.write(baseline.to_json().encode()), replace=True)
         return resolved
 
     def resolve(self, name: str) -> ResolvedBaseline:

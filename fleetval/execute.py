@@ -382,6 +382,8 @@ def run_step(ranks: list[_Rank], job: Job, step: Any, state: RunState) -> StepOu
     culprits: list[Culprit] = []
     if failures or unfinished:
         culprits = name_culprits(ranks, unfinished, failures, _progress(ranks))
+        if unfinished:
+            _save_flight_recorder(ranks, state, f"job{job.index}-{name}")
         all_rows += [_culprit_row(c, job, step, state.run_id, ranks) for c in culprits]
     seconds = time.monotonic() - started
     status, message = _step_status(all_rows, culprits, timeout, unfinished)
@@ -399,6 +401,18 @@ class _StepBroke(JobAborted):
     def __init__(self, outcome: StepOutcome) -> None:
         super().__init__(outcome.message)
         self.outcome = outcome
+
+
+def _save_flight_recorder(ranks: list[_Rank], state: RunState, part: str) -> None:
+    """On a hang with NCCL, keep every rank's Flight Recorder trace as a run artifact."""
+    refs = {r.ctx.rank: r.actor.flight_recorder.remote() for r in ranks}
+    for rank, ref in refs.items():
+        try:
+            trace = ray.get(ref, timeout=10)
+        except Exception:  # evidence is best effort; the culprit is named anyway
+            continue
+        if trace:
+            state.store.write_artifact(state.run_id, f"{part}-rank{rank}.flight-recorder", trace)
 
 
 def _culprit_row(c: Culprit, job: Job, step: Any, run_id: str, ranks: list[_Rank]) -> Row:

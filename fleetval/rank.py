@@ -114,6 +114,26 @@ class RankActor:
     def progress(self) -> Progress:
         return self._heartbeat.get()
 
+    def flight_recorder(self) -> bytes | None:
+        """This rank's NCCL Flight Recorder trace (each collective's state), where torch has one.
+
+        Answered from the actor's second thread, so it works while a collective hangs.
+        """
+        if self._ctx is None or self._ctx.backend != "nccl":
+            return None
+        from torch._C import _distributed_c10d as c10d
+
+        for name in ("_dump_nccl_trace_json", "_dump_nccl_trace"):
+            dump = getattr(c10d, name, None)
+            if dump is None:
+                continue
+            try:
+                out = dump()
+            except RuntimeError:  # built without the recorder, or its buffer size is 0
+                return None
+            return out.encode() if isinstance(out, str) else out
+        return None
+
     def fingerprint(self) -> dict[str, Any]:
         from fleetval.environment import fingerprint
 

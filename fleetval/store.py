@@ -18,10 +18,11 @@ import os
 import re
 import secrets
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -37,7 +38,7 @@ from fleetval.results import (
 )
 
 DEFAULT_DATA = "fleetval-data"
-_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class StoreError(ValueError):
@@ -89,15 +90,16 @@ class RunRecord:
         )
 
 
-def _atomic_write(table: pa.Table, path: Path) -> Path:
-    """Write once: temp file in the same directory, fsync, rename; refuse to overwrite."""
-    if path.exists():
+def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, replace: bool = False) -> Path:
+    """Temp file in the same directory, fsync, rename: readers see the old file or the new
+    one, never a torn one. Without `replace`, an existing file is refused (written once)."""
+    if path.exists() and not replace:
         raise StoreError(f"{path} exists already; stored files are never rewritten")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            pq.write_table(table, f, compression="zstd")
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -107,8 +109,12 @@ def _atomic_write(table: pa.Table, path: Path) -> Path:
     return path
 
 
+def _write_table(table: pa.Table, path: Path) -> Path:
+    return atomic_write(path, lambda f: pq.write_table(table, f, compression="zstd"))
+
+
 def _check_name(kind: str, name: str) -> str:
-    if not _SAFE.match(name):
+    if not SAFE_NAME.match(name):
         raise StoreError(f"{kind} {name!r}: use letters, digits, '.', '_' and '-' only")
     return name
 
@@ -124,16 +130,21 @@ class Store:
     def write_results(self, run_id: str, part: str, rows: list[Row]) -> Path:
         _check_name("run", run_id)
         path = self.root / "results" / run_id / f"{_check_name('part', part)}.parquet"
-        return _atomic_write(rows_to_table(rows), path)
+        return _write_table(rows_to_table(rows), path)
 
     def write_nodes(self, run_id: str, nodes: list[dict[str, Any]]) -> Path:
         recs = [{**n, "run_id": run_id} for n in nodes]
         table = pa.Table.from_pylist(recs, schema=NODES_SCHEMA)
-        return _atomic_write(table, self.root / "nodes" / f"{_check_name('run', run_id)}.parquet")
+        return _write_table(table, self.root / "nodes" / f"{_check_name('run', run_id)}.parquet")
+
+    def write_artifact(self, run_id: str, name: str, data: bytes) -> Path:
+        """A run's raw evidence (e.g. an NCCL Flight Recorder dump) under artifacts/<run_id>/."""
+        path = self.root / "artifacts" / _check_name("run", run_id) / _check_name("artifact", name)
+        return atomic_write(path, lambda f: f.write(data))
 
     def write_run(self, record: RunRecord) -> Path:
         table = pa.Table.from_pylist([record.to_record()], schema=RUNS_SCHEMA)
-        return _atomic_write(
+        return _write_table(
             table, self.root / "runs" / f"{_check_name('run', record.run_id)}.parquet"
         )
 

@@ -107,3 +107,38 @@ def test_embedded_default_runs_smoke_from_a_fresh_process(tmp_path):
     record = json.loads(proc.stdout)
     assert record["status"] == "pass" and record["backend"] == "gloo"
     assert [s["status"] for s in record["summary"]["steps"]] == ["pass", "pass"]
+
+
+def test_ctrl_c_tears_down_and_keeps_finished_steps(tmp_path, ray_session):
+    """SIGINT mid-step: actors killed, group removed (ray_session asserts it), the run recorded as cancelled."""
+    import signal
+    import time
+
+    suite = write_suite(
+        tmp_path,
+        """
+name: interrupted
+placement: {world_sizes: [2], gpus_per_rank: 0}
+steps:
+  - {name: first, check: collectives, collectives: [barrier]}
+  - {name: endless, check: bandwidth, sizes: {min: 4096, max: 4096}, warmup: 0, iters: 1000000}
+""",
+    )
+    data = tmp_path / "data"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetval.cli", "run", suite, "--data", str(data), "--address", ray_session.address],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 90
+    while not list(data.glob("results/*/job0-first.parquet")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(2)  # the endless step is running now
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    from fleetval.store import Store
+
+    (record,) = Store(data).runs()
+    assert record.status == "cancelled"
+    assert Store(data).results([record.run_id]).num_rows == 2  # the first step's rows are kept
