@@ -18,26 +18,12 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from fleetval.results import ENV_COLUMNS as RESULT_ENV_COLUMNS
 from fleetval.store import SAFE_NAME, RunRecord, Store, atomic_write
 
 # Environment columns of the nodes table a filter may name. A run matches a filter on
 # one of these when EVERY node of the run matches: a baseline should be homogeneous.
-ENV_COLUMNS = (
-    "gpu_model",
-    "driver_version",
-    "cuda_version",
-    "rocm_version",
-    "hip_version",
-    "nccl_version",
-    "rccl_version",
-    "torch_version",
-    "ray_version",
-    "python_version",
-    "kernel",
-    "cpu_model",
-    "hostname",
-    "node",
-)
+ENV_COLUMNS = (*RESULT_ENV_COLUMNS, "node")
 # Columns of the runs table a filter may name.
 RUN_COLUMNS = ("suite", "status", "submitter", "backend", "run_id")
 # Runs a filter selects unless it names `status`: finished runs, failed checks included

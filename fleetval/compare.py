@@ -32,7 +32,7 @@ from scipy import sparse, stats
 
 from fleetval.baselines import Baselines, resolve
 from fleetval.compare_settings import CompareSettings, settings_from_suite_json
-from fleetval.results import RESULTS_SCHEMA
+from fleetval.results import ENV_COLUMNS, RESULTS_SCHEMA
 from fleetval.store import RunRecord, Store
 from fleetval.vocab import Verdict
 
@@ -96,10 +96,8 @@ _READ_COLS = [
     "device_id", "metric", "value", "unit", "busbw_gbps", "time_us_median", "samples_us",
     "status", "wrong",
 ]  # fmt: skip
-ENV_DIFF_COLUMNS = (
-    "gpu_model", "driver_version", "rocm_version", "hip_version", "cuda_version",
-    "rccl_version", "nccl_version", "torch_version", "kernel", "python_version", "ray_version",
-)  # fmt: skip
+# Versions that can explain a change; hostnames differ between nodes by nature.
+ENV_DIFF_COLUMNS = tuple(c for c in ENV_COLUMNS if c != "hostname")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,31 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fleetval.results import FINGERPRINT_COLUMNS
+
 TOOL_TIMEOUT_S = 5.0
 NVIDIA_QUERY = "index,name,uuid,pci.bus_id,driver_version,memory.total"
 # Env vars worth keeping with the fingerprint: device visibility and collective tuning.
 ENV_PREFIXES = ("NCCL_", "RCCL_", "HSA_", "MIOPEN_", "TORCH_NCCL_", "FI_", "UCX_")
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 
-FINGERPRINT_KEYS = (
-    "hostname",
-    "node_ip",
-    "gpu_model",
-    "gpu_count",
-    "gpu_ids",
-    "driver_version",
-    "cuda_version",
-    "rocm_version",
-    "hip_version",
-    "nccl_version",
-    "rccl_version",
-    "torch_version",
-    "ray_version",
-    "python_version",
-    "kernel",
-    "cpu_model",
-    "extra",
-)
+FINGERPRINT_KEYS = FINGERPRINT_COLUMNS
 
 T = TypeVar("T")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

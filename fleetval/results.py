@@ -117,6 +117,17 @@ NODES_SCHEMA = pa.schema(
     metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "nodes"},
 )
 
+# What a node runs and is: the columns a baseline filter or an environment diff speaks of.
+ENV_COLUMNS = (
+    "gpu_model", "driver_version", "cuda_version", "rocm_version", "hip_version",
+    "nccl_version", "rccl_version", "torch_version", "ray_version", "python_version",
+    "kernel", "cpu_model", "hostname",
+)  # fmt: skip
+# What a node's fingerprint reports (the driver adds run_id, node and ray_node_id).
+FINGERPRINT_COLUMNS = tuple(
+    n for n in NODES_SCHEMA.names if n not in ("run_id", "node", "ray_node_id")
+)
+
 RUNS_SCHEMA = pa.schema(
     [
         ("run_id", pa.string()),

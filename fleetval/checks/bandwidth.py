@@ -11,14 +11,13 @@ from fleetval.checks.base import CheckContext, StepSpec
 from fleetval.checks.collectives import (
     TORCH_DTYPE,
     Case,
-    combinations,
     elements_for,
     prepare,
-    unsupported,
+    runnable,
     verdict_fields,
 )
 from fleetval.results import Row
-from fleetval.vocab import Collective, DType, ReduceOp, Status
+from fleetval.vocab import Collective, DType, ReduceOp
 
 
 def busbw_factor(collective: Collective, world: int) -> float:
@@ -99,17 +98,9 @@ def run_bandwidth(ctx: CheckContext, p: BandwidthParams) -> list[Row]:
     """Achieved algbw and busbw per size on every rank, with exact verification of the result."""
     rows: list[Row] = []
     world = ctx.rank.world_size
-    for collective, op, dtype in combinations(p.collectives, p.ops, p.dtypes):
-        ident = {
-            "check": p.check,
-            "collective": collective.value,
-            "op": op.value if op else None,
-            "dtype": dtype.value,
-        }
-        why = unsupported(ctx.rank.backend, collective, op, dtype)
-        if why:
-            rows.append(ctx.row(**ident, status=Status.SKIP.value, message=why))
-            continue
+    for ident, collective, op, dtype in runnable(
+        ctx, p.check, p.collectives, p.ops, p.dtypes, rows
+    ):
         for size in p.sizes.sizes():
             count = elements_for(collective, size, dtype, world)
             nbytes = count * TORCH_DTYPE[dtype].itemsize

@@ -9,7 +9,7 @@ ring) wrong elements are counted per source rank, which names a corrupting rank.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -206,6 +206,30 @@ def combinations(
     return out
 
 
+def runnable(
+    ctx: CheckContext,
+    check: str,
+    collectives: list[Collective],
+    ops: list[ReduceOp],
+    dtypes: list[DType],
+    rows: list[Row],
+) -> Iterator[tuple[dict[str, Any], Collective, ReduceOp | None, DType]]:
+    """Each combination this backend can run, with its row identity; the others are
+    appended to `rows` as SKIP rows that say why."""
+    for collective, op, dtype in combinations(collectives, ops, dtypes):
+        ident = {
+            "check": check,
+            "collective": collective.value,
+            "op": op.value if op else None,
+            "dtype": dtype.value,
+        }
+        why = unsupported(ctx.rank.backend, collective, op, dtype)
+        if why:
+            rows.append(ctx.row(**ident, status=Status.SKIP.value, message=why))
+        else:
+            yield ident, collective, op, dtype
+
+
 def verdict_fields(wrong: int, by_source: dict[str, int], total: int) -> dict[str, Any]:
     """status / message / details of a verified buffer."""
     if not wrong:
@@ -250,17 +274,9 @@ class CollectivesParams(StepSpec):
 def run_collectives(ctx: CheckContext, p: CollectivesParams) -> list[Row]:
     """Every listed collective returns exactly the expected elements on every rank."""
     rows: list[Row] = []
-    for collective, op, dtype in combinations(p.collectives, p.ops, p.dtypes):
-        ident = {
-            "check": p.check,
-            "collective": collective.value,
-            "op": op.value if op else None,
-            "dtype": dtype.value,
-        }
-        why = unsupported(ctx.rank.backend, collective, op, dtype)
-        if why:
-            rows.append(ctx.row(**ident, status=Status.SKIP.value, message=why))
-            continue
+    for ident, collective, op, dtype in runnable(
+        ctx, p.check, p.collectives, p.ops, p.dtypes, rows
+    ):
         count = elements_for(collective, int(p.size), dtype, ctx.rank.world_size)
         case = prepare(ctx, collective, op, dtype, count)
         wrong, by_source, samples = 0, {}, []

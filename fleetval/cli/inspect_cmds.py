@@ -12,26 +12,9 @@ from rich.table import Table
 
 from fleetval.cli.common import DataOpt, bad_input_exits, console, open_store
 from fleetval.cli.run_cmd import STATUS_STYLE, print_summary
+from fleetval.results import ENV_COLUMNS
 
 RunArg = Annotated[str, typer.Argument(help="Run id (see `fleetval runs`), or `latest`")]
-
-
-ENV_FIELDS = (
-    "hostname",
-    "gpu_model",
-    "gpu_count",
-    "driver_version",
-    "cuda_version",
-    "rocm_version",
-    "hip_version",
-    "nccl_version",
-    "rccl_version",
-    "torch_version",
-    "ray_version",
-    "python_version",
-    "kernel",
-    "cpu_model",
-)
 
 
 class Format(StrEnum):
@@ -79,7 +62,7 @@ def show(run: RunArg, data: DataOpt = None) -> None:
     env.add_column("field")
     for n in nodes:
         env.add_column(n["node"])
-    for field in ENV_FIELDS:
+    for field in ("gpu_count", *ENV_COLUMNS):
         env.add_row(field, *(_cell(n.get(field)) for n in nodes))
     console.print(env)
     print_summary(record)
