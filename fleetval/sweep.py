@@ -116,14 +116,24 @@ def _pairwise(nodes: list[str], measure: Measure, threshold: float, result: Isol
 
 
 def group_score(rows: list[dict[str, Any]]) -> float | None:
-    """Median busbw of the job's rows, else the inverse of their median time; None if it failed."""
+    """A node group's speed: per measurement (collective, size) its slowest rank, then the
+    median over measurements; busbw where rows have it, else 1/time. None if the job failed.
+
+    NOTE: the slowest rank, not a mean: a late rank waits least in its own collectives
+    (the others wait for it), so only the group's slowest reading shows the delay.
+    """
     if not rows or any(r["status"] == Status.FAIL.value for r in rows):
         return None
-    busbw = [r["busbw_gbps"] for r in rows if r["busbw_gbps"]]
-    if busbw:
-        return statistics.median(busbw)
-    times = [r["time_us_median"] for r in rows if r["time_us_median"]]
-    return 1e6 / statistics.median(times) if times else None
+    by_key: dict[tuple[Any, ...], list[float]] = {}
+    for r in rows:
+        key = (r["step"], r["collective"], r["op"], r["dtype"], r["size_bytes"])
+        if r["busbw_gbps"]:
+            by_key.setdefault(("busbw", *key), []).append(r["busbw_gbps"])
+        elif r["time_us_median"]:
+            by_key.setdefault(("time", *key), []).append(1e6 / r["time_us_median"])
+    busbw = [min(v) for k, v in by_key.items() if k[0] == "busbw"]
+    speeds = busbw or [min(v) for v in by_key.values()]
+    return statistics.median(speeds) if speeds else None
 
 
 def sweep(

@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 import typer
 from rich.table import Table
 
+from fleetval.checks.ddp import scaling_efficiency
 from fleetval.cli.common import DataOpt, bad_input_exits, console, open_store
 from fleetval.cli.run_cmd import STATUS_STYLE, print_summary
 from fleetval.results import ENV_COLUMNS
@@ -56,6 +57,7 @@ def show(run: RunArg, data: DataOpt = None) -> None:
         store = open_store(data)
         record = store.run(_resolve(store, run))
         nodes = store.nodes([record.run_id]).to_pylist()
+        rows = store.results([record.run_id]).to_pylist()
     if record.faults:
         console.print(f"[yellow]faults injected:[/yellow] {json.dumps(record.faults)}")
     env = Table(title="environment")
@@ -66,6 +68,19 @@ def show(run: RunArg, data: DataOpt = None) -> None:
         env.add_row(field, *(_cell(n.get(field)) for n in nodes))
     console.print(env)
     print_summary(record)
+    _print_scaling(rows)
+
+
+def _print_scaling(rows: list[dict]) -> None:
+    """Weak-scaling efficiency of each ddp_scaling step, when the run has one."""
+    for step in sorted({r["step"] for r in rows if r["check"] == "ddp_scaling"}):
+        table = Table(title=f"weak scaling: {step}")
+        for col in ("world size", "throughput (samples/s)", "efficiency T_n / (n x T_1)"):
+            table.add_column(col, justify="right")
+        for p in scaling_efficiency(rows, step=step):
+            eff = "n/a (no world size 1)" if p.efficiency is None else f"{p.efficiency:.2f}"
+            table.add_row(str(p.world_size), f"{p.throughput:,.0f}", eff)
+        console.print(table)
 
 
 def results(

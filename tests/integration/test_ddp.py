@@ -56,6 +56,14 @@ def test_ddp_scaling_rows_and_efficiency_across_world_sizes(tmp_path):
     assert points[1].efficiency is not None and points[1].efficiency > 0
     assert points[1].throughput == pytest.approx(sum(r["value"] for r in throughput[1:]))
 
+    from typer.testing import CliRunner
+
+    from fleetval.cli import app
+
+    shown = CliRunner().invoke(app, ["show", record.run_id, "--data", str(tmp_path)])
+    assert shown.exit_code == 0 and "weak scaling: ddp_scaling" in shown.output
+    assert f"{points[1].efficiency:.2f}" in shown.output
+
 
 def test_ddp_health_passes_clean_with_accumulation(tmp_path):
     store = Store(tmp_path)

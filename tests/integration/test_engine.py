@@ -177,7 +177,7 @@ def test_strict_spread_places_one_rank_per_node_ordered_by_node(tmp_path):
     assert {n["node"] for n in store.nodes([record.run_id]).to_pylist()} == set(nodes)
 
 
-def test_gpu_bundles_pack_onto_gpu_nodes_with_local_ranks(tmp_path):
+def test_gpu_bundles_land_on_gpu_nodes_with_local_ranks(tmp_path):
     store = Store(tmp_path)
     spec = suite(
         [{"check": "collectives", "collectives": ["barrier"]}],
@@ -188,10 +188,9 @@ def test_gpu_bundles_pack_onto_gpu_nodes_with_local_ranks(tmp_path):
     assert record.status == "pass"
     got = sorted(rows(store, record.run_id), key=lambda r: r["rank"])
     nodes = [r["node"] for r in got]
-    assert (
-        nodes == sorted(nodes) and len(set(nodes)) == 2 and "head" not in nodes
-    )  # packed, 2 GPUs a node
-    assert [r["local_rank"] for r in got] == [0, 1, 0, 1]
+    assert nodes == sorted(nodes) and "head" not in nodes  # ranks in node order, on GPU nodes
+    assert all(nodes.count(n) <= 2 for n in nodes)  # no node holds more bundles than GPUs
+    assert [r["local_rank"] for r in got] == [nodes[:i].count(n) for i, n in enumerate(nodes)]
 
 
 def test_node_restriction_uses_labels(tmp_path):

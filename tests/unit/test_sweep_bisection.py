@@ -65,9 +65,19 @@ def test_a_failed_group_counts_as_slow():
     assert isolate(fleet(8), measure).flagged == ["node-05"]
 
 
-def test_group_score_prefers_busbw_and_fails_on_failure():
-    rows = [{"status": "pass", "busbw_gbps": b, "time_us_median": 10.0} for b in (1.0, 2.0, 3.0)]
+def row(size: int, busbw: float | None, time_us: float | None = 10.0, status: str = "pass") -> dict:
+    return {
+        "step": "bw", "collective": "all_reduce", "op": "sum", "dtype": "float32",
+        "size_bytes": size, "busbw_gbps": busbw, "time_us_median": time_us, "status": status,
+    }  # fmt: skip
+
+
+def test_group_score_takes_the_slowest_rank_per_size_then_the_median():
+    # Two ranks, three sizes; the late rank (second reading) waits least, so reads fast.
+    rows = [
+        row(s, b) for s, pair in ((1, (1.0, 9.0)), (2, (2.0, 9.0)), (3, (3.0, 9.0))) for b in pair
+    ]
     assert group_score(rows) == 2.0
-    assert group_score([{"status": "pass", "busbw_gbps": None, "time_us_median": 4.0}]) == 250_000.0
-    assert group_score([*rows, {"status": "fail", "busbw_gbps": None, "time_us_median": None}]) is None
+    assert group_score([row(1, None, 4.0), row(1, None, 8.0)]) == 125_000.0  # 1 / the slower time
+    assert group_score([*rows, row(4, None, None, "fail")]) is None
     assert group_score([]) is None
