@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from fleetval.baselines import Baselines
 from fleetval.results import RESULTS_SCHEMA
-from fleetval.store import RunRecord, Store
+from fleetval.store import RunRecord, Store, parquet_options
 
 COLLECTIVES = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
 DTYPES = ["float32", "bfloat16"]
@@ -101,7 +101,7 @@ def generate(root: Path, runs: int, nodes: int, iters: int) -> tuple[Store, str,
         table = _run_table(run_id, nodes, iters, rng, slow=1 / 0.95 if last else 1.0)
         path = root / "results" / run_id / "bandwidth.parquet"
         path.parent.mkdir(parents=True)
-        pq.write_table(table, path, compression="zstd")  # the store's own format and layout
+        pq.write_table(table, path, **parquet_options(table.schema))  # the store's own encoding
         rows += len(table)
         env = {"gpu_model": "MI300X", "driver_version": "6.8.5", "rccl_version": "2.20.5"}
         env["rocm_version"] = "6.2.0" if last else "6.1.3"

