@@ -2,7 +2,7 @@
 
 import typer
 
-from fleetval.cli import compare_cmds, inspect_cmds, run_cmd, sweep_cmd
+from fleetval.cli import checks_cmd, compare_cmds, inspect_cmds, run_cmd, sweep_cmd
 
 app = typer.Typer(
     name="fleetval",
@@ -16,6 +16,7 @@ app.command("runs")(inspect_cmds.runs)
 app.command("show")(inspect_cmds.show)
 app.command("results")(inspect_cmds.results)
 app.command("sweep")(sweep_cmd.sweep)
+app.command("checks")(checks_cmd.checks)
 app.command("compare")(compare_cmds.compare)
 app.command("trend")(compare_cmds.trend)
 app.add_typer(compare_cmds.baseline_app, name="baseline")

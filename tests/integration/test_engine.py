@@ -123,6 +123,7 @@ def test_hang_is_named_within_the_deadline_and_the_run_goes_on(tmp_path):
     steps = steps_of(record)
     hung = steps["0:bw"]
     assert hung["status"] == "fail" and "timed out" in hung["message"]
+    assert 6 <= hung["seconds"] <= 6 + 15  # detected within the step deadline + 15 s
     assert [c["rank"] for c in hung["culprits"]] == [3]
     assert hung["culprits"][0]["reason"] == "hang"
     assert steps["0:after"]["status"] == "skip"

@@ -1,0 +1,38 @@
+"""`fleetval checks`: the registered checks, what each proves, and its suite keys."""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import TypeAdapter
+from pydantic.fields import FieldInfo
+from rich.table import Table
+
+from fleetval.checks import CHECKS
+from fleetval.checks.base import StepSpec
+from fleetval.cli.common import console
+
+COMMON_KEYS = set(StepSpec.model_fields)
+
+
+def _default(field: FieldInfo) -> str:
+    """The default as a suite would spell it (YAML-ish JSON), or `required`."""
+    if field.is_required():
+        return "required"
+    value = TypeAdapter(field.annotation).dump_python(
+        field.get_default(call_default_factory=True), mode="json"
+    )
+    return json.dumps(value)
+
+
+def checks() -> None:
+    """List the checks a suite step can name, with their parameters and defaults."""
+    table = Table(title="checks (a suite step's `check:`)", show_lines=True)
+    for col in ("check", "what it proves", "parameters: default"):
+        table.add_column(col)
+    for name, check in CHECKS.items():
+        fields = check.params.model_fields
+        params = [f"{key}: {_default(f)}" for key, f in fields.items() if key not in COMMON_KEYS]
+        table.add_row(name, check.doc, "\n".join(params))
+    console.print(table)
+    console.print(f"every step also takes: {', '.join(sorted(COMMON_KEYS - {'check'}))}")
