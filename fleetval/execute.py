@@ -614,7 +614,8 @@ def run_suite(
 
     A PlanError (bad input) is raised before anything is written.
     """
-    connect(address, max(suite.placement.world_sizes) * suite.placement.cpus_per_rank)
+    fixed = [w for w in suite.placement.world_sizes if w != "all"]
+    connect(address, max(fixed, default=0) * suite.placement.cpus_per_rank)
     plan = make_plan(suite, cluster_shape())
     total = sum(len(j.steps) for j in plan.jobs)
     with recording(

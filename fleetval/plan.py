@@ -122,6 +122,20 @@ def check_fits(
         )
 
 
+def resolve_world(
+    world: int | str, strategy: Strategy, eligible: list[NodeShape], cpr: float, gpr: float
+) -> int:
+    """A world size; "all" is every bundle the eligible nodes can take under the strategy."""
+    if world != "all":
+        return int(world)
+    fits = [n.bundles(cpr, gpr) for n in eligible]
+    if strategy == Strategy.STRICT_PACK:
+        return max(fits, default=0)
+    if strategy == Strategy.STRICT_SPREAD:
+        return sum(f > 0 for f in fits)
+    return sum(fits)
+
+
 def eligible_nodes(suite: Suite, cluster: ClusterShape) -> list[NodeShape]:
     """The cluster's nodes, or those named by placement.nodes (all of which must exist)."""
     names = suite.placement.nodes
@@ -152,7 +166,12 @@ def make_plan(suite: Suite, cluster: ClusterShape) -> Plan:
     eligible = eligible_nodes(suite, cluster)
     gpr, backend = _resources(suite, cluster)
     jobs = []
-    for i, world in enumerate(p.world_sizes):
+    for i, asked in enumerate(p.world_sizes):
+        world = resolve_world(asked, p.strategy, eligible, p.cpus_per_rank, gpr)
+        if world < 1:
+            raise PlanError(
+                f"placement.world_sizes: `all` places no rank; the cluster has {ClusterShape(tuple(eligible)).describe()}"
+            )
         check_fits(world, p.strategy, eligible, p.cpus_per_rank, gpr)
         jobs.append(
             Job(

@@ -41,7 +41,10 @@ class _Model(BaseModel):
 class Placement(_Model):
     """How ranks map onto the cluster: one Ray bundle (and actor) per rank."""
 
-    world_sizes: list[PositiveInt] = Field(default_factory=lambda: [2], min_length=1)
+    # "all": as many ranks as the (eligible) cluster can place: one per GPU on GPU nodes.
+    world_sizes: list[PositiveInt | Literal["all"]] = Field(
+        default_factory=lambda: [2], min_length=1
+    )
     # "auto": one GPU per rank where the cluster has GPUs, else CPU ranks. Fractions
     # (0.25) share one GPU between ranks (gloo only: NCCL refuses duplicate GPUs).
     gpus_per_rank: NonNegativeFloat | Literal["auto"] = "auto"
@@ -110,13 +113,14 @@ class Suite(_Model):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"step names must be unique; repeated: {', '.join(dupes)}")
-        biggest = max(self.placement.world_sizes)
+        fixed = [w for w in self.placement.world_sizes if w != "all"]
+        biggest = max(fixed) if len(fixed) == len(self.placement.world_sizes) else None
         for i, fault in enumerate(self.faults):
             if fault.step is not None and fault.step not in names:
                 raise ValueError(
                     f"faults.{i}.step: no step named {fault.step!r} ({', '.join(names)})"
                 )
-            if fault.rank is not None and fault.rank >= biggest:
+            if fault.rank is not None and biggest is not None and fault.rank >= biggest:
                 raise ValueError(
                     f"faults.{i}.rank: rank {fault.rank} does not exist; the largest world size is {biggest}"
                 )

@@ -78,3 +78,20 @@ def test_node_restriction():
         make_plan(suite(placement={"nodes": ["n1"], "world_sizes": [9]}), TWO_GPU_NODES)
     with pytest.raises(PlanError, match="no node named n7; the cluster has n0, n1"):
         make_plan(suite(placement={"nodes": ["n7"]}), TWO_GPU_NODES)
+
+
+def test_world_size_all_is_every_placeable_bundle():
+    (job,) = make_plan(suite(placement={"world_sizes": ["all"]}), TWO_GPU_NODES).jobs
+    assert (job.world_size, job.backend) == (16, "nccl")
+    spread = make_plan(
+        suite(placement={"world_sizes": ["all"], "strategy": "STRICT_SPREAD"}), TWO_GPU_NODES
+    )
+    assert spread.jobs[0].world_size == 2
+    packed = make_plan(
+        suite(placement={"world_sizes": ["all"], "strategy": "STRICT_PACK"}), TWO_GPU_NODES
+    )
+    assert packed.jobs[0].world_size == 8
+    (cpu,) = make_plan(suite(placement={"world_sizes": ["all"]}), CPU_ONLY).jobs
+    assert (cpu.world_size, cpu.backend) == (2, "gloo")
+    with pytest.raises(PlanError, match="`all` places no rank"):
+        make_plan(suite(placement={"world_sizes": ["all"], "cpus_per_rank": 4}), CPU_ONLY)
