@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -108,11 +109,28 @@ class RunState:
 # -- Ray connection and cluster shape --------------------------------------------------
 
 
+class ClusterUnreachable(ValueError):
+    """The Ray address given cannot be reached (bad input: nothing ran)."""
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on an address nobody listens on: ray.init would retry for minutes."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return  # "auto" or a form Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise ClusterUnreachable(f"--address {address}: no Ray cluster reachable ({err})") from err
+
+
 def connect(address: str | None, min_cpus: float = 0) -> None:
     """Join `address` (or $RAY_ADDRESS); with neither, start an embedded local instance."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        check_reachable(address)
     if ray.is_initialized():
         return
-    address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         return

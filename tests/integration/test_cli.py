@@ -142,3 +142,12 @@ steps:
     (record,) = Store(data).runs()
     assert record.status == "cancelled"
     assert Store(data).results([record.run_id]).num_rows == 2  # the first step's rows are kept
+
+
+def test_unreachable_address_is_bad_input_and_fails_fast(tmp_path):
+    import time
+
+    t0 = time.monotonic()
+    res = runner.invoke(app, ["run", "smoke", "--data", str(tmp_path), "--address", "127.0.0.1:1"])
+    assert res.exit_code == 2 and "no Ray cluster reachable" in res.output
+    assert time.monotonic() - t0 < 10
