@@ -14,7 +14,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from fleetval.compare import Comparison, MetricComparison
+from fleetval.compare import Comparison, MetricComparison, Outlier
 from fleetval.trend import TrendReport
 from fleetval.vocab import Verdict
 
@@ -96,14 +96,7 @@ def to_rich(c: Comparison, *, all_rows: bool = False) -> Group:
         parts.append(
             Text(f"{folded} unchanged (within threshold) not shown; --all shows them", style="dim")
         )
-    for o in c.outliers:
-        parts.append(
-            Text(
-                f"outlier in {o.run_id}: {o.unit} {o.identity.label()} {o.value:.4g} vs peers "
-                f"{o.peer_median:.4g} ({o.deviation_pct:+.1f}%, robust z {o.robust_z:.1f})",
-                style="yellow",
-            )
-        )
+    parts += [outlier_text(o) for o in c.outliers]
     parts += [Text(n, style="dim") for n in c.notes]
     parts.append(Text(summary_line(c), style="bold red" if c.worst_exit_code else "bold green"))
     return Group(*parts)
@@ -117,6 +110,15 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, float) and obj != obj:  # NaN is not JSON
         return None
     return obj
+
+
+def outlier_text(o: Outlier) -> Text:
+    """One fleet outlier in a line: who, on what, how far from its peers."""
+    return Text(
+        f"outlier in {o.run_id}: {o.unit} {o.identity.label()} {o.value:.4g} vs peers "
+        f"{o.peer_median:.4g} ({o.deviation_pct:+.1f}%, robust z {o.robust_z:.1f})",
+        style="yellow",
+    )
 
 
 def to_json(c: Comparison) -> str:

@@ -13,6 +13,8 @@ from rich.table import Table
 from fleetval.checks.ddp import scaling_efficiency
 from fleetval.cli.common import DataOpt, bad_input_exits, console, open_store
 from fleetval.cli.run_cmd import STATUS_STYLE, print_summary
+from fleetval.compare import fleet_outliers
+from fleetval.compare_format import outlier_text
 from fleetval.results import ENV_COLUMNS
 
 RunArg = Annotated[str, typer.Argument(help="Run id (see `fleetval runs`), or `latest`")]
@@ -58,6 +60,7 @@ def show(run: RunArg, data: DataOpt = None) -> None:
         record = store.run(_resolve(store, run))
         nodes = store.nodes([record.run_id]).to_pylist()
         rows = store.results([record.run_id]).to_pylist()
+        outliers = fleet_outliers(store, record.run_id)
     if record.faults:
         console.print(f"[yellow]faults injected:[/yellow] {json.dumps(record.faults)}")
     env = Table(title="environment")
@@ -69,6 +72,8 @@ def show(run: RunArg, data: DataOpt = None) -> None:
     console.print(env)
     print_summary(record)
     _print_scaling(rows)
+    for o in outliers:  # far below its peers in this run: flagged with no baseline needed
+        console.print(outlier_text(o))
 
 
 def _print_scaling(rows: list[dict]) -> None:
