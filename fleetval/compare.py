@@ -268,10 +268,13 @@ def _prepare(table: pa.Table, models: dict[str, str], per: Per, cutoff: int) -> 
         table = table.filter(pa.array(~skip))
     has_metric = _np(pc.is_valid(table["metric"]))
     has_time = _np(pc.is_valid(table["time_us_median"]))
-    busbw, size = _np(table["busbw_gbps"]).astype(float), _np(table["size_bytes"]).astype(float)
+    # NOTE: no float copies: busbw is float64 already, and a size column without nulls
+    # compares as int64 (with nulls it arrives as float64, NaN for null)
+    busbw, size = _np(table["busbw_gbps"]), _np(table["size_bytes"])
     small = np.isnan(busbw) | ~(size >= cutoff)  # no size: judged on latency
-    timed = np.where(small, _LATENCY, _BUSBW)
-    kind = np.where(has_metric, _VALUE, np.where(has_time, timed, _CORRECT)).astype(np.int8)
+    kind = np.where(small, np.int8(_LATENCY), np.int8(_BUSBW))
+    kind[~has_time] = _CORRECT
+    kind[has_metric] = _VALUE
     node = _array(table["node"])
     if not pa.types.is_dictionary(node.type):
         node = pc.dictionary_encode(node)
@@ -301,8 +304,50 @@ def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
     return _np(pc.fill_null(col.indices, card - 1)).astype(np.int64), card
 
 
+def _changes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Rows (from the second) whose value differs from the row before; null equals null.
+
+    May flag equal values (NaN, a dictionary's duplicate entries), never misses a change.
+    """
+    col = _array(column)
+    if pa.types.is_dictionary(col.type):
+        col = col.indices  # equal indices: equal codes in `_codes`
+    if col.null_count == 0 and (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+        v = _np(col)
+        return v[1:] != v[:-1]
+    a, b = col.slice(1), col.slice(0, len(col) - 1)
+    differ = pc.coalesce(pc.not_equal(a, b), pc.xor(pc.is_valid(a), pc.is_valid(b)))
+    return _np(differ)
+
+
+def _run_starts(table: pa.Table, cols: list[str]) -> np.ndarray | None:
+    """First row of each run of rows with equal keys; None when runs are not worth it."""
+    n = len(table)
+    change = np.zeros(n - 1, dtype=bool)
+    for c in cols:
+        change |= _changes(table[c])
+        if np.count_nonzero(change) > n // 4:  # mostly distinct rows: group them directly
+            return None
+    return np.flatnonzero(np.concatenate([[True], change]))
+
+
 def _group_rows(table: pa.Table, cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Row -> group id (groups ordered by key codes, so deterministic) and each group's first row.
+
+    NOTE: a result file stores the ranks of one measurement next to each other, so the
+    keys come in runs: grouping one row per run and repeating its id is the same grouping
+    (the run's first rows hold every value of every column, so the codes are the same).
+    """
+    n = len(table)
+    starts = _run_starts(table, cols) if n > 1 else None
+    if starts is None:
+        return _group_codes(table, cols)
+    grp, first = _group_codes(table.take(pa.array(starts)), cols)
+    return np.repeat(grp, np.diff(starts, append=n)), starts[first]
+
+
+def _group_codes(table: pa.Table, cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """`_group_rows` row by row.
 
     NOTE: combined integer codes and a bincount-sized table instead of a hash group-by:
     the key columns arrive dictionary-encoded, so this is a few passes over int arrays.
@@ -349,14 +394,26 @@ def _segment_median(
     values: np.ndarray, seg: np.ndarray, nseg: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact median per segment id (NaN for empty ones) and the segment sizes."""
-    order = np.lexsort((values, seg))
-    v = values[order]
     n = np.bincount(seg, minlength=nseg)
     s = _starts(n)
+    v = _sorted_by_segment(values, seg, n)
     med = np.full(nseg, np.nan)
     ok = n > 0
     med[ok] = (v[s[ok] + (n[ok] - 1) // 2] + v[s[ok] + n[ok] // 2]) / 2
     return med, n
+
+
+def _sorted_by_segment(values: np.ndarray, seg: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """values ordered by segment id, ascending within each segment (as a lexsort orders them).
+
+    NOTE: when every segment has the same size (a node's GPUs, a fleet's nodes), one stable
+    sort by segment and a row-wise sort of the [segments, size] matrix is several times
+    cheaper than a two-key lexsort.
+    """
+    size = n[0] if len(n) else 0
+    if not len(values) or not (n == size).all():
+        return values[np.lexsort((values, seg))]
+    return np.sort(values[np.argsort(seg, kind="stable")].reshape(-1, size), axis=1).ravel()
 
 
 # -- per-run reduction -----------------------------------------------------------------------
@@ -381,16 +438,25 @@ def _reduce_run(table: pa.Table) -> _Chunk:
     keys = _plain(table.select([*_RUN_KEYS, "unit"]).take(pa.array(first)))
     kind = keys["_kind"].to_numpy()
     keys = _name_metrics(keys).select([*ID_COLS, "unit"])
-    wrong_rows = np.nan_to_num(_np(table["wrong"]).astype(float))
+    wrong_rows = _np(table["wrong"])  # int64, or float64 with NaN where null
+    if wrong_rows.dtype.kind == "f":
+        wrong_rows = np.nan_to_num(wrong_rows)
     bad = _is(table["status"], "fail") | (wrong_rows > 0)
     parts = [_timed_samples(table, grp, lengths, kind), _value_samples(table, grp, kind)]
     return _Chunk(
         keys=keys,
         elem_group=np.concatenate([g for g, _ in parts]),
         samples=np.concatenate([s for _, s in parts]),
-        wrong=np.bincount(grp, weights=wrong_rows, minlength=ngroups).astype(np.int64),
-        failed=np.bincount(grp, weights=bad, minlength=ngroups) > 0,
+        wrong=_group_sum(grp, wrong_rows, ngroups).astype(np.int64),
+        failed=_group_sum(grp, bad, ngroups) > 0,
     )
+
+
+def _group_sum(grp: np.ndarray, weights: np.ndarray, ngroups: int) -> np.ndarray:
+    """Per group the sum of weights (float64); skips the pass when every weight is 0."""
+    if not weights.any():
+        return np.zeros(ngroups)
+    return np.bincount(grp, weights=weights, minlength=ngroups)
 
 
 def _value_samples(
@@ -398,7 +464,7 @@ def _value_samples(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-device metrics: every row is one sample (the devices are independent)."""
     rows = np.flatnonzero(kind[grp] == _VALUE)
-    value = _np(table["value"]).astype(float)[rows]
+    value = _np(table["value"])[rows].astype(float)
     ok = np.isfinite(value)
     return grp[rows][ok], value[ok]
 
@@ -435,26 +501,38 @@ def _timed_samples(
     over iterations are median-based. busbw of an iteration = C / time with
     C = busbw_gbps * time_us_median, the same for every rank of an identity.
     """
-    g = np.flatnonzero((kind == _LATENCY) | (kind == _BUSBW))
+    timed = (kind == _LATENCY) | (kind == _BUSBW)  # per group
+    g = np.flatnonzero(timed)
     if not len(g):
         return np.zeros(0, np.int64), np.zeros(0)
-    rows = np.flatnonzero(np.isin(kind[grp], (_LATENCY, _BUSBW)))
+    rows = np.arange(len(grp)) if timed.all() else np.flatnonzero(timed[grp])
     mat, klen = _sample_matrix(table, rows)
     ngroups, kmax = len(lengths), mat.shape[1]
-    member = sparse.csr_matrix((np.ones(len(rows)), (grp[rows], rows)), shape=(ngroups, len(mat)))
-    sums = member @ mat
+    member = _membership(grp, rows, ngroups)
+    sums = (member @ mat)[g]
     if (klen[rows] == kmax).all():
-        counts = np.broadcast_to(lengths[:, None], sums.shape)
+        counts = np.broadcast_to(lengths[g][:, None], sums.shape)
     else:  # iteration j counts for a group only when every one of its ranks has it
-        counts = member @ (np.arange(kmax) < klen[:, None]).astype(float)
-    product = _np(table["busbw_gbps"]).astype(float) * _np(table["time_us_median"]).astype(float)
-    product = np.nan_to_num(product)[rows]
-    scale = np.bincount(grp[rows], weights=product, minlength=ngroups) / np.maximum(lengths, 1)
+        counts = (member @ (np.arange(kmax) < klen[:, None]).astype(float))[g]
+    product = np.nan_to_num(_np(table["busbw_gbps"]) * _np(table["time_us_median"]), copy=False)
+    scale = (member @ product) / np.maximum(lengths, 1)  # summed in row order, as bincount does
     with np.errstate(invalid="ignore", divide="ignore"):
-        t = sums[g] / counts[g]
+        t = sums / counts
         vals = np.where((kind[g] == _BUSBW)[:, None], scale[g][:, None] / t, t)
-    ok = (counts[g] == lengths[g][:, None]) & np.isfinite(vals)
+    ok = (counts == lengths[g][:, None]) & np.isfinite(vals)
     return np.broadcast_to(g[:, None], vals.shape)[ok], vals[ok]
+
+
+def _membership(grp: np.ndarray, rows: np.ndarray, ngroups: int) -> sparse.csr_matrix:
+    """[groups, rows of the run] 0/1 matrix: which rows each group sums.
+
+    NOTE: built as CSR directly (a stable sort by group, rows ascending within a group, the
+    entries converting COO would give): the conversion cost several times the product.
+    """
+    order = rows[np.argsort(grp[rows], kind="stable")]
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(grp[rows], minlength=ngroups))])
+    shape = (ngroups, len(grp))
+    return sparse.csr_matrix((np.ones(len(order)), order, indptr), shape=shape)
 
 
 # -- pooling and statistics ------------------------------------------------------------------
@@ -743,12 +821,8 @@ def _run_outliers(run_id: str, table: pa.Table, settings: CompareSettings) -> li
     if not keep.any():
         return []
     t = table.filter(pa.array(keep)) if not keep.all() else table
-    node = pc.cast(t["node"], pa.string())
-    device = pc.fill_null(pc.cast(t["device_id"], pa.string()), pc.cast(t["rank"], pa.string()))
-    per_gpu = pc.is_null(t["collective"])
-    unit = pc.if_else(per_gpu, pc.binary_join_element_wise(node, device, "/"), node)
+    t = t.append_column("_unit", _units(t))
     cols = [*ID_COLS[:-2], "metric", "_kind", "sku", "_unit"]
-    t = t.append_column("_unit", unit)
     seg, first = _group_rows(t, cols)
     unit_med, _ = _segment_median(value[keep], seg, len(first))
     keys = _plain(t.select(cols).take(pa.array(first)))
@@ -757,6 +831,17 @@ def _run_outliers(run_id: str, table: pa.Table, settings: CompareSettings) -> li
     mad, _ = _segment_median(np.abs(unit_med - peer_med[pseg]), pseg, len(pfirst))
     keys = _name_metrics(keys)
     return _flag_outliers(run_id, keys, unit_med, peer_med[pseg], mad[pseg], npeers[pseg], settings)
+
+
+def _units(table: pa.Table) -> pa.ChunkedArray:
+    """What an outlier names: the node for collectives, node/device for per-GPU metrics."""
+    node = pc.cast(table["node"], pa.string())
+    per_gpu = pc.is_null(table["collective"])
+    if not pc.any(per_gpu).as_py():  # NOTE: skips formatting a device per row
+        return node
+    rank = pc.cast(table["rank"], pa.string())
+    device = pc.fill_null(pc.cast(table["device_id"], pa.string()), rank)
+    return pc.if_else(per_gpu, pc.binary_join_element_wise(node, device, "/"), node)
 
 
 def _flag_outliers(
@@ -768,12 +853,11 @@ def _flag_outliers(
     npeers: np.ndarray,
     settings: CompareSettings,
 ) -> list[Outlier]:
-    metrics = keys["metric"].to_pylist()
-    sign = np.array(
-        [1.0 if metric_spec(m).direction == Direction.HIGHER else -1.0 for m in metrics]
-    )
-    known = np.array([metric_spec(m).direction is not None for m in metrics], dtype=bool)
-    t = np.array([settings.threshold_for(m) for m in metrics])
+    names, code = _metric_codes(keys["metric"])  # per distinct metric, not per unit
+    specs = [metric_spec(m) for m in names]
+    sign = np.array([1.0 if s.direction == Direction.HIGHER else -1.0 for s in specs])[code]
+    known = np.array([s.direction is not None for s in specs], dtype=bool)[code]
+    t = np.array([settings.threshold_for(m) for m in names])[code]
     with np.errstate(invalid="ignore", divide="ignore"):
         dev = sign * (value / peer - 1) * 100
         z = sign * 0.6745 * (value - peer) / np.where(mad > 0, mad, np.nan)
@@ -792,6 +876,12 @@ def _flag_outliers(
             )
         )  # fmt: skip
     return out
+
+
+def _metric_codes(metric: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
+    """The distinct metric names and each row's index into them (metrics are never null)."""
+    enc = _array(pc.dictionary_encode(metric))
+    return enc.dictionary.to_pylist(), _np(enc.indices)
 
 
 def fleet_outliers(
