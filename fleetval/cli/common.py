@@ -29,6 +29,12 @@ DataOpt = Annotated[
 ]
 
 
+AddressOpt = Annotated[
+    str | None,
+    typer.Option("--address", help="Ray cluster address [default: $RAY_ADDRESS, else embedded]"),
+]
+
+
 def open_store(data: Path | None) -> Store:
     return Store(data or default_data_dir())
 

@@ -9,7 +9,15 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fleetval.cli.common import DataOpt, Exit, bad_input_exits, console, open_store, parse_pairs
+from fleetval.cli.common import (
+    AddressOpt,
+    DataOpt,
+    Exit,
+    bad_input_exits,
+    console,
+    open_store,
+    parse_pairs,
+)
 from fleetval.execute import Event, run_suite
 from fleetval.store import RunRecord
 from fleetval.suite import load_suite
@@ -21,9 +29,7 @@ def run(
     suite: Annotated[
         str, typer.Argument(help="A shipped suite name (smoke, collectives, ...) or a YAML path")
     ],
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address [default: $RAY_ADDRESS, else embedded]")
-    ] = None,
+    address: AddressOpt = None,
     data: DataOpt = None,
     label: Annotated[list[str], typer.Option("--label", help="KEY=VALUE, repeatable")] = [],  # noqa: B006
     as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON")] = False,

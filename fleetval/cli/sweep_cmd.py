@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from fleetval.cli.common import DataOpt, Exit, bad_input_exits, console, open_store
+from fleetval.cli.common import AddressOpt, DataOpt, Exit, bad_input_exits, console, open_store
 from fleetval.suite import load_suite
 from fleetval.sweep import sweep as run_sweep
 
@@ -17,9 +17,7 @@ def sweep(
     suite: Annotated[
         str, typer.Argument(help="Suite whose steps measure each node group (e.g. sweep)")
     ],
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address [default: $RAY_ADDRESS, else embedded]")
-    ] = None,
+    address: AddressOpt = None,
     data: DataOpt = None,
     threshold: Annotated[
         float,
