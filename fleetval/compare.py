@@ -697,10 +697,6 @@ def _verdicts(
     return out
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
-
-
 def _judge(p: _Pooled, st: _Stats, settings: CompareSettings) -> list[MetricComparison]:
     keys = p.keys.to_pylist()
     specs = [metric_spec(k["metric"], k["unit"]) for k in keys]

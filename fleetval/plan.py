@@ -23,8 +23,6 @@ class NodeShape:
     name: str
     cpus: float
     gpus: float
-    node_id: str = ""
-    ip: str = ""
 
     def bundles(self, cpus_per_rank: float, gpus_per_rank: float) -> int:
         """How many rank bundles fit on this node."""
