@@ -244,3 +244,33 @@ def test_placement_group_that_never_becomes_ready_is_removed(tmp_path):
     step = record.summary["steps"][0]
     assert record.status == "fail"
     assert step["status"] == "fail" and "not ready within 2s" in step["message"]
+
+
+@pytest.mark.parametrize(("strategy", "nodes_used"), [("STRICT_PACK", {1}), ("SPREAD", {2, 3})])
+def test_pack_and_spread_strategies(tmp_path, strategy, nodes_used):
+    """STRICT_PACK: one node. SPREAD is best effort in Ray: more than one node, not always all."""
+    store = Store(tmp_path)
+    spec = suite(
+        [
+            {
+                "check": "collectives",
+                "collectives": ["all_reduce"],
+                "ops": ["sum"],
+                "dtypes": ["int32"],
+                "repeats": 1,
+            }
+        ],
+        backend="gloo",
+        placement={
+            "world_sizes": [3 if strategy == "SPREAD" else 2],
+            "gpus_per_rank": 1,
+            "strategy": strategy,
+        },
+    )
+    record = run_suite(spec, store)
+    assert record.status == "pass"
+    got = sorted(rows(store, record.run_id), key=lambda r: r["rank"])
+    assert len({r["node"] for r in got}) in nodes_used
+    assert [r["local_rank"] for r in got] == [
+        [g["node"] for g in got][:i].count(r["node"]) for i, r in enumerate(got)
+    ]
