@@ -32,13 +32,16 @@ def ray_cluster() -> Iterator[object]:
         head_node_args={
             "num_cpus": 4,
             "labels": {"fleetval/node": HEAD},
-            "include_dashboard": False,
+            # The dashboard serves Ray's state API, which the leak checks below ask.
+            "include_dashboard": True,
+            "dashboard_port": 0,
         },
     )
     for name in WORKERS:
         cluster.add_node(num_cpus=2, num_gpus=2, labels={"fleetval/node": name})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
+    _wait_for_state_api()
     try:
         yield cluster
     finally:
@@ -46,14 +49,28 @@ def ray_cluster() -> Iterator[object]:
         cluster.shutdown()
 
 
-def leftovers() -> tuple[list[str], list[str]]:
-    """Actors still alive and placement groups not removed, from Ray's GCS state."""
-    import ray._private.state as state
-    from ray.util import placement_group_table
+def _wait_for_state_api(timeout_s: float = 60.0) -> None:
+    """The dashboard starts after the head and registers its (random) port; ask until it answers."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            leftovers()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
-    actors = [k for k, a in state.actors().items() if a["State"] not in ("DEAD",)]
-    groups = [k for k, g in placement_group_table().items() if g["state"] != "REMOVED"]
-    return actors, groups
+
+def leftovers() -> tuple[list[str], list[str]]:
+    """Actors still alive and placement groups not removed, from Ray's state API."""
+    from ray.util.state import list_actors, list_placement_groups
+
+    actors = list_actors(filters=[("state", "!=", "DEAD")], raise_on_missing_output=False)
+    groups = list_placement_groups(
+        filters=[("state", "!=", "REMOVED")], raise_on_missing_output=False
+    )
+    return [a.actor_id for a in actors], [g.placement_group_id for g in groups]
 
 
 def assert_no_leaks(timeout_s: float = 15.0) -> None:

@@ -274,3 +274,25 @@ def test_pack_and_spread_strategies(tmp_path, strategy, nodes_used):
     assert [r["local_rank"] for r in got] == [
         [g["node"] for g in got][:i].count(r["node"]) for i, r in enumerate(got)
     ]
+
+
+def test_the_leak_check_sees_a_live_actor_and_group():
+    """The no-leak assertion every integration test ends with is not vacuous."""
+    import ray
+    from conftest import leftovers
+    from ray.util import placement_group, remove_placement_group
+
+    @ray.remote(num_cpus=0)
+    class Idle:
+        def ping(self) -> int:
+            return 1
+
+    actor, group = Idle.remote(), placement_group([{"CPU": 1}])
+    ray.get([actor.ping.remote(), group.ready()], timeout=30)
+    try:
+        actors, groups = leftovers()
+        assert actor._actor_id.hex() in actors
+        assert group.id.hex() in groups
+    finally:
+        ray.kill(actor)
+        remove_placement_group(group)
