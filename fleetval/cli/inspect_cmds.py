@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 from enum import StrEnum
 from typing import Annotated
 
-import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import typer
 from rich.table import Table
 
@@ -98,15 +99,9 @@ def results(
         store = open_store(data)
         table = store.results([_resolve(store, run)])
     if fmt == Format.CSV:
-        import pyarrow.csv as pacsv
-
-        flat = table.set_column(
-            table.schema.get_field_index("samples_us"),
-            "samples_us",
-            pc.cast(pc.list_value_length(table["samples_us"]), "int64"),
-        )
-        buf = __import__("io").BytesIO()
-        pacsv.write_csv(flat, buf)
+        # CSV holds no lists: the per-iteration samples stay in --format json and Parquet.
+        buf = io.BytesIO()
+        pacsv.write_csv(table.drop_columns(["samples_us"]), buf)
         typer.echo(buf.getvalue().decode(), nl=False)
         return
     rows = table.to_pylist()
