@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,6 +43,10 @@ RemoteRank = ray.remote(RankActor)
 
 class JobAborted(RuntimeError):
     """The job's actors can no longer be trusted (dead, hung or unplaceable)."""
+
+
+class RunCancelled(Exception):
+    """The caller set the run's cancel event: the current job is torn down, nothing more runs."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,11 @@ class RunState:
     outcomes: list[StepOutcome] = field(default_factory=list)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     record: RunRecord | None = None
+    cancel: threading.Event | None = None
+
+    def check_cancelled(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise RunCancelled("cancelled by request")
 
 
 # -- Ray connection and cluster shape --------------------------------------------------
@@ -383,6 +393,7 @@ def run_step(ranks: list[_Rank], job: Job, step: Any, state: RunState) -> StepOu
     }
 
     def tick() -> None:
+        state.check_cancelled()  # NOTE: raises out of the wait; run_job's finally tears down
         lead = ranks[0].actor.progress.remote()
         ready, _ = ray.wait([lead], timeout=0.2)
         try:
@@ -529,6 +540,7 @@ def run_job(job: Job, state: RunState) -> list[StepOutcome]:
         _fingerprint_nodes(ranks, state, t.rendezvous_s)
         rendezvous(ranks, job, state.suite, state.run_id)
         while remaining:
+            state.check_cancelled()
             step = remaining[0]
             state.on_event(_event(state, "step_start", job, step.step_name))
             outcome = run_step(ranks, job, step, state)
@@ -584,10 +596,16 @@ def recording(
     submitter: str = "",
     on_event: EventSink | None = None,
     total_steps: int = 0,
+    run_id: str | None = None,
+    cancel: threading.Event | None = None,
 ) -> Iterator[RunState]:
     """One run: yields its state for `run_job` calls, then writes nodes and the run record,
-    whatever happened (a Ctrl-C is recorded as `cancelled`, and re-raised)."""
-    state = RunState(new_run_id(), suite, store, on_event or (lambda e: None), total_steps)
+    whatever happened. A Ctrl-C is recorded as `cancelled` and re-raised; a cancel event
+    set by the caller is recorded as `cancelled` and the record returned as usual."""
+    state = RunState(
+        run_id or new_run_id(), suite, store, on_event or (lambda e: None), total_steps
+    )
+    state.cancel = cancel
     started = datetime.now(UTC)
     store.write_schema_note()
     status, message = "error", ""
@@ -597,6 +615,8 @@ def recording(
     except KeyboardInterrupt:
         status, message = "cancelled", "interrupted; finished steps are kept"
         raise
+    except RunCancelled:
+        status, message = "cancelled", "cancelled by request; finished steps are kept"
     finally:
         if state.nodes:
             store.write_nodes(state.run_id, list(state.nodes.values()))
@@ -625,19 +645,31 @@ def run_suite(
     labels: dict[str, str] | None = None,
     submitter: str = "",
     on_event: EventSink | None = None,
+    run_id: str | None = None,
+    cancel: threading.Event | None = None,
 ) -> RunRecord:
     """Plan the suite on the cluster, run every job, store rows, nodes and the run record.
 
-    A PlanError (bad input) is raised before anything is written.
+    A PlanError (bad input) is raised before anything is written. `run_id` lets a caller
+    (the service) name the run before it starts; setting `cancel` stops it within a poll
+    interval: the running job's actors are killed and its group removed, status `cancelled`.
     """
     fixed = [w for w in suite.placement.world_sizes if w != "all"]
     connect(address, max(fixed, default=0) * suite.placement.cpus_per_rank)
     plan = make_plan(suite, cluster_shape())
     total = sum(len(j.steps) for j in plan.jobs)
     with recording(
-        suite, store, labels=labels, submitter=submitter, on_event=on_event, total_steps=total
+        suite,
+        store,
+        labels=labels,
+        submitter=submitter,
+        on_event=on_event,
+        total_steps=total,
+        run_id=run_id,
+        cancel=cancel,
     ) as state:
         for job in plan.jobs:
+            state.check_cancelled()
             run_job(job, state)
     assert state.record is not None  # written by recording() on the way out
     return state.record

@@ -296,3 +296,27 @@ def test_the_leak_check_sees_a_live_actor_and_group():
     finally:
         ray.kill(actor)
         remove_placement_group(group)
+
+
+def test_cancel_event_stops_the_run_tears_down_and_records_cancelled(tmp_path):
+    """The service's cancel: a set event ends the running step within a poll, status cancelled."""
+    import threading
+
+    store = Store(tmp_path)
+    cancel = threading.Event()
+    spec = suite(
+        [{"check": "bandwidth", "collectives": ["all_reduce"], "sizes": {"min": 8, "max": 8},
+          "warmup": 0, "iters": 5}],
+        faults=[{"kind": "delay", "rank": 1, "ms": 2000}],
+    )  # fmt: skip
+
+    def on_event(e: Any) -> None:
+        if e.kind == "step_start":
+            threading.Timer(1.0, cancel.set).start()
+
+    started = time.monotonic()
+    record = run_suite(spec, store, run_id="20990101-000000-cafe01", cancel=cancel, on_event=on_event)
+    assert record.run_id == "20990101-000000-cafe01"
+    assert record.status == "cancelled", record
+    assert time.monotonic() - started < 30
+    assert store.run(record.run_id).status == "cancelled"
