@@ -1,10 +1,24 @@
 """Exact-result collectives: buffers whose every expected element is known (nccl-tests style).
 
-Input element i of rank r is a small integer derived from (seed, r, i), exactly
-representable in every dtype, so sums, maxima and products are exact and any differing
-element is a real error (zero tolerance); only `avg` needs a dtype-aware tolerance.
-Where the source of an element is known (gather, all_to_all, broadcast, the send/recv
-ring) wrong elements are counted per source rank, which names a corrupting rank.
+Element i of rank r's input is a small integer derived from (seed, r, i), chosen so that
+every partial result of the reduction is exactly representable in every dtype, whatever
+order or tree the backend reduces in, at any world size (proven to 4096 ranks by
+tests/unit/test_patterns.py). Element i is *led* by rank (i + seed) mod world; only the
+`SPAN` ranks from its leader on contribute anything but the identity:
+
+- sum / avg: those ranks send 1..4, all others 0, so every partial sum is an integer
+  <= 16 (bfloat16 is exact only to 256);
+- product: those ranks send +-1 or +-2, all others 1, so every partial product is
+  +-2**k with k <= 4;
+- max / min: the leader sends 9..16 (max) or 1..8 (min), every other rank a value on
+  the other side, so the extreme is unique and a wrong one is traced to its leader.
+
+The expected result of every element has a closed form, and inputs and expectations are
+made a chunk at a time, so verifying costs O(message) memory, never O(world x message).
+Any differing element is a real error (zero tolerance); only `avg` has a tolerance, the
+worst-case rounding of its few non-zero terms. Where the source of an element is known
+(gather, all_to_all, broadcast, the send/recv ring, a max or min) wrong elements are
+counted per source rank, which names a corrupting rank.
 """
 
 from __future__ import annotations
@@ -37,70 +51,151 @@ TORCH_OP: dict[ReduceOp, Any] = {
     ReduceOp.PRODUCT: dist.ReduceOp.PRODUCT,
 }
 REDUCING = {Collective.ALL_REDUCE, Collective.REDUCE, Collective.REDUCE_SCATTER}
-# Relative tolerance for `avg`, whose result is not an integer.
-AVG_RTOL: dict[DType, float] = {
-    DType.FLOAT64: 1e-12,
-    DType.FLOAT32: 1e-6,
-    DType.FLOAT16: 1e-3,
-    DType.BFLOAT16: 8e-3,
-}
 ROOT = 0
+SPAN = 4  # ranks per element that send more than the identity of a sum or product
+CHUNK = 1 << 16  # elements made or verified at once: temporaries of 512 KiB stay in cache
 
 # torch >= 2.12 renamed the tensor-in/tensor-out variants; keep working on older builds.
 _all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 _reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
 
+Of = Callable[[torch.Tensor], torch.Tensor]  # element indices (int64) -> one value per index
+_M32 = 0xFFFFFFFF
 
-def pattern(seed: int, rank: int, n: int, op: ReduceOp | None) -> torch.Tensor:
-    """Rank `rank`'s clean input: int64 values 1..8 (1..2 for product, so 2**world stays exact)."""
-    i = torch.arange(n, dtype=torch.int64)
+
+def avg_rtol(dtype: DType) -> float:
+    """Worst-case relative error of `avg`: SPAN additions, the scaling by 1/world and its
+    rounding, each off by at most the unit roundoff (eps / 2); +1 on any input is 6x more."""
+    return (SPAN + 2) * torch.finfo(TORCH_DTYPE[dtype]).eps / 2
+
+
+def _hash(seed: int, idx: torch.Tensor, rank: torch.Tensor | int | None = None) -> torch.Tensor:
+    """32 well-mixed bits of (seed, idx[, rank]), elementwise (idx and rank broadcast).
+
+    int64 arithmetic kept below 2**63, so it is the same on every device; in place where it
+    can be, since making and verifying a large message is mostly this function."""
+    x = (idx & 0x7FFFFFFF) * 0x27D4EB2F
+    if rank is not None:
+        x = x + (torch.as_tensor(rank) & _M32) * 0x165667B1
+    x.add_(seed * 0x9E3779B1 & _M32).bitwise_and_(_M32)
+    x.bitwise_xor_(x >> 15).mul_(0x2C1B3C6D).bitwise_and_(_M32)
+    x.bitwise_xor_(x >> 12).mul_(0x297A2D39).bitwise_and_(_M32)
+    return x.bitwise_xor_(x >> 15)
+
+
+# Which bits of an element's hash pick what (2 bits per place for sums and products).
+_SUM_BITS, _PRODUCT_BITS, _EXTREME_BITS, _OTHERS_BITS = 0, 2 * SPAN, 4 * SPAN, 4 * SPAN + 3
+
+
+def _term(h: torch.Tensor, op: ReduceOp, place: torch.Tensor | int) -> torch.Tensor:
+    """The value the rank at `place` (< SPAN) in an element's order sends for a sum or product."""
     if op == ReduceOp.PRODUCT:
-        return 1 + (seed + rank + i) % 2
-    # 3*rank makes every rank's value distinct per element for world <= 8, so max/min
-    # have a unique owner and a corrupted owner always shows.
-    return 1 + (seed + 3 * rank + i) % 8
+        g = h >> (_PRODUCT_BITS + 2 * place)
+        return (1 + ((g >> 1) & 1)) * (1 - 2 * (g & 1))  # +-1 or +-2
+    return 1 + ((h >> (_SUM_BITS + 2 * place)) & 3)
 
 
-def reduce_exact(parts: list[torch.Tensor], op: ReduceOp) -> torch.Tensor:
-    """The exact reduction of int64 parts, float64 for avg."""
-    stacked = torch.stack(parts)
-    if op == ReduceOp.SUM:
-        return stacked.sum(0)
-    if op == ReduceOp.AVG:
-        return stacked.to(torch.float64).mean(0)
-    if op == ReduceOp.MAX:
-        return stacked.amax(0)
-    if op == ReduceOp.MIN:
-        return stacked.amin(0)
-    return stacked.prod(0)
+def _extreme(h: torch.Tensor, op: ReduceOp) -> torch.Tensor:
+    """The leader's value of a max (9..16) or min (1..8): beyond every other rank's."""
+    return (9 if op == ReduceOp.MAX else 1) + ((h >> _EXTREME_BITS) & 7)
 
 
-@dataclass
+def lead(seed: int, idx: torch.Tensor, world: int) -> torch.Tensor:
+    """The rank leading each element: the one holding the extreme of a max or min."""
+    return torch.remainder(idx + seed % world, world)
+
+
+def values(
+    seed: int, rank: int | torch.Tensor, idx: torch.Tensor, op: ReduceOp | None, world: int
+) -> torch.Tensor:
+    """Rank `rank`'s clean input at element indices `idx`, int64 (rank and idx broadcast).
+
+    op None (data moved, not reduced): 1..64, different for every (rank, index)."""
+    if op is None:
+        return 1 + (_hash(seed, idx, rank) & 63)
+    h = _hash(seed, idx)
+    place = torch.remainder(rank - seed % world - idx, world)  # 0 for the element's leader
+    if op in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.PRODUCT):
+        identity = 1 if op == ReduceOp.PRODUCT else 0
+        return torch.where(place < SPAN, _term(h, op, place.clamp(max=SPAN - 1)), identity)
+    # Every other rank sends a value on the far side of the leader's: 1..8 for max, 9..16 for min.
+    others = (9 if op == ReduceOp.MIN else 1) + (((h >> _OTHERS_BITS) + place) & 7)
+    return torch.where(place == 0, _extreme(h, op), others)
+
+
+def reduced(seed: int, idx: torch.Tensor, op: ReduceOp, world: int) -> torch.Tensor:
+    """The exact reduction over all `world` ranks at `idx`, in closed form: O(len(idx)) time
+    and memory whatever the world size (int64; float64 for avg)."""
+    h = _hash(seed, idx)
+    if op in (ReduceOp.MAX, ReduceOp.MIN):
+        return _extreme(h, op)
+    out = _term(h, op, 0)
+    for place in range(1, min(SPAN, world)):
+        if op == ReduceOp.PRODUCT:
+            out.mul_(_term(h, op, place))
+        else:
+            out.add_(_term(h, op, place))
+    return out.to(torch.float64) / world if op == ReduceOp.AVG else out
+
+
+def pattern(
+    seed: int, rank: int, n: int, op: ReduceOp | None, world: int | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s clean input, elements 0..n-1 (int64); reductions need the world size."""
+    if op is not None and world is None:
+        raise ValueError(f"the {op.value} pattern depends on the world size; pass world=")
+    return values(seed, rank, torch.arange(n), op, world or 1)
+
+
+def _chunks(n: int) -> Iterator[tuple[int, int]]:
+    for lo in range(0, n, CHUNK):
+        yield lo, min(lo + CHUNK, n)
+
+
+def _fill(out: torch.Tensor, of: Of, plus: int = 0) -> torch.Tensor:
+    """Write of(index) + plus into `out` a chunk at a time, in out's dtype and device."""
+    for lo, hi in _chunks(out.numel()):
+        out[lo:hi] = of(torch.arange(lo, hi, device=out.device)) + plus
+    return out
+
+
+@dataclass(frozen=True)
 class Case:
     """One collective ready to launch repeatedly, then verify against its exact result."""
 
-    launch: Callable[[], None]
-    reset: Callable[[], None]
+    launch: Callable[[], object]
+    reset: Callable[[], object]
+    sent: torch.Tensor  # what this rank contributes
     output: torch.Tensor
-    expected: torch.Tensor | None  # None: nothing to check on this rank (reduce off-root, barrier)
-    sources: int = 1  # number of equal chunks of `output`, each from one source rank
-    source_of_chunk: Callable[[int], int] = lambda j: j
+    expect: Of | None  # output index -> exact value; None: nothing to check on this rank
+    source: Of | None = None  # output index -> the rank the element's value came from
 
     def wrong(self, dtype: DType, op: ReduceOp | None) -> tuple[int, dict[str, int]]:
         """Count elements differing from the exact result, in total and per source rank."""
-        if self.expected is None:
+        if self.expect is None:
             return 0, {}
-        got = self.output.detach().to("cpu", torch.float64)
-        want = self.expected.to(torch.float64)
-        if op == ReduceOp.AVG:
-            bad = (got - want).abs() > AVG_RTOL[dtype] * want.abs()
-        else:
-            bad = got != want
-        total = int(bad.sum())
-        if total == 0 or self.sources == 1:
-            return total, {}
-        per_chunk = bad.reshape(self.sources, -1).sum(1).tolist()
-        return total, {str(self.source_of_chunk(j)): int(c) for j, c in enumerate(per_chunk) if c}
+        rtol = avg_rtol(dtype) if op == ReduceOp.AVG else 0.0
+        out = self.output.detach().reshape(-1)
+        total, by_source = 0, torch.zeros(0, dtype=torch.int64)
+        for lo, hi in _chunks(out.numel()):
+            idx = torch.arange(lo, hi, device=out.device)
+            got = out[lo:hi].to(torch.float64)
+            want = self.expect(idx).to(torch.float64)
+            # Written so that NaN counts as wrong.
+            bad = ~((got - want).abs() <= rtol * want.abs()) if rtol else got != want
+            n_bad = int(bad.sum())
+            total += n_bad
+            if n_bad and self.source is not None:
+                by_source = _add(by_source, torch.bincount(self.source(idx[bad])).cpu())
+        return total, {str(k): int(c) for k, c in enumerate(by_source.tolist()) if c}
+
+
+def _add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Sum of two count vectors of different lengths."""
+    if len(a) < len(b):
+        a, b = b, a
+    a[: len(b)] += b
+    return a
 
 
 def elements_for(collective: Collective, size_bytes: int, dtype: DType, world: int) -> int:
@@ -115,62 +210,110 @@ def prepare(
     ctx: CheckContext, collective: Collective, op: ReduceOp | None, dtype: DType, count: int
 ) -> Case:
     """Buffers, the launch function and the exact expected output of one collective."""
-    r, n, seed = ctx.rank.rank, ctx.rank.world_size, ctx.rank.seed
-    tdt, dev = TORCH_DTYPE[dtype], ctx.device
-    corrupt = 1 if ctx.has_fault(FaultKind.CORRUPT) else 0
-
-    def clean(rank: int, length: int) -> torch.Tensor:
-        return pattern(seed, rank, length, op)
-
-    def mine(length: int) -> torch.Tensor:
-        return (clean(r, length) + corrupt).to(dev, tdt)
-
-    torch_op = TORCH_OP[op] if op is not None else None
-
-    if collective == Collective.ALL_REDUCE:
-        buf = mine(count)
-        src = buf.clone()
-        exp = reduce_exact([clean(k, count) for k in range(n)], op)
-        return Case(lambda: dist.all_reduce(buf, torch_op), lambda: buf.copy_(src), buf, exp)
-    if collective == Collective.REDUCE:
-        buf = mine(count)
-        src = buf.clone()
-        exp = reduce_exact([clean(k, count) for k in range(n)], op) if r == ROOT else None
-        return Case(lambda: dist.reduce(buf, ROOT, torch_op), lambda: buf.copy_(src), buf, exp)
-    if collective == Collective.BROADCAST:
-        buf = mine(count) if r == ROOT else torch.zeros(count, dtype=tdt, device=dev)
-        src = buf.clone()
-        exp = clean(ROOT, count)
-        return Case(
-            lambda: dist.broadcast(buf, ROOT), lambda: buf.copy_(src), buf, exp, 1, lambda j: ROOT
-        )
+    if collective == Collective.BARRIER:  # nothing to verify: the call completing is the check
+        empty = torch.zeros(0)
+        return Case(dist.barrier, lambda: None, empty, empty, None)
+    n = ctx.rank.world_size
+    length = count  # per-rank input: one chunk for all_gather, whole chunks for the others
     if collective == Collective.ALL_GATHER:
-        chunk = count // n
-        inp, out = mine(chunk), torch.zeros(chunk * n, dtype=tdt, device=dev)
-        exp = torch.cat([clean(k, chunk) for k in range(n)])
-        return Case(lambda: _all_gather(out, inp), lambda: out.zero_(), out, exp, n)
+        length = count // n
+    elif collective in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
+        length = count - count % n
+    inp = _input(ctx, op, TORCH_DTYPE[dtype], length)
+    if collective in REDUCING:
+        assert op is not None, "combinations() gives every reducing collective an op"
+        return _reducing(ctx, collective, op, inp)
+    return _moving(ctx, collective, inp)
+
+
+def _input(ctx: CheckContext, op: ReduceOp | None, dtype: torch.dtype, length: int) -> torch.Tensor:
+    """This rank's input on its device, made a chunk at a time; +1 on a `corrupt` rank."""
+    r, n, seed = ctx.rank.rank, ctx.rank.world_size, ctx.rank.seed
+    corrupt = 1 if ctx.has_fault(FaultKind.CORRUPT) else 0
+    buf = torch.empty(length, dtype=dtype, device=ctx.device)
+    return _fill(buf, lambda idx: values(seed, r, idx, op, n), corrupt)
+
+
+def _reducing(ctx: CheckContext, collective: Collective, op: ReduceOp, inp: torch.Tensor) -> Case:
+    """all_reduce, reduce or reduce_scatter of `inp`, expected in closed form."""
+    r, n, seed = ctx.rank.rank, ctx.rank.world_size, ctx.rank.seed
+    torch_op = TORCH_OP[op]
+    # This rank's output is the reduced buffer from `offset` on (its shard, for reduce_scatter).
+    offset = r * (inp.numel() // n) if collective == Collective.REDUCE_SCATTER else 0
+
+    def want(t: torch.Tensor) -> torch.Tensor:
+        return reduced(seed, offset + t, op, n)
+
+    def leader(t: torch.Tensor) -> torch.Tensor:
+        return lead(seed, offset + t, n)
+
+    source = leader if op in (ReduceOp.MAX, ReduceOp.MIN) else None
     if collective == Collective.REDUCE_SCATTER:
-        chunk = count // n
-        inp, out = mine(chunk * n), torch.zeros(chunk, dtype=tdt, device=dev)
-        full = reduce_exact([clean(k, chunk * n) for k in range(n)], op)
-        exp = full[r * chunk : (r + 1) * chunk]
-        return Case(lambda: _reduce_scatter(out, inp, torch_op), lambda: out.zero_(), out, exp)
-    if collective == Collective.ALL_TO_ALL:
-        chunk = count // n
-        inp, out = mine(chunk * n), torch.zeros(chunk * n, dtype=tdt, device=dev)
-        exp = torch.cat([clean(k, chunk * n)[r * chunk : (r + 1) * chunk] for k in range(n)])
-        return Case(lambda: dist.all_to_all_single(out, inp), lambda: out.zero_(), out, exp, n)
+        out = torch.zeros(inp.numel() // n, dtype=inp.dtype, device=inp.device)
+        return Case(lambda: _reduce_scatter(out, inp, torch_op), out.zero_, inp, out, want, source)
+    sent = inp.clone()  # all_reduce and reduce work in place: keep what to reset to
+    if collective == Collective.ALL_REDUCE:
+        return Case(
+            lambda: dist.all_reduce(inp, torch_op), lambda: inp.copy_(sent), sent, inp, want, source
+        )
+    return Case(
+        lambda: dist.reduce(inp, ROOT, torch_op),
+        lambda: inp.copy_(sent),
+        sent,
+        inp,
+        want if r == ROOT else None,
+        source,
+    )
+
+
+def _moving(ctx: CheckContext, collective: Collective, inp: torch.Tensor) -> Case:
+    """broadcast, all_gather, all_to_all or the send/recv ring: every output element is a
+    known element of a known rank's input."""
+    r, n, seed = ctx.rank.rank, ctx.rank.world_size, ctx.rank.seed
+
+    def expect(src: Of, at: Of) -> Of:
+        """Output element t is element at(t) of rank src(t)'s input."""
+        return lambda t: values(seed, src(t), at(t), None, n)
+
+    def rank_only(rank: int) -> Of:
+        return lambda t: torch.full_like(t, rank)
+
+    def same(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    if collective == Collective.BROADCAST:
+        buf = inp if r == ROOT else torch.zeros_like(inp)
+        sent = buf.clone()
+        root = rank_only(ROOT)
+        return Case(
+            lambda: dist.broadcast(buf, ROOT),
+            lambda: buf.copy_(sent),
+            sent,
+            buf,
+            expect(root, same),
+            root,
+        )
     if collective == Collective.SEND_RECV:
-        return _ring(ctx, mine(count), clean((r - 1) % n, count))
-    # Barrier: nothing to verify, the call completing is the check.
-    return Case(dist.barrier, lambda: None, torch.zeros(0), None)
+        prev = rank_only((r - 1) % n)
+        return _ring(ctx, inp, expect(prev, same), prev)
+    chunk = inp.numel() if collective == Collective.ALL_GATHER else inp.numel() // n
+
+    def by_chunk(t: torch.Tensor) -> torch.Tensor:
+        return t // chunk
+
+    if collective == Collective.ALL_GATHER:
+        out = torch.zeros(chunk * n, dtype=inp.dtype, device=inp.device)
+        want = expect(by_chunk, lambda t: t % chunk)
+        return Case(lambda: _all_gather(out, inp), out.zero_, inp, out, want, by_chunk)
+    out = torch.zeros_like(inp)  # all_to_all: chunk j of rank k's input goes to rank j
+    want = expect(by_chunk, lambda t: r * chunk + t % chunk)
+    return Case(lambda: dist.all_to_all_single(out, inp), out.zero_, inp, out, want, by_chunk)
 
 
-def _ring(ctx: CheckContext, inp: torch.Tensor, expected: torch.Tensor) -> Case:
+def _ring(ctx: CheckContext, inp: torch.Tensor, want: Of, prev: Of) -> Case:
     """Send to rank+1 and receive from rank-1 in one batch (no deadlock on nccl)."""
     r, n = ctx.rank.rank, ctx.rank.world_size
     out = torch.zeros_like(inp)
-    prev = (r - 1) % n
 
     def launch() -> None:
         if n == 1:
@@ -178,12 +321,12 @@ def _ring(ctx: CheckContext, inp: torch.Tensor, expected: torch.Tensor) -> Case:
             return
         ops = [
             dist.P2POp(dist.isend, inp, (r + 1) % n),
-            dist.P2POp(dist.irecv, out, prev),
+            dist.P2POp(dist.irecv, out, (r - 1) % n),
         ]
         for req in dist.batch_isend_irecv(ops):
             req.wait()
 
-    return Case(launch, lambda: out.zero_(), out, expected, 1, lambda j: prev)
+    return Case(launch, out.zero_, inp, out, want, prev)
 
 
 def unsupported(backend: str, collective: Collective, op: ReduceOp | None, dtype: DType) -> str:
