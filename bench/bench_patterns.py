@@ -22,7 +22,7 @@ from rich.table import Table
 MiB = 1 << 20
 
 ONE = """
-import json, resource, sys, time, torch
+import json, sys, time, torch
 from fleetval.checks.base import CheckContext, Heartbeat, RankContext
 from fleetval.checks.collectives import CHUNK, pattern, prepare
 from fleetval.vocab import Collective, DType, ReduceOp
@@ -30,11 +30,14 @@ from fleetval.vocab import Collective, DType, ReduceOp
 how, world, nbytes, dtype = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), DType(sys.argv[4])
 count = nbytes // torch.empty(0, dtype=getattr(torch, dtype.value)).element_size()
 
-def peak():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def status(key):  # VmRSS now, or VmHWM: this process image's peak (ru_maxrss survives exec)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
 
-with open("/proc/self/statm") as f:
-    before = int(f.read().split()[1]) * resource.getpagesize()
+def peak():
+    return status("VmHWM")
+
+before = status("VmRSS")
 t0 = time.process_time()
 if how == "closed form":
     rank = RankContext(run_id="b", job=0, rank=1, world_size=world, local_rank=0,
