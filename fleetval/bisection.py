@@ -11,7 +11,9 @@ and becomes the pool of known-good members that pad a lone suspect into a pair. 
 both halves are equally slow against a group already cleared, the slowness is spread
 over both (a slow node hosting several ranks): all of them are flagged. With an odd
 number of suspects one sits the round out and is tested at the end against a known-good
-partner. One slow member among N is found in about log2(N) rounds of two groups;
+partner. "Both slow" is only said after the two halves are measured again beside a
+group of cleared members of the same size: every verdict compares groups measured at
+the same time, never a figure from minutes before. One slow member among N is found in about log2(N) rounds of two groups;
 2-3 members are tested as all pairs instead.
 """
 
@@ -23,6 +25,7 @@ from itertools import combinations
 
 Member = Hashable  # a node name or a rank
 Measure = Callable[[tuple[Member, ...]], float | None]
+MeasureTogether = Callable[[list[tuple[Member, ...]]], list[float | None]]
 
 
 @dataclass(frozen=True)
@@ -66,18 +69,48 @@ def worse(a: float | None, b: float | None, threshold: float) -> bool:
     return b is not None and a < b * (1 - threshold)
 
 
-def isolate(members: Sequence[Member], measure: Measure, threshold: float = 0.2) -> Isolation:
-    """Bisection for the slow member(s); see the module docstring."""
+def isolate(
+    members: Sequence[Member],
+    measure: Measure,
+    threshold: float = 0.2,
+    *,
+    together: MeasureTogether | None = None,
+    confirm: bool = False,
+) -> Isolation:
+    """Bisection for the slow member(s); see the module docstring.
+
+    `together` measures the groups of a round side by side (interleaved, so a load that
+    comes and goes hits both alike); without it each group is measured alone. With
+    `confirm`, a round that finds something slow is measured again, and only a verdict
+    both measurements agree on is kept.
+    """
+    run = together or (lambda groups: [measure(g) for g in groups])
     result = Isolation()
     if len(members) < 4:
-        return _pairwise(list(members), measure, threshold, result)
+        return _pairwise(list(members), run, threshold, result)
     suspects, good, aside = list(members), [], []
-    reference: float | None = None  # the best score of a group of cleared members
 
-    def trial(group: list[Member]) -> float | None:
-        score = measure(tuple(group))
-        result.trials.append(Trial(result.rounds, tuple(group), score))
-        return score
+    def trial(groups: list[list[Member]]) -> list[float | None]:
+        scores = run([tuple(g) for g in groups])
+        result.trials += [
+            Trial(result.rounds, tuple(g), s) for g, s in zip(groups, scores, strict=True)
+        ]
+        return scores
+
+    def judge(a: list[Member], b: list[Member]) -> str:
+        """Which half is slow: "a", "b", "both" (against cleared members) or "none"."""
+        sa, sb = trial([a, b])
+        if worse(sa, sb, threshold):
+            return "a"
+        if worse(sb, sa, threshold):
+            return "b"
+        ref = good[: len(a)]
+        if len(ref) < len(a):
+            return "none"
+        # Equal halves: both slow, or both fine? Measure them again beside cleared members.
+        sa, sb, sr = trial([a, b, ref])
+        both = worse(sa, sr, threshold) and worse(sb, sr, threshold)
+        return "both" if both else "none"
 
     while len(suspects) > 1:
         if len(suspects) % 2:
@@ -91,33 +124,32 @@ def isolate(members: Sequence[Member], measure: Measure, threshold: float = 0.2)
                 break
             a, b = a + good[:1], b + good[:1]
         result.rounds += 1
-        sa, sb = trial(a), trial(b)
-        if worse(sa, sb, threshold):
+        verdict = judge(a, b)
+        if verdict != "none" and confirm and judge(a, b) != verdict:
+            verdict = "none"  # not seen twice: noise
+        if verdict == "a":
             good += [n for n in b if n not in good]
             suspects = [n for n in a if n not in good]
-            reference = _best(reference, sb)
-        elif worse(sb, sa, threshold):
+        elif verdict == "b":
             good += [n for n in a if n not in good]
             suspects = [n for n in b if n not in good]
-            reference = _best(reference, sa)
-        elif (
-            reference is not None
-            and worse(sa, reference, threshold)
-            and worse(sb, reference, threshold)
-        ):
+        elif verdict == "both":
             result.note = "both halves equally slow: the slowness is shared by all of them"
             break  # every remaining suspect is slow (e.g. a slow node hosting several ranks)
         else:
             good += [n for n in a + b if n not in good]
             suspects = []
-            reference = _best(reference, _best(sa, sb))
     result.flagged = suspects
     for member in aside:
-        if not good:
-            result.note = f"no cleared member to pair {member} with"
+        if len(good) < 2:
+            result.note = f"no cleared members to pair {member} with"
             continue
         result.rounds += 1
-        if worse(trial([member, good[0]]), reference, threshold):
+        pair, ref = [member, good[0]], good[1:3] if len(good) > 2 else good[:2]
+        slow = worse(*trial([pair, ref]), threshold)
+        if slow and confirm:
+            slow = worse(*trial([pair, ref]), threshold)
+        if slow:
             result.flagged.append(member)
     return result
 
@@ -127,14 +159,15 @@ def _best(a: float | None, b: float | None) -> float | None:
 
 
 def _pairwise(
-    members: list[Member], measure: Measure, threshold: float, result: Isolation
+    members: list[Member], run: MeasureTogether, threshold: float, result: Isolation
 ) -> Isolation:
     """Small sets: every pair; a member in every slow pair (and no fast one) is flagged."""
     if len(members) < 2:
         result.note = "isolation needs at least 2 members"
         return result
     result.rounds = 1
-    result.trials = [Trial(1, p, measure(p)) for p in combinations(members, 2)]
+    pairs = list(combinations(members, 2))
+    result.trials = [Trial(1, p, s) for p, s in zip(pairs, run(pairs), strict=True)]
     best = max((t.score for t in result.trials if t.score is not None), default=None)
     slow = [t.group for t in result.trials if worse(t.score, best, threshold)]
     fast = {n for t in result.trials if t.group not in slow for n in t.group}

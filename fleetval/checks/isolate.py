@@ -5,9 +5,11 @@ collective, so every rank measures the same slow time and arrival order names no
 Timing each half of the ranks alone does: the half holding the culprit is slow, the
 other is not. `fleetval.bisection.isolate` picks the halves (O(log N) rounds; a lone
 suspect is paired with a rank already cleared); here each group is a `dist.new_group`
-that every rank creates, its members time `iters` collectives on it while the others
-wait, and the members' times are gathered to every rank, so all ranks take the same next
-step. A group's time per iteration is its slowest member's; its score the median.
+that every rank creates, its members run `iters` collectives on it back to back while the
+others wait, and the members' times are gathered to every rank, so all ranks take the
+same next step. A group's time is wall time per iteration (first entry to last exit,
+over iterations), its slowest member's: a mean, not a median, because a process stopped
+10 ms in every 20 stalls one iteration in ten, which a median would never see.
 
 Use it after a step that was slow against its baseline or its peers, or on its own in a
 health suite (see suites/isolate.yaml): a healthy job costs one round of two groups.
@@ -22,7 +24,6 @@ import statistics
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from pydantic import AfterValidator, ByteSize, Field
@@ -70,20 +71,20 @@ class _Groups:
         """Collective: every rank calls it with the same group, in the same order."""
         ranks = [int(r) for r in group]
         pg = dist.new_group(ranks)
-        samples: list[float] | None = None
+        wall_us: float | None = None
         try:
             if self.ctx.rank.rank in ranks:
-                samples = self.ctx.measure(
+                timing = self.ctx.measure(
                     self.p.collective.value, self._launch(pg, len(ranks)),
                     warmup=self.p.warmup, iters=self.p.iters,
-                ).samples_us  # fmt: skip
-                self.mine[tuple(ranks)] = samples
+                )  # fmt: skip
+                self.mine[tuple(ranks)] = timing.samples_us
+                wall_us = (timing.exit_unix_us[-1] - timing.enter_unix_us[0]) / self.p.iters
         finally:
-            gathered: list[list[float] | None] = [None] * self.ctx.rank.world_size
-            dist.all_gather_object(gathered, samples)
+            gathered: list[float | None] = [None] * self.ctx.rank.world_size
+            dist.all_gather_object(gathered, wall_us)
             dist.destroy_process_group(pg)
-        member_times = np.array([gathered[r] for r in ranks], dtype=np.float64)
-        time_us = float(np.median(member_times.max(axis=0)))
+        time_us = max(float(gathered[r] or 0.0) for r in ranks)
         self.time_us[tuple(ranks)] = time_us
         return 1e6 / time_us if time_us > 0 else None
 
