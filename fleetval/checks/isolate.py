@@ -5,11 +5,13 @@ collective, so every rank measures the same slow time and arrival order names no
 Timing each half of the ranks alone does: the half holding the culprit is slow, the
 other is not. `fleetval.bisection.isolate` picks the halves (O(log N) rounds; a lone
 suspect is paired with a rank already cleared); here each group is a `dist.new_group`
-that every rank creates, its members run `iters` collectives on it back to back while the
-others wait, and the members' times are gathered to every rank, so all ranks take the
-same next step. A group's time is wall time per iteration (first entry to last exit,
-over iterations), its slowest member's: a mean, not a median, because a process stopped
-10 ms in every 20 stalls one iteration in ten, which a median would never see.
+that every rank creates, the groups of a round take turns in short bursts (so a
+passing load hits them alike), and the members' times are gathered to every rank, so all
+ranks take the same next step. A group's time is the wall time per iteration of a burst
+(first entry to last exit), its slowest member's, median over bursts: wall time, not
+the median iteration, because a process stopped 10 ms in every 20 stalls one iteration
+in ten, which a median iteration would never see. A verdict is kept only when a second
+measurement agrees.
 
 Use it after a step that was slow against its baseline or its peers, or on its own in a
 health suite (see suites/isolate.yaml): a healthy job costs one round of two groups.
@@ -19,6 +21,7 @@ Rows: per round and group, each member's samples with the group and the other ha
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from collections.abc import Callable
@@ -26,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 import torch
 import torch.distributed as dist
-from pydantic import AfterValidator, ByteSize, Field
+from pydantic import AfterValidator, ByteSize, Field, PositiveFloat
 
 from fleetval.bisection import Isolation, Trial, isolate
 from fleetval.checks.base import CheckContext, StepSpec
@@ -34,6 +37,7 @@ from fleetval.results import Row
 from fleetval.vocab import Collective, Status
 
 TIMED = (Collective.ALL_REDUCE, Collective.ALL_GATHER)
+MAX_BURST_ITERS = 10_000
 
 
 def _timed(c: Collective) -> Collective:
@@ -49,11 +53,15 @@ class IsolateParams(StepSpec):
     collective: Annotated[Collective, AfterValidator(_timed)] = Collective.ALL_REDUCE
     size: ByteSize = ByteSize(64 * 1024)
     warmup: int = Field(default=3, ge=0)
-    iters: int = Field(default=20, ge=3)
-    # A half slower than the other by this share (0.5: its score, 1/time, is half or less)
-    # holds the culprit. Generous: halves of a healthy CPU job differ by tens of percent
-    # on a loaded host, while a throttled rank or a slow link costs its group 2x or more.
-    threshold: float = Field(default=0.5, gt=0, lt=1)
+    # Groups take turns in bursts, each at least burst_ms long: longer than a throttle's
+    # cycle or a CPU quota's period, so a burst cannot fit between two stalls.
+    bursts: int = Field(default=3, ge=1)
+    burst_ms: PositiveFloat = 100.0
+    # A half whose score (1/time) is lower than the other's by this share holds the
+    # culprit (0.3: 1.43x the time). Halves measured in alternating bursts and confirmed
+    # by a second measurement differ by far less on a healthy job, even on a loaded host,
+    # while a rank stopped half the time costs its group 1.5x or more.
+    threshold: float = Field(default=0.3, gt=0, lt=1)
 
 
 class _Groups:
@@ -61,32 +69,59 @@ class _Groups:
 
     def __init__(self, ctx: CheckContext, p: IsolateParams) -> None:
         self.ctx, self.p = ctx, p
-        self.time_us: dict[tuple[int, ...], float | None] = {}
         self.mine: dict[tuple[int, ...], list[float]] = {}
         n = max(1, int(p.size) // 4)
         self.buf = torch.ones(n, dtype=torch.float32, device=ctx.device)
         self.out = [torch.empty_like(self.buf) for _ in range(ctx.rank.world_size)]
 
-    def measure(self, group: tuple[Any, ...]) -> float | None:
-        """Collective: every rank calls it with the same group, in the same order."""
-        ranks = [int(r) for r in group]
-        pg = dist.new_group(ranks)
-        wall_us: float | None = None
+    def together(self, groups: list[tuple[Any, ...]]) -> list[float | None]:
+        """Collective: every rank calls it with the same groups, in the same order.
+
+        The groups take turns in bursts of at least `burst_ms`, a world barrier between
+        bursts, so a load that comes and goes on the host hits every group alike. A group's
+        time per burst is its slowest member's wall time per iteration; its score, the
+        median over bursts, inverted (higher is better).
+        """
+        me, p = self.ctx.rank.rank, self.p
+        members = [[int(r) for r in g] for g in groups]
+        pgs = [dist.new_group(m) for m in members]
+        walls: list[list[float]] = [[] for _ in groups]
         try:
-            if self.ctx.rank.rank in ranks:
-                timing = self.ctx.measure(
-                    self.p.collective.value, self._launch(pg, len(ranks)),
-                    warmup=self.p.warmup, iters=self.p.iters,
-                )  # fmt: skip
-                self.mine[tuple(ranks)] = timing.samples_us
-                wall_us = (timing.exit_unix_us[-1] - timing.enter_unix_us[0]) / self.p.iters
+            iters = [self._calibrate(pg, ranks) for ranks, pg in zip(members, pgs, strict=True)]
+            for _ in range(p.bursts):
+                for i, (ranks, pg) in enumerate(zip(members, pgs, strict=True)):
+                    if me in ranks:
+                        timing = self.ctx.measure(
+                            p.collective.value, self._launch(pg, len(ranks)), warmup=0,
+                            iters=iters[i],
+                        )  # fmt: skip
+                        self.mine.setdefault(tuple(ranks), []).extend(timing.samples_us)
+                        span = timing.exit_unix_us[-1] - timing.enter_unix_us[0]
+                        walls[i].append(span / iters[i])
+                    dist.barrier()
+            gathered: list[list[list[float]] | None] = [None] * self.ctx.rank.world_size
+            dist.all_gather_object(gathered, walls)
         finally:
-            gathered: list[float | None] = [None] * self.ctx.rank.world_size
-            dist.all_gather_object(gathered, wall_us)
-            dist.destroy_process_group(pg)
-        time_us = max(float(gathered[r] or 0.0) for r in ranks)
-        self.time_us[tuple(ranks)] = time_us
-        return 1e6 / time_us if time_us > 0 else None
+            for pg in pgs:
+                dist.destroy_process_group(pg)
+        scores: list[float | None] = []
+        for i, ranks in enumerate(members):
+            per_burst_us = [max(gathered[r][i][b] for r in ranks) for b in range(p.bursts)]
+            time_us = statistics.median(per_burst_us)
+            scores.append(1e6 / time_us if time_us > 0 else None)
+        return scores
+
+    def _calibrate(self, pg: Any, ranks: list[int]) -> int:
+        """Warm the group up and agree on how many iterations fill a burst (0: not a member)."""
+        if self.ctx.rank.rank not in ranks:
+            return 0
+        warm = self.ctx.measure(
+            self.p.collective.value, self._launch(pg, len(ranks)), warmup=1,
+            iters=max(2, self.p.warmup),
+        )  # fmt: skip
+        slowest = torch.tensor([statistics.median(warm.samples_us)], device=self.ctx.device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=pg)
+        return min(MAX_BURST_ITERS, max(2, math.ceil(self.p.burst_ms * 1e3 / float(slowest))))
 
     def _launch(self, pg: Any, size: int) -> Callable[[], object]:
         if self.p.collective == Collective.ALL_GATHER:
@@ -95,15 +130,22 @@ class _Groups:
         return lambda: dist.all_reduce(self.buf, group=pg)
 
 
-def _evidence(found: Isolation, times: dict[tuple[int, ...], float | None]) -> list[str]:
+def _unused(group: tuple[Any, ...]) -> float | None:
+    raise AssertionError("the isolate check measures groups together")
+
+
+def _evidence(found: Isolation) -> list[str]:
     by_round: dict[int, list[Trial]] = {}
     for t in found.trials:
         by_round.setdefault(t.round, []).append(t)
     return [
-        f"round {r}: "
-        + " vs ".join(f"ranks {_ranks(t.group)} {_us(times.get(t.group))}" for t in ts)
+        f"round {r}: " + " vs ".join(f"ranks {_ranks(t.group)} {_us(_time_us(t))}" for t in ts)
         for r, ts in sorted(by_round.items())
     ]
+
+
+def _time_us(t: Trial) -> float | None:
+    return 1e6 / t.score if t.score else None
 
 
 def _ranks(group: tuple[Any, ...]) -> str:
@@ -128,11 +170,12 @@ def run_isolate(ctx: CheckContext, p: IsolateParams) -> list[Row]:
     where: list[tuple[str, str | None] | None] = [None] * world
     dist.all_gather_object(where, (ctx.rank.node, ctx.rank.device_id))
     groups = _Groups(ctx, p)
-    found = isolate(list(range(world)), groups.measure, p.threshold)
-    evidence = _evidence(found, groups.time_us)
-    rows = [
-        _round_row(ctx, p, ident, t, found, groups) for t in found.trials if t.group in groups.mine
-    ]
+    found = isolate(
+        list(range(world)), _unused, p.threshold, together=groups.together, confirm=True
+    )
+    evidence = _evidence(found)
+    mine = {(t.round, t.group): t for t in found.trials if t.group in groups.mine}
+    rows = [_round_row(ctx, p, ident, t, found, groups) for t in mine.values()]
     flagged = [int(r) for r in found.flagged]
     named = ", ".join(
         f"rank {r} on {where[r][0]}" + (f" ({where[r][1]})" if where[r][1] else "") for r in flagged
@@ -149,7 +192,7 @@ def run_isolate(ctx: CheckContext, p: IsolateParams) -> list[Row]:
         message += f"; {found.note}"
     rows.append(
         ctx.row(
-            **ident, size_bytes=int(p.size), iters=p.iters, metric="isolated",
+            **ident, size_bytes=int(p.size), iters=p.bursts, metric="isolated",
             value=1.0 if me in flagged else 0.0, unit="flag", status=status, message=message,
             details={"flagged": flagged, "rounds": found.rounds, "evidence": evidence,
                      "pid": os.getpid()},
@@ -168,11 +211,11 @@ def _round_row(
 ) -> Row:
     """This rank's samples in one group of one round, with the other group(s) of the round."""
     samples = groups.mine[trial.group]
-    others = [t.group for t in found.trials if t.round == trial.round and t.group != trial.group]
+    others = {t.group: t for t in found.trials if t.round == trial.round and t.group != trial.group}
     return ctx.row(
         **ident, size_bytes=int(p.size), iters=len(samples),
         time_us_median=statistics.median(samples), samples_us=tuple(samples),
-        metric="isolate_group_time_us", value=groups.time_us[trial.group], unit="us",
+        metric="isolate_group_time_us", value=_time_us(trial), unit="us",
         details={"round": trial.round, "group": list(trial.group),
-                 "versus": [{"group": list(g), "time_us": groups.time_us.get(g)} for g in others]},
+                 "versus": [{"group": list(g), "time_us": _time_us(t)} for g, t in others.items()]},
     )  # fmt: skip

@@ -30,7 +30,7 @@ BANDWIDTH = {
     "warmup": 2,
     "iters": 12,
 }
-ISOLATE = {"check": "isolate", "size": 16384, "warmup": 2, "iters": 15}
+ISOLATE = {"check": "isolate", "size": 16384, "warmup": 2}
 # 2 ranks on each of two simulated nodes: ranks 0,1 on node-a, ranks 2,3 on node-b.
 TWO_NODES = {"world_sizes": [4], "gpus_per_rank": 0, "nodes": ["node-a", "node-b"]}
 
