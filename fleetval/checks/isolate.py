@@ -55,7 +55,7 @@ class IsolateParams(StepSpec):
     warmup: int = Field(default=3, ge=0)
     # Groups take turns in bursts, each at least burst_ms long: longer than a throttle's
     # cycle or a CPU quota's period, so a burst cannot fit between two stalls.
-    bursts: int = Field(default=3, ge=1)
+    bursts: int = Field(default=5, ge=1)
     burst_ms: PositiveFloat = 100.0
     # A half whose score (1/time) is lower than the other's by this share holds the
     # culprit (0.3: 1.43x the time). Halves measured in alternating bursts and confirmed
