@@ -21,7 +21,7 @@ Per measurement (one collective at one size, or one DDP step), with samples S[ra
    measured jitter is tiny.
 
 A rank's score is its lateness in units of noise, averaged over measurements; a rank is
-late when the score reaches `threshold`. The mean (not the median) over measurements
+late when the score, each measurement capped at RATIO_CAP, reaches `threshold`. The mean (not the median) over measurements
 lets a small delay that only rises above the noise at small sizes still count.
 
 Pure: no Ray, no torch.
@@ -40,6 +40,9 @@ from fleetval.results import Row
 
 THRESHOLD = 3.0  # lateness in units of measured noise; figures in bench/RESULTS.md
 MIN_ITERS = 3  # a median over fewer iterations says nothing
+# One measurement counts at most this many noise units towards the verdict: a burst of
+# load on one rank during one size must not outvote the others (the score keeps it all).
+RATIO_CAP = 10.0
 REL_FLOOR = 0.02  # noise is at least this share of the median iteration time
 ABS_FLOOR_US = 0.5  # and at least the timer's resolution
 # Measurements in which every rank leaves together, so arrival shows in its own time.
@@ -81,19 +84,28 @@ def lateness(samples_us: np.ndarray) -> Lateness:
     return Lateness(offset.max() - offset, max(mad, floor), s.shape[1])
 
 
-def scores(
-    measurements: Sequence[np.ndarray],
-) -> tuple[np.ndarray, np.ndarray, float, int]:
-    """(score, lateness_us, noise_us, iterations) per rank over measurements of the same ranks.
+@dataclass(frozen=True)
+class Scores:
+    """Per rank, over measurements taken by the same ranks."""
 
-    Score: mean over measurements of lateness / noise. Lateness and noise: medians over
-    measurements. Iterations: the total the evidence rests on.
-    """
+    score: np.ndarray  # mean over measurements of lateness / noise
+    verdict: np.ndarray  # the same with each measurement capped at RATIO_CAP: what is judged
+    lateness_us: np.ndarray  # median over measurements
+    noise_us: float  # median over measurements
+    iters: int  # iterations the evidence rests on, in all
+
+
+def scores(measurements: Sequence[np.ndarray]) -> Scores:
+    """Scores of the ranks (rows) of every samples_us[rank, iteration] matrix given."""
     found = [lateness(m) for m in measurements]
-    ratio = np.mean([f.lateness_us / f.noise_us for f in found], axis=0)
-    late_us = np.median([f.lateness_us for f in found], axis=0)
-    noise = float(np.median([f.noise_us for f in found]))
-    return ratio, late_us, noise, sum(f.iters for f in found)
+    ratios = np.array([f.lateness_us / f.noise_us for f in found])
+    return Scores(
+        score=ratios.mean(axis=0),
+        verdict=np.minimum(ratios, RATIO_CAP).mean(axis=0),
+        lateness_us=np.median([f.lateness_us for f in found], axis=0),
+        noise_us=float(np.median([f.noise_us for f in found])),
+        iters=sum(f.iters for f in found),
+    )
 
 
 # -- rows -> measurements -----------------------------------------------------------------
@@ -151,10 +163,10 @@ def late_ranks(
 ) -> list[LateRank]:
     """The late ranks of a finished step (or steps), most late first; nobody on clean data.
 
-    `rows` are Row objects or stored records (as `Store.results(...).to_pylist()` gives).
-    Rows without per-iteration samples, failed rows and measurements in which ranks need
-    not leave together are ignored. Ranks are judged per job, over every measurement that
-    the same set of ranks took part in.
+    `rows` are one run's Row objects or stored records (as `Store.results(...).to_pylist()`
+    gives). Rows without per-iteration samples (culprit rows) and measurements in which
+    ranks need not leave together are ignored. Ranks are judged per job, over every
+    measurement that the same set of ranks took part in.
     """
     recs = [_record(r) for r in rows]
     who = {
@@ -172,19 +184,20 @@ def late_ranks(
         groups.setdefault((key[1], ranks), []).append(matrix)
     found: dict[tuple[Any, int], LateRank] = {}
     for (job, ranks), matrices in groups.items():
-        score, late_us, noise, iters = scores(matrices)
-        for i in np.flatnonzero(score >= threshold):
+        sc = scores(matrices)
+        for i in np.flatnonzero(sc.verdict >= threshold):
             w = who[(job, ranks[i])]
             evidence = (
-                f"late by {_fmt_us(late_us[i])} (median over {iters} iterations of "
-                f"{len(matrices)} measurement(s)) vs noise {_fmt_us(noise)}: "
-                f"{score[i]:.1f}x the noise"
+                f"late by {_fmt_us(sc.lateness_us[i])} (median over {sc.iters} iterations of "
+                f"{len(matrices)} measurement(s)) vs noise {_fmt_us(sc.noise_us)}: "
+                f"{sc.score[i]:.1f}x the noise"
             )
             prior = found.get((job, ranks[i]))
-            if prior is None or prior.score < score[i]:
+            if prior is None or prior.score < sc.score[i]:
                 found[(job, ranks[i])] = LateRank(
-                    ranks[i], w.node, w.device_id, float(score[i]), float(late_us[i]), evidence
-                )
+                    ranks[i], w.node, w.device_id, float(sc.score[i]),
+                    float(sc.lateness_us[i]), evidence,
+                )  # fmt: skip
     out = [_with_node(lr, job, found, who) for (job, _), lr in found.items()]
     return sorted(out, key=lambda x: (-x.score, x.rank))
 

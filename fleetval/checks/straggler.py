@@ -51,12 +51,13 @@ class Score:
 def score(waits_us: list[list[float]]) -> list[Score]:
     """Scores from waits_us[rank][iteration]."""
     matrix = np.asarray(waits_us, dtype=np.float64)
-    ratio, late_us, noise_us, _ = scores([matrix])
+    sc = scores([matrix])
     lasts = np.bincount(matrix.argmin(axis=0), minlength=matrix.shape[0]) / matrix.shape[1]
     return [
-        Score(r, float(lasts[r]), float(late_us[r]) / 1e3, float(ratio[r]), noise_us / 1e3)
+        Score(r, float(lasts[r]), float(sc.lateness_us[r]) / 1e3, float(sc.score[r]),
+              sc.noise_us / 1e3)
         for r in range(matrix.shape[0])
-    ]
+    ]  # fmt: skip
 
 
 def stragglers(scores: list[Score], threshold: float, min_lateness_ms: float = 0.0) -> list[Score]:

@@ -175,3 +175,13 @@ def test_bisection_flags_every_rank_of_a_slow_node():
 def test_bisection_of_a_healthy_group_flags_nobody_in_one_round():
     found = isolate(list(range(8)), group_time({}, np.random.default_rng(0)), 0.3)
     assert found.flagged == [] and found.rounds == 1
+
+
+def test_one_measurement_cannot_outvote_the_others():
+    # Rank 1 is held up during one size only (a burst of load): not a late rank.
+    rng = np.random.default_rng(11)
+    measurements = sweep(rng, 4, jitter_us=50.0)
+    measurements[2] = collective_samples(
+        rng, 4, 10, base_us=120.0, jitter_us=50.0, delay_us={1: 20_000}
+    )
+    assert late_ranks(rows_of(measurements, FOUR_ON_TWO)) == []
