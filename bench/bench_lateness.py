@@ -114,7 +114,7 @@ def bisect_named(
             for g in groups
         ]
 
-    found = isolate(list(range(world)), lambda g: None, 0.3, together=together, confirm=True)
+    found = isolate(list(range(world)), None, 0.3, together=together, confirm=True)
     return {int(m) for m in found.flagged}
 
 

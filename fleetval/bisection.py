@@ -71,7 +71,7 @@ def worse(a: float | None, b: float | None, threshold: float) -> bool:
 
 def isolate(
     members: Sequence[Member],
-    measure: Measure,
+    measure: Measure | None,
     threshold: float = 0.2,
     *,
     together: MeasureTogether | None = None,
@@ -84,7 +84,9 @@ def isolate(
     `confirm`, a round that finds something slow is measured again, and only a verdict
     both measurements agree on is kept.
     """
-    run = together or (lambda groups: [measure(g) for g in groups])
+    if together is None and measure is None:
+        raise ValueError("isolate needs `measure` or `together`")
+    run = together or (lambda groups: [measure(g) for g in groups])  # type: ignore[misc]
     result = Isolation()
     if len(members) < 4:
         return _pairwise(list(members), run, threshold, result)

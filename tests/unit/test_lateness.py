@@ -185,3 +185,18 @@ def test_one_measurement_cannot_outvote_the_others():
         rng, 4, 10, base_us=120.0, jitter_us=50.0, delay_us={1: 20_000}
     )
     assert late_ranks(rows_of(measurements, FOUR_ON_TWO)) == []
+
+
+def test_bisection_measures_a_round_side_by_side_and_needs_a_measure():
+    rounds: list[list[tuple[int, ...]]] = []
+    score = group_time({6: 3.0}, np.random.default_rng(2))
+
+    def together(groups):
+        rounds.append(groups)
+        return [score(g) for g in groups]
+
+    found = isolate(list(range(8)), None, 0.3, together=together, confirm=True)
+    assert found.flagged == [6]
+    assert rounds[:2] == [[(0, 1, 2, 3), (4, 5, 6, 7)]] * 2  # measured, then confirmed
+    with pytest.raises(ValueError, match="measure"):
+        isolate(list(range(8)), None)
