@@ -1,7 +1,7 @@
 """Benchmark: the microbench check's kernels against a plain torch script, in the same run.
 
 The check's measuring functions (`fleetval.checks.microbench`) time every iteration with
-CUDA/HIP events through `CheckContext.time_us`; the plain peer below times a back-to-back
+CUDA/HIP events through `CheckContext.measure`; the plain peer below times a back-to-back
 loop with one pair of events, the way a hand-written script would. Same process, same
 device, same sizes: if the check's per-iteration timing cost anything, the ratio shows it.
 
@@ -105,8 +105,8 @@ def plain_results(device: torch.device, warmup: int, iters: int) -> dict[str, fl
 
 def check_results(device: torch.device, warmup: int, iters: int) -> dict[str, float]:
     """The microbench check's own functions and timer (median of per-iteration events)."""
-    t = check_context(device).time_us
-    kw = {"time_us": t, "warmup": warmup, "iters": iters}
+    ctx = check_context(device)
+    kw = {"repeat": lambda fn: ctx.measure("bench", fn, warmup=warmup, iters=iters).samples_us}
     med = statistics.median
     return {
         "gemm": gemm_tflops(GEMM_N, med(gemm_samples(device, GEMM_N, torch.bfloat16, **kw))),

@@ -1,22 +1,18 @@
 """Fleet sweep: isolate a slow node by bisection over node groups (one rank per node).
 
-Each round splits the suspects into two equal halves and runs the suite's steps on
-each half as one STRICT_SPREAD job. A half whose score (median busbw, else 1/time) is
-worse than the other by more than the threshold holds the slow node; the faster half
-is cleared and becomes the pool of known-good partners that pad single nodes into
-pairs. With an odd number of suspects one node sits the round out and is tested at the
-end against a known-good partner. One slow node among N is found in about log2(N)
-rounds of two jobs. Fleets of 2-3 nodes are tested as all pairs instead.
+The bisection itself is `fleetval.bisection.isolate` (shared with the `isolate` check,
+which bisects ranks inside one job); here each group of nodes is one STRICT_SPREAD job
+running the suite's steps, scored by `group_score` (median busbw, else 1/time). One slow
+node among N is found in about log2(N) rounds of two jobs; every round's groups and
+scores are kept as the evidence, in the run's summary and on the command line.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from itertools import combinations
 from typing import Any
 
+from fleetval.bisection import Isolation, isolate
 from fleetval.execute import RunState, StepOutcome, cluster_shape, connect, recording, run_job
 from fleetval.plan import PlanError, eligible_nodes, node_group_job
 from fleetval.store import RunRecord, Store
@@ -24,95 +20,6 @@ from fleetval.suite import Suite
 from fleetval.vocab import Status
 
 Group = tuple[str, ...]
-Measure = Callable[[Group], float | None]  # higher is better; None: the group's job failed
-
-
-@dataclass(frozen=True)
-class Trial:
-    group: Group
-    score: float | None
-
-
-@dataclass
-class Isolation:
-    """What a sweep found: the slow nodes (empty when healthy) and the trials that show it."""
-
-    flagged: list[str] = field(default_factory=list)
-    trials: list[Trial] = field(default_factory=list)
-    rounds: int = 0
-    note: str = ""
-
-
-def _worse(a: float | None, b: float | None, threshold: float) -> bool:
-    """a is worse than b beyond the threshold (a failed job is worse than any score)."""
-    if a is None:
-        return b is not None
-    return b is not None and a < b * (1 - threshold)
-
-
-def isolate(nodes: list[str], measure: Measure, threshold: float = 0.2) -> Isolation:
-    """Bisection for one slow node; see the module docstring. Pure: `measure` runs the jobs."""
-    result = Isolation()
-    if len(nodes) < 4:
-        return _pairwise(nodes, measure, threshold, result)
-    suspects, good, aside = list(nodes), [], []
-    reference: float | None = None  # the better score of the last round: a cleared group's
-
-    def trial(group: list[str]) -> float | None:
-        score = measure(tuple(group))
-        result.trials.append(Trial(tuple(group), score))
-        return score
-
-    while len(suspects) > 1:
-        if len(suspects) % 2:
-            aside.append(suspects.pop())
-        half = len(suspects) // 2
-        a, b = suspects[:half], suspects[half:]
-        if half == 1:  # a lone node needs a partner; only cleared nodes will do
-            if not good:
-                aside.extend(suspects)
-                suspects = []
-                break
-            a, b = a + good[:1], b + good[:1]
-        result.rounds += 1
-        sa, sb = trial(a), trial(b)
-        if _worse(sa, sb, threshold):
-            good += [n for n in b if n not in good]
-            suspects = [n for n in a if n not in good]
-        elif _worse(sb, sa, threshold):
-            good += [n for n in a if n not in good]
-            suspects = [n for n in b if n not in good]
-        else:
-            good += [n for n in a + b if n not in good]
-            suspects = []
-        reference = max((s for s in (sa, sb) if s is not None), default=None)
-    result.flagged = suspects
-    for node in aside:
-        if not good:
-            result.note = f"no cleared node to pair {node} with"
-            continue
-        result.rounds += 1
-        if _worse(trial([node, good[0]]), reference, threshold):
-            result.flagged.append(node)
-    return result
-
-
-def _pairwise(nodes: list[str], measure: Measure, threshold: float, result: Isolation) -> Isolation:
-    """Small fleets: every pair; a node in every slow pair (and no fast one) is flagged."""
-    if len(nodes) < 2:
-        result.note = "a sweep needs at least 2 nodes"
-        return result
-    result.trials = [Trial(p, measure(p)) for p in combinations(nodes, 2)]
-    result.rounds = 1
-    best = max((t.score for t in result.trials if t.score is not None), default=None)
-    slow = [t.group for t in result.trials if _worse(t.score, best, threshold)]
-    fast = {n for t in result.trials if t.group not in slow for n in t.group}
-    if slow:
-        common = set.intersection(*(set(g) for g in slow)) - fast
-        result.flagged = sorted(common) or sorted({n for g in slow for n in g} - fast)
-    if len(nodes) == 2 and slow:
-        result.note = "two nodes: the slow pair cannot be split further"
-    return result
 
 
 def group_score(rows: list[dict[str, Any]]) -> float | None:
@@ -186,4 +93,7 @@ def _verdict_outcome(found: Isolation) -> StepOutcome:
     )
     if found.note:
         message += f"; {found.note}"
+    evidence = found.evidence()
+    if evidence:
+        message += "; evidence (score: busbw GB/s or 1/time) " + "; ".join(evidence)
     return StepOutcome(-1, 0, "isolate", "sweep", status, message, 0.0)

@@ -6,6 +6,7 @@ from fleetval.checks.base import Check
 from fleetval.checks.collectives import CollectivesParams, run_collectives
 from fleetval.checks.ddp import DdpHealthParams, DdpScalingParams, run_ddp_health, run_ddp_scaling
 from fleetval.checks.health import HealthParams, run_health
+from fleetval.checks.isolate import IsolateParams, run_isolate
 from fleetval.checks.microbench import MicrobenchParams, run_microbench
 from fleetval.checks.straggler import StragglerParams, run_straggler
 
@@ -17,4 +18,5 @@ CHECKS: dict[str, Check] = {
     "ddp_health": Check(DdpHealthParams, run_ddp_health),
     "microbench": Check(MicrobenchParams, run_microbench),
     "straggler": Check(StragglerParams, run_straggler),
+    "isolate": Check(IsolateParams, run_isolate),
 }

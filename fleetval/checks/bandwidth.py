@@ -10,7 +10,6 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
 from fleetval.checks.base import CheckContext, StepSpec
 from fleetval.checks.collectives import (
     TORCH_DTYPE,
-    Case,
     elements_for,
     prepare,
     runnable,
@@ -83,17 +82,6 @@ class BandwidthParams(StepSpec):
     verify: bool = True  # after timing, one more call with fresh data, checked exactly
 
 
-def _measure(ctx: CheckContext, case: Case, p: BandwidthParams, collective: str) -> list[float]:
-    for i in range(p.warmup):
-        ctx.enter(collective, -1 - i)
-        case.launch()
-    samples = []
-    for i in range(p.iters):
-        ctx.enter(collective, i)
-        samples.append(ctx.time_us(case.launch))
-    return samples
-
-
 def run_bandwidth(ctx: CheckContext, p: BandwidthParams) -> list[Row]:
     """Achieved algbw and busbw per size on every rank, with exact verification of the result."""
     rows: list[Row] = []
@@ -105,7 +93,9 @@ def run_bandwidth(ctx: CheckContext, p: BandwidthParams) -> list[Row]:
             count = elements_for(collective, size, dtype, world)
             nbytes = count * TORCH_DTYPE[dtype].itemsize
             case = prepare(ctx, collective, op, dtype, count)
-            samples = _measure(ctx, case, p, collective.value)
+            samples = ctx.measure(
+                collective.value, case.launch, warmup=p.warmup, iters=p.iters
+            ).samples_us
             verdict = verdict_fields(0, {}, 0)
             if p.verify:
                 case.reset()

@@ -91,6 +91,15 @@ class Heartbeat:
             return self._progress
 
 
+@dataclass(frozen=True)
+class Timing:
+    """Per-iteration times of one measured call, with when each iteration ran."""
+
+    samples_us: list[float]  # device time of each call (events on GPU, perf_counter on CPU)
+    enter_unix_us: list[float]  # wall clock right before each timed call
+    exit_unix_us: list[float]  # and right after it
+
+
 class CheckContext:
     """Everything a check's `run` needs inside one rank actor."""
 
@@ -153,6 +162,25 @@ class CheckContext:
     def synchronize(self) -> None:
         if self.on_gpu:
             torch.cuda.synchronize(self.device)
+
+    def measure(self, name: str, fn: Callable[[], object], *, warmup: int, iters: int) -> Timing:
+        """The one warm-up-and-time loop of every timed check.
+
+        Each call, warm-up included, is announced with `enter` (faults, progress) outside
+        the timed region, so an injected delay shows as late arrival, as a real one would.
+        Entry and exit are read on this host's wall clock around each timed call: ranks
+        on one host can be lined up by them; across hosts only the samples compare.
+        """
+        for i in range(warmup):
+            self.enter(name, -1 - i)
+            fn()
+        samples, enters, exits = [], [], []
+        for i in range(iters):
+            self.enter(name, i)
+            enters.append(time.time() * 1e6)
+            samples.append(self.time_us(fn))
+            exits.append(time.time() * 1e6)
+        return Timing(samples, enters, exits)
 
     def time_us(self, fn: Callable[[], object]) -> float:
         """Wall time of fn on this rank's device: CUDA events on GPU, perf_counter on CPU."""

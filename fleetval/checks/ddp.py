@@ -20,7 +20,7 @@ import hashlib
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
@@ -289,20 +289,6 @@ def _train_step(
     opt.step()
 
 
-def _timed(
-    ctx: CheckContext, name: str, fn: Callable[[], object], warmup: int, iters: int
-) -> list[float]:
-    """Per-iteration device times of fn after warm-up; progress reported before each call."""
-    for i in range(warmup):
-        ctx.enter(name, -1 - i)
-        fn()
-    samples = []
-    for i in range(iters):
-        ctx.enter(name, i)
-        samples.append(ctx.time_us(fn))
-    return samples
-
-
 def _compute_only(ddp: DDP, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
     """The same step with DDP's gradient all-reduce switched off."""
     with ddp.no_sync():
@@ -341,13 +327,17 @@ def run_ddp_scaling(ctx: CheckContext, p: DdpScalingParams) -> list[Row]:
     x, y = x.to(dev, tdt), y.to(dev, tdt)
 
     # DDP steps first (they keep replicas in sync), then the same step without all-reduce.
-    step_us = _timed(ctx, "ddp_step", lambda: _train_step(ddp, opt, x, y), p.warmup, p.steps)
-    compute_us = _timed(
-        ctx, "compute_step", lambda: _compute_only(ddp, opt, x, y), p.warmup, p.steps
-    )
+    step_us = ctx.measure(
+        "ddp_step", lambda: _train_step(ddp, opt, x, y), warmup=p.warmup, iters=p.steps
+    ).samples_us
+    compute_us = ctx.measure(
+        "compute_step", lambda: _compute_only(ddp, opt, x, y), warmup=p.warmup, iters=p.steps
+    ).samples_us
     numel = grad_numel(model)
     buf = torch.zeros(numel, dtype=tdt, device=dev)  # zeros: sums stay finite in any dtype
-    ar_us = _timed(ctx, Collective.ALL_REDUCE.value, lambda: dist.all_reduce(buf), 2, p.steps)
+    ar_us = ctx.measure(
+        Collective.ALL_REDUCE.value, lambda: dist.all_reduce(buf), warmup=2, iters=p.steps
+    ).samples_us
 
     step_med, compute_med = statistics.median(step_us), statistics.median(compute_us)
     ident = {"check": p.check, "dtype": p.dtype.value}

@@ -1,13 +1,14 @@
 """Per-GPU micro-benchmarks against the GPU model's spec sheet.
 
 GEMM TFLOP/s per dtype, device-memory copy bandwidth and pinned host<->device bandwidth,
-each timed per iteration with device events (`CheckContext.time_us`), judged against
+each timed per iteration with device events (`CheckContext.measure`), judged against
 `EXPECTATIONS` for the GPU model `torch.cuda.get_device_name` reports. Every rank measures
 its own device independently: the process group is never used, so one slow GPU shows as
 one slow row, not as a slow collective.
 
-The measuring functions take a `time_us` callable rather than a context, so
-`bench/bench_gpu_checks.py` runs exactly these kernels without Ray.
+The measuring functions take a `Repeat` callable (warm-up, then per-iteration times of
+a call) rather than a context, so `bench/bench_gpu_checks.py` runs exactly these kernels
+without Ray.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from fleetval.checks.collectives import TORCH_DTYPE
 from fleetval.results import Row
 from fleetval.vocab import DType, Status
 
-TimeUs = Callable[[Callable[[], object]], float]
+Repeat = Callable[[Callable[[], object]], list[float]]  # warm up, then time each iteration
 Direction = Literal["h2d", "d2h"]
 GEMM_DTYPES = (DType.BFLOAT16, DType.FLOAT16, DType.FLOAT32)
 
@@ -115,29 +116,21 @@ def gbps(nbytes: float, us: float) -> float:
     return nbytes / (us * 1e-6) / 1e9
 
 
-def _repeat(fn: Callable[[], object], time_us: TimeUs, warmup: int, iters: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    return [time_us(fn) for _ in range(iters)]
-
-
 def gemm_samples(
-    device: torch.device, n: int, dtype: torch.dtype, *, time_us: TimeUs, warmup: int, iters: int
+    device: torch.device, n: int, dtype: torch.dtype, *, repeat: Repeat
 ) -> list[float]:
     """Per-iteration microseconds of C = A @ B, all n x n, written into a preallocated C."""
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     c = torch.empty(n, n, device=device, dtype=dtype)
-    return _repeat(lambda: torch.mm(a, b, out=c), time_us, warmup, iters)
+    return repeat(lambda: torch.mm(a, b, out=c))
 
 
-def copy_samples(
-    device: torch.device, nbytes: int, *, time_us: TimeUs, warmup: int, iters: int
-) -> list[float]:
+def copy_samples(device: torch.device, nbytes: int, *, repeat: Repeat) -> list[float]:
     """Per-iteration microseconds of copying `nbytes` within device memory."""
     src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    return _repeat(lambda: dst.copy_(src), time_us, warmup, iters)
+    return repeat(lambda: dst.copy_(src))
 
 
 def host_samples(
@@ -145,16 +138,14 @@ def host_samples(
     nbytes: int,
     direction: Direction,
     *,
-    time_us: TimeUs,
-    warmup: int,
-    iters: int,
+    repeat: Repeat,
 ) -> list[float]:
     """Per-iteration microseconds of one pinned host <-> device copy of `nbytes`."""
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
     dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
     if direction == "h2d":
-        return _repeat(lambda: dev.copy_(host, non_blocking=True), time_us, warmup, iters)
-    return _repeat(lambda: host.copy_(dev, non_blocking=True), time_us, warmup, iters)
+        return repeat(lambda: dev.copy_(host, non_blocking=True))
+    return repeat(lambda: host.copy_(dev, non_blocking=True))
 
 
 # -- judging ------------------------------------------------------------------------------
@@ -225,6 +216,10 @@ def _fields(
     }
 
 
+def _repeat(ctx: CheckContext, p: MicrobenchParams, name: str) -> Repeat:
+    return lambda fn: ctx.measure(name, fn, warmup=p.warmup, iters=p.iters).samples_us
+
+
 def _peak(dev: Device, pick: Callable[[GpuSpec], float | None]) -> float | None:
     return pick(dev.spec) if dev.spec is not None else None
 
@@ -235,10 +230,7 @@ def _gemm_rows(ctx: CheckContext, p: MicrobenchParams, dev: Device) -> list[Row]
     for dtype in p.dtypes:
         tdt = TORCH_DTYPE[dtype]
         for n in sizes:
-            ctx.enter("gemm", 0)
-            samples = gemm_samples(
-                ctx.device, n, tdt, time_us=ctx.time_us, warmup=p.warmup, iters=p.iters
-            )
+            samples = gemm_samples(ctx.device, n, tdt, repeat=_repeat(ctx, p, "gemm"))
             value = gemm_tflops(n, statistics.median(samples))
             peak = _peak(dev, lambda s, d=dtype: s.tflops.get(d.value))
             fields = _fields(_Judged(value, peak, p.pass_fraction), p, samples, dev, "TFLOP/s")
@@ -254,8 +246,7 @@ def _gemm_rows(ctx: CheckContext, p: MicrobenchParams, dev: Device) -> list[Row]
 
 def _copy_row(ctx: CheckContext, p: MicrobenchParams, dev: Device) -> Row:
     nbytes = int(p.copy_bytes if ctx.on_gpu else p.cpu_copy_bytes) // 4 * 4
-    ctx.enter("memory_copy", 0)
-    samples = copy_samples(ctx.device, nbytes, time_us=ctx.time_us, warmup=p.warmup, iters=p.iters)
+    samples = copy_samples(ctx.device, nbytes, repeat=_repeat(ctx, p, "memory_copy"))
     # A copy reads and writes every byte: 2 x nbytes cross the memory bus.
     value = gbps(2 * nbytes, statistics.median(samples))
     peak = _peak(dev, lambda s: s.hbm_gbps)
@@ -274,10 +265,7 @@ def _host_rows(ctx: CheckContext, p: MicrobenchParams, dev: Device) -> list[Row]
                                 status=Status.SKIP.value, message=why))  # fmt: skip
             continue
         nbytes = int(p.host_bytes)
-        ctx.enter(metric, 0)
-        samples = host_samples(
-            ctx.device, nbytes, direction, time_us=ctx.time_us, warmup=p.warmup, iters=p.iters
-        )
+        samples = host_samples(ctx.device, nbytes, direction, repeat=_repeat(ctx, p, metric))
         value = gbps(nbytes, statistics.median(samples))
         peak = _peak(dev, lambda s: s.host_gbps)
         fields = _fields(_Judged(value, peak, p.bandwidth_pass_fraction), p, samples, dev, "GB/s")

@@ -33,7 +33,9 @@ def sweep(
             load_suite(suite), open_store(data), address=address, threshold=threshold
         )
     if as_json:
-        trials = [{"group": list(t.group), "score": t.score} for t in found.trials]
+        trials = [
+            {"round": t.round, "group": list(t.group), "score": t.score} for t in found.trials
+        ]
         typer.echo(
             json.dumps(
                 {
@@ -47,10 +49,13 @@ def sweep(
         )
     else:
         table = Table(title=f"sweep {record.run_id}: {found.rounds} round(s)")
+        table.add_column("round", justify="right")
         table.add_column("node group")
         table.add_column("score (busbw GB/s or 1/time)", justify="right")
         for t in found.trials:
-            table.add_row(", ".join(t.group), "failed" if t.score is None else f"{t.score:.4g}")
+            table.add_row(
+                str(t.round), ", ".join(t.group), "failed" if t.score is None else f"{t.score:.4g}"
+            )
         console.print(table)
         verdict = (
             f"[red]slow: {', '.join(found.flagged)}[/red]"
