@@ -20,6 +20,7 @@ from pydantic import (
 
 from fleetval.checks import CHECKS
 from fleetval.compare_settings import CompareSettings
+from fleetval.gates import Gates
 from fleetval.vocab import Backend, FaultKind, Strategy
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
@@ -106,6 +107,7 @@ class Suite(_Model):
     steps: list[StepModel] = Field(min_length=1)  # type: ignore[valid-type]
     faults: list[Fault] = Field(default_factory=list)
     compare: CompareSettings = CompareSettings()  # regression thresholds for runs of this suite
+    gates: Gates | None = None  # release sign-off gates (fleetval/gates.py); None: the defaults
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

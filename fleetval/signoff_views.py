@@ -1,0 +1,228 @@
+"""What a sign-off report shows beside its gates, as plain data: busbw curves with the
+baseline's spread, scaling points, the node x check status map, incidents, the environment.
+
+Plain frozen dataclasses of numbers and strings, so `fleetval.reports` only formats them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fleetval.baselines import Baselines
+from fleetval.compare import Comparison
+from fleetval.results import ENV_COLUMNS
+from fleetval.store import RunRecord, Store
+from fleetval.vocab import Status
+
+_SEVERITY = {Status.SKIP.value: 0, Status.PASS.value: 1, Status.WARN.value: 2, Status.FAIL.value: 3}
+ENV_SHOWN = (
+    "hostname", "gpu_model", "gpu_count", "driver_version", "cuda_version", "rocm_version",
+    "nccl_version", "rccl_version", "torch_version", "ray_version", "python_version", "kernel",
+)  # fmt: skip
+
+
+def gpu_label(node: dict[str, Any]) -> str:
+    """The GPU model a node reports; "cpu" for a node without GPUs (gloo on CPU)."""
+    return node.get("gpu_model") or ("cpu" if not node.get("gpu_count") else "unknown")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Series:
+    """One line of a busbw plot: per size, busbw of the slowest rank (the nccl-tests view)."""
+
+    label: str  # "n=4 float32 sum"
+    baseline: bool
+    sizes: tuple[int, ...]
+    busbw: tuple[float, ...]  # candidate: slowest rank's median; baseline: median over runs
+    low: tuple[float, ...] = ()  # baseline only: 10th percentile of per-iteration busbw
+    high: tuple[float, ...] = ()  # 90th percentile
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingPoint:
+    step: str
+    world_size: int
+    throughput: float
+    efficiency: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Incident:
+    """A named rank (or node) that hung, crashed, straggled or was found unhealthy."""
+
+    kind: str  # hang, crash, error, late, not placed, straggler, unhealthy, outlier
+    step: str
+    rank: int | None
+    node: str
+    device_id: str | None
+    detail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Views:
+    busbw: dict[str, tuple[Series, ...]]  # collective -> lines (candidate first)
+    scaling: tuple[ScalingPoint, ...]
+    heat_nodes: tuple[str, ...]
+    heat_checks: tuple[str, ...]
+    heat: tuple[tuple[str | None, ...], ...]  # [node][check] worst status, None: not run there
+    incidents: tuple[Incident, ...]
+    environment: tuple[dict[str, Any], ...]  # one per node: node + ENV_SHOWN
+    env_diff: tuple[tuple[str, str, str], ...]  # (key, baseline values, candidate values)
+    faults: tuple[dict[str, Any], ...]
+
+
+def _key(r: dict[str, Any]) -> tuple:
+    return (r["collective"], r["world_size"], r["dtype"] or "", r["op"] or "")
+
+
+def _label(key: tuple) -> str:
+    _, world, dtype, op = key
+    return " ".join(p for p in (f"n={world}", dtype, op) if p)
+
+
+def _candidate_series(rows: list[dict[str, Any]]) -> dict[tuple, dict[int, float]]:
+    slowest: dict[tuple, dict[int, float]] = defaultdict(dict)
+    for r in rows:
+        if r["check"] == "bandwidth" and r["busbw_gbps"] is not None:
+            by_size = slowest[_key(r)]
+            by_size[r["size_bytes"]] = min(by_size.get(r["size_bytes"], np.inf), r["busbw_gbps"])
+    return slowest
+
+
+def _baseline_series(store: Store, run_ids: list[str]) -> dict[tuple, Series]:
+    """Per line: median over baseline runs of the slowest rank's busbw, and the 10-90%
+    spread of per-iteration busbw (iteration i's time: the slowest rank's i-th sample)."""
+    cols = ["run_id", "job", "check", "collective", "op", "dtype", "size_bytes", "world_size",
+            "busbw_gbps", "time_us_median", "samples_us"]  # fmt: skip
+    table = store.results(run_ids, columns=cols)
+    per_run: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    spread: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in table.to_pylist():
+        if r["check"] == "bandwidth" and r["busbw_gbps"] and r["samples_us"]:
+            groups[(r["run_id"], r["job"], *_key(r), r["size_bytes"])].append(r)
+    for (*_, size), ranks in groups.items():
+        key = _key(ranks[0])
+        per_run[key][size].append(min(r["busbw_gbps"] for r in ranks))
+        # busbw_i = busbw x median / t_i, with the same scale on every rank (same bytes, factor)
+        scale = ranks[0]["busbw_gbps"] * ranks[0]["time_us_median"]
+        n = min(len(r["samples_us"]) for r in ranks)
+        worst = np.max([r["samples_us"][:n] for r in ranks], axis=0)
+        spread[key][size].extend((scale / worst).tolist())
+    out = {}
+    for key, by_size in per_run.items():
+        sizes = sorted(by_size)
+        out[key] = Series(
+            label=f"baseline {_label(key)}",
+            baseline=True,
+            sizes=tuple(sizes),
+            busbw=tuple(float(np.median(by_size[s])) for s in sizes),
+            low=tuple(float(np.percentile(spread[key][s], 10)) for s in sizes),
+            high=tuple(float(np.percentile(spread[key][s], 90)) for s in sizes),
+        )
+    return out
+
+
+def _busbw_views(
+    store: Store, rows: list[dict[str, Any]], baseline_runs: list[str]
+) -> dict[str, tuple[Series, ...]]:
+    cand = _candidate_series(rows)
+    base = _baseline_series(store, baseline_runs) if baseline_runs else {}
+    out: dict[str, list[Series]] = defaultdict(list)
+    for key in sorted(cand, key=str):
+        sizes = sorted(cand[key])
+        values = tuple(cand[key][s] for s in sizes)
+        out[key[0]].append(Series(label=_label(key), baseline=False, sizes=tuple(sizes), busbw=values))
+    for key in sorted(base, key=str):
+        if key[0] in out:  # a baseline curve only beside the candidate's
+            out[key[0]].append(base[key])
+    return {coll: tuple(series) for coll, series in sorted(out.items())}
+
+
+def _heat(rows: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...], tuple]:
+    worst: dict[tuple[str, str], str] = {}
+    for r in rows:
+        cell = (r["node"], r["check"])
+        if _SEVERITY.get(r["status"], 0) >= _SEVERITY.get(worst.get(cell, ""), -1):
+            worst[cell] = r["status"]
+    nodes = tuple(sorted({n for n, _ in worst}))
+    checks = tuple(sorted({c for _, c in worst}))
+    return nodes, checks, tuple(tuple(worst.get((n, c)) for c in checks) for n in nodes)
+
+
+def _incidents(
+    record: RunRecord, rows: list[dict[str, Any]], comparison: Comparison | None
+) -> tuple[Incident, ...]:
+    out = [
+        Incident(kind=c["reason"], step=s["step"], rank=c["rank"], node=c["node"],
+                 device_id=c.get("device_id"), detail=c["detail"])
+        for s in record.summary.get("steps", [])
+        for c in s.get("culprits") or []
+    ]  # fmt: skip
+    for r in rows:
+        kind = {"straggler": "straggler", "health": "unhealthy"}.get(r["check"])
+        if kind and r["status"] == Status.FAIL:
+            out.append(Incident(kind=kind, step=r["step"], rank=r["rank"], node=r["node"],
+                                device_id=r["device_id"], detail=r["message"]))  # fmt: skip
+    for o in comparison.outliers if comparison else ():
+        detail = (f"{o.identity.label()}: {o.value:.4g} vs peer median {o.peer_median:.4g} "
+                  f"({o.deviation_pct:+.1f}%, robust z {o.robust_z:.1f}, {o.peers} peers)")  # fmt: skip
+        node, _, device = o.unit.partition("/")
+        out.append(Incident(kind="outlier", step=o.identity.check, rank=None, node=node,
+                            device_id=device or None, detail=detail))  # fmt: skip
+    return tuple(out)
+
+
+def scaling_points(rows: list[dict[str, Any]]) -> tuple[ScalingPoint, ...]:
+    """Per ddp_scaling step and world size: job throughput and weak-scaling efficiency."""
+    steps = sorted({r["step"] for r in rows if r["check"] == "ddp_scaling"})
+    if not steps:
+        return ()
+    # NOTE: imported here: the checks import torch (seconds), needed only with ddp rows.
+    from fleetval.checks.ddp import scaling_efficiency
+
+    return tuple(
+        ScalingPoint(step=s, world_size=p.world_size, throughput=p.throughput, efficiency=p.efficiency)
+        for s in steps
+        for p in scaling_efficiency(rows, step=s)
+    )
+
+
+def build_views(
+    store: Store,
+    record: RunRecord,
+    rows: list[dict[str, Any]],
+    nodes: list[dict[str, Any]],
+    comparison: Comparison | None,
+    baseline: str | None,
+) -> Views:
+    baseline_runs: list[str] = []
+    if baseline and comparison is not None:
+        resolved = Baselines(store).resolve(baseline).run_ids
+        baseline_runs = [r for r in resolved if r != record.run_id]
+    environment = tuple(
+        {"node": n["node"], **{k: n.get(k) for k in ENV_SHOWN}}
+        for n in sorted(nodes, key=lambda n: n["node"])
+    )
+    diff = tuple(
+        (c.key, ", ".join(c.baseline), ", ".join(c.candidate))
+        for c in (comparison.env_diff if comparison else ())
+        if c.key in ENV_COLUMNS
+    )
+    heat_nodes, heat_checks, heat = _heat(rows)
+    return Views(
+        busbw=_busbw_views(store, rows, baseline_runs),
+        scaling=scaling_points(rows),
+        heat_nodes=heat_nodes,
+        heat_checks=heat_checks,
+        heat=heat,
+        incidents=_incidents(record, rows, comparison),
+        environment=environment,
+        env_diff=diff,
+        faults=tuple(record.faults),
+    )
+
