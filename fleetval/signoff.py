@@ -199,8 +199,13 @@ def _correctness(inp: _Inputs, cfg: CorrectnessGate) -> _Outcome:
         if (r["wrong"] or 0) > 0 or (r["check"] in cfg.checks and r["status"] == Status.FAIL)
     ]
     evidence = [
-        _evidence(r, False, f"{r['check']} {_ident(r)}: {_where(r)}: {r['message']}".strip(),
-                  value=float(r["wrong"] or 0), unit="wrong elements")  # fmt: skip
+        _evidence(
+            r,
+            False,
+            f"{r['check']} {_ident(r)}: {_where(r)}: {r['message']}".strip(),
+            value=float(r["wrong"] or 0),
+            unit="wrong elements",
+        )
         for r in bad
     ]
     if bad:
@@ -225,7 +230,11 @@ def _regression(inp: _Inputs, cfg: RegressionGate) -> _Outcome:
         if m.verdict not in (Verdict.REGRESSION, Verdict.NOISY):
             continue
         i = m.identity
-        ci = f" (CI {m.ci_low_pct:+.1f}% .. {m.ci_high_pct:+.1f}%)" if m.ci_low_pct is not None else ""
+        ci = (
+            f" (CI {m.ci_low_pct:+.1f}% .. {m.ci_high_pct:+.1f}%)"
+            if m.ci_low_pct is not None
+            else ""
+        )
         text = (f"{m.verdict.value}: {i.label()}: {m.change_pct:+.1f}%{ci}, "
                 f"{m.baseline_median:.4g} -> {m.candidate_median:.4g} {m.unit}")  # fmt: skip
         evidence.append(
@@ -240,7 +249,9 @@ def _regression(inp: _Inputs, cfg: RegressionGate) -> _Outcome:
                                                      Verdict.NOISY, Verdict.REGRESSION))  # fmt: skip
     regressions = [e for e in evidence if not e.ok]
     if regressions:
-        return _Outcome(False, f"{len(regressions)} regressions vs {cmp.baseline}: {said}", evidence)
+        return _Outcome(
+            False, f"{len(regressions)} regressions vs {cmp.baseline}: {said}", evidence
+        )
     if not judged:
         return _Outcome(None, f"nothing judged against {cmp.baseline}: {said}", evidence)
     return _Outcome(True, f"no regression vs {cmp.baseline}: {said}", evidence)
@@ -348,7 +359,9 @@ def _scaling(inp: _Inputs, cfg: ScalingGate) -> _Outcome:
         return _Outcome(False, "; ".join(failing), evidence)
     if gaps:
         return _Outcome(None, "; ".join(gaps), evidence)
-    return _Outcome(True, f"efficiency at the largest world size >= {cfg.min_efficiency:g}", evidence)
+    return _Outcome(
+        True, f"efficiency at the largest world size >= {cfg.min_efficiency:g}", evidence
+    )
 
 
 def _health(inp: _Inputs, cfg: HealthGate) -> _Outcome:
@@ -363,7 +376,9 @@ def _health(inp: _Inputs, cfg: HealthGate) -> _Outcome:
     bad = {Status.FAIL.value, *([Status.WARN.value] if cfg.fail_on_warn else [])}
     for r in inp.rows:
         if r["check"] == "straggler" and r["status"] == Status.FAIL:
-            evidence.append(_evidence(r, False, r["message"], value=r["value"], unit="last fraction"))
+            evidence.append(
+                _evidence(r, False, r["message"], value=r["value"], unit="last fraction")
+            )
         elif r["check"] == "health" and r["status"] in bad:
             text = f"unhealthy: {_where(r)}: {r['metric']}: {r['message']}"
             evidence.append(_evidence(r, False, text))
@@ -400,12 +415,16 @@ def _microbench(inp: _Inputs, cfg: MicrobenchGate) -> _Outcome:
         evidence.append(_evidence(r, ok, text, value=r["value"], expected=need, unit=r["unit"]))
     failing = [e for e in evidence if not e.ok]
     if failing:
-        return _Outcome(False, f"{len(failing)} of {len(evidence)} below their expected fraction", evidence)
+        return _Outcome(
+            False, f"{len(failing)} of {len(evidence)} below their expected fraction", evidence
+        )
     if not evidence:
         names = sorted({(r["details"] or {}).get("device_name") or r["device"] for r in rows})
         why = f"no expectations for {', '.join(names)}" if rows else "no microbench step ran"
         return _Outcome(None, f"nothing judged against a spec sheet: {why}", [])
-    return _Outcome(True, f"{len(evidence)} micro-benchmarks at or above their expected fraction", evidence)
+    return _Outcome(
+        True, f"{len(evidence)} micro-benchmarks at or above their expected fraction", evidence
+    )
 
 
 _EVALUATORS: dict[GateName, Callable[[_Inputs, Any], _Outcome]] = {
@@ -484,13 +503,21 @@ def build_signoff(
         if gates.regression is None:  # a named baseline is a gate to pass
             gates = gates.model_copy(update={"regression": RegressionGate(baseline=baseline)})
     base = baseline or (gates.regression.baseline if gates.regression else None)
-    comparison, problem = _compare(store, base, run_id, gates.regression) if base or gates.regression else (None, None)
-    inp = _Inputs(record, _rows(store, run_id), store.nodes([run_id]).to_pylist(), comparison, problem)
+    comparison, problem = (
+        _compare(store, base, run_id, gates.regression)
+        if base or gates.regression
+        else (None, None)
+    )
+    inp = _Inputs(
+        record, _rows(store, run_id), store.nodes([run_id]).to_pylist(), comparison, problem
+    )
     by_gate = {w.gate: w for w in gates.waivers} | {w.gate: w for w in waivers}
     names = gates.declared()
     results = tuple(_judge(g, getattr(gates, g.value, None), inp, by_gate.get(g)) for g in names)
     notes = _notes(declared, by_gate, names, results)
-    verdict = GateStatus.FAIL if any(r.status == GateStatus.FAIL for r in results) else GateStatus.PASS
+    verdict = (
+        GateStatus.FAIL if any(r.status == GateStatus.FAIL for r in results) else GateStatus.PASS
+    )
     return Signoff(
         run=record,
         verdict=verdict,
@@ -519,6 +546,7 @@ def _notes(
             notes.append(f"waiver for {gate.value} by {w.by} ignored: that gate is not evaluated")
     for r in results:
         if r.waiver and r.status == GateStatus.PASS:
-            notes.append(f"waiver for {r.gate.value} by {r.waiver.by} was not needed: the gate passed")
+            notes.append(
+                f"waiver for {r.gate.value} by {r.waiver.by} was not needed: the gate passed"
+            )
     return tuple(notes)
-

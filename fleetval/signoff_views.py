@@ -32,12 +32,12 @@ def gpu_label(node: dict[str, Any]) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Series:
-    """One line of a busbw plot: per size, busbw of the slowest rank (the nccl-tests view)."""
+    """One line of a busbw plot. An iteration's time is its slowest rank's (the nccl-tests view)."""
 
     label: str  # "n=4 float32 sum"
     baseline: bool
     sizes: tuple[int, ...]
-    busbw: tuple[float, ...]  # candidate: slowest rank's median; baseline: median over runs
+    busbw: tuple[float, ...]  # median per-iteration busbw (median over runs for a baseline)
     low: tuple[float, ...] = ()  # baseline only: 10th percentile of per-iteration busbw
     high: tuple[float, ...] = ()  # 90th percentile
 
@@ -84,61 +84,62 @@ def _label(key: tuple) -> str:
     return " ".join(p for p in (f"n={world}", dtype, op) if p)
 
 
-def _candidate_series(rows: list[dict[str, Any]]) -> dict[tuple, dict[int, float]]:
-    slowest: dict[tuple, dict[int, float]] = defaultdict(dict)
-    for r in rows:
-        if r["check"] == "bandwidth" and r["busbw_gbps"] is not None:
-            by_size = slowest[_key(r)]
-            by_size[r["size_bytes"]] = min(by_size.get(r["size_bytes"], np.inf), r["busbw_gbps"])
-    return slowest
+def _per_iteration(ranks: list[dict[str, Any]]) -> np.ndarray:
+    """busbw of each iteration of one collective call: its time is the slowest rank's.
+
+    busbw_i = busbw x median / t_i, with the same scale on every rank (same bytes, factor).
+    """
+    scale = ranks[0]["busbw_gbps"] * ranks[0]["time_us_median"]
+    n = min(len(r["samples_us"]) for r in ranks)
+    return scale / np.max([r["samples_us"][:n] for r in ranks], axis=0)
 
 
-def _baseline_series(store: Store, run_ids: list[str]) -> dict[tuple, Series]:
-    """Per line: median over baseline runs of the slowest rank's busbw, and the 10-90%
-    spread of per-iteration busbw (iteration i's time: the slowest rank's i-th sample)."""
-    cols = ["run_id", "job", "check", "collective", "op", "dtype", "size_bytes", "world_size",
-            "busbw_gbps", "time_us_median", "samples_us"]  # fmt: skip
-    table = store.results(run_ids, columns=cols)
-    per_run: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    spread: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+def _per_call(rows: list[dict[str, Any]]) -> dict[tuple, dict[int, list[np.ndarray]]]:
+    """line -> size -> per-iteration busbw, one array per (run, job) that measured it."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for r in table.to_pylist():
+    for r in rows:
         if r["check"] == "bandwidth" and r["busbw_gbps"] and r["samples_us"]:
             groups[(r["run_id"], r["job"], *_key(r), r["size_bytes"])].append(r)
+    out: dict[tuple, dict[int, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     for (*_, size), ranks in groups.items():
-        key = _key(ranks[0])
-        per_run[key][size].append(min(r["busbw_gbps"] for r in ranks))
-        # busbw_i = busbw x median / t_i, with the same scale on every rank (same bytes, factor)
-        scale = ranks[0]["busbw_gbps"] * ranks[0]["time_us_median"]
-        n = min(len(r["samples_us"]) for r in ranks)
-        worst = np.max([r["samples_us"][:n] for r in ranks], axis=0)
-        spread[key][size].extend((scale / worst).tolist())
+        out[_key(ranks[0])][size].append(_per_iteration(ranks))
+    return out
+
+
+_BW_COLUMNS = ["run_id", "job", "check", "collective", "op", "dtype", "size_bytes",
+               "world_size", "busbw_gbps", "time_us_median", "samples_us"]  # fmt: skip
+
+
+def _series(store: Store, run_ids: list[str], baseline: bool) -> dict[tuple, Series]:
+    """Per line and size: the median over runs of each run's median per-iteration busbw;
+    for the baseline also the 10-90% spread of all its per-iteration busbw."""
+    calls = _per_call(store.results(run_ids, columns=_BW_COLUMNS).to_pylist())
     out = {}
-    for key, by_size in per_run.items():
+    for key, by_size in calls.items():
         sizes = sorted(by_size)
+        mids = tuple(float(np.median([np.median(a) for a in by_size[s]])) for s in sizes)
+        pooled = [np.concatenate(by_size[s]) for s in sizes]
         out[key] = Series(
-            label=f"baseline {_label(key)}",
-            baseline=True,
+            label=f"baseline {_label(key)}" if baseline else _label(key),
+            baseline=baseline,
             sizes=tuple(sizes),
-            busbw=tuple(float(np.median(by_size[s])) for s in sizes),
-            low=tuple(float(np.percentile(spread[key][s], 10)) for s in sizes),
-            high=tuple(float(np.percentile(spread[key][s], 90)) for s in sizes),
+            busbw=mids,
+            low=tuple(float(np.percentile(p, 10)) for p in pooled) if baseline else (),
+            high=tuple(float(np.percentile(p, 90)) for p in pooled) if baseline else (),
         )
     return out
 
 
 def _busbw_views(
-    store: Store, rows: list[dict[str, Any]], baseline_runs: list[str]
+    store: Store, run_id: str, baseline_runs: list[str]
 ) -> dict[str, tuple[Series, ...]]:
-    cand = _candidate_series(rows)
-    base = _baseline_series(store, baseline_runs) if baseline_runs else {}
+    cand = _series(store, [run_id], baseline=False)
+    base = _series(store, baseline_runs, baseline=True) if baseline_runs else {}
     out: dict[str, list[Series]] = defaultdict(list)
     for key in sorted(cand, key=str):
-        sizes = sorted(cand[key])
-        values = tuple(cand[key][s] for s in sizes)
-        out[key[0]].append(Series(label=_label(key), baseline=False, sizes=tuple(sizes), busbw=values))
+        out[key[0]].append(cand[key])
     for key in sorted(base, key=str):
-        if key[0] in out:  # a baseline curve only beside the candidate's
+        if key[0] in out:  # a baseline curve only beside the run's own
             out[key[0]].append(base[key])
     return {coll: tuple(series) for coll, series in sorted(out.items())}
 
@@ -186,7 +187,9 @@ def scaling_points(rows: list[dict[str, Any]]) -> tuple[ScalingPoint, ...]:
     from fleetval.checks.ddp import scaling_efficiency
 
     return tuple(
-        ScalingPoint(step=s, world_size=p.world_size, throughput=p.throughput, efficiency=p.efficiency)
+        ScalingPoint(
+            step=s, world_size=p.world_size, throughput=p.throughput, efficiency=p.efficiency
+        )
         for s in steps
         for p in scaling_efficiency(rows, step=s)
     )
@@ -215,7 +218,7 @@ def build_views(
     )
     heat_nodes, heat_checks, heat = _heat(rows)
     return Views(
-        busbw=_busbw_views(store, rows, baseline_runs),
+        busbw=_busbw_views(store, record.run_id, baseline_runs),
         scaling=scaling_points(rows),
         heat_nodes=heat_nodes,
         heat_checks=heat_checks,
@@ -225,4 +228,3 @@ def build_views(
         env_diff=diff,
         faults=tuple(record.faults),
     )
-

@@ -7,6 +7,7 @@ SVG keeps the HTML one self-contained file that opens with no network; text stay
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +21,7 @@ from fleetval.signoff_views import ScalingPoint, Series
 # Status -> heat map colour index: not run, skip, pass, warn, fail.
 _HEAT_CODES = {None: 0, "skip": 1, "pass": 2, "warn": 3, "fail": 4}
 _HEAT_COLOURS = ["#f2f2f2", "#c9c9c9", "#4caf50", "#ffb300", "#e53935"]
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
 _CANDIDATE = ["#1565c0", "#6a1b9a", "#00838f", "#ef6c00", "#2e7d32", "#ad1457"]
 
 
@@ -32,7 +34,8 @@ def _svg(fig: Figure, salt: str) -> str:
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
         fig.savefig(buf, format="svg", bbox_inches="tight")
     text = buf.getvalue()
-    return text[text.index("<svg") :]
+    # The RDF block only names the tool and date; dropping it keeps the page free of URLs.
+    return _METADATA.sub("", text[text.index("<svg") :], count=1)
 
 
 def _bytes_axis(ax: object) -> None:
@@ -48,7 +51,9 @@ def busbw_plot(collective: str, series: Sequence[Series], salt: str) -> str:
     colours = iter(_CANDIDATE * 4)
     for s in series:
         if s.baseline:
-            ax.fill_between(s.sizes, s.low, s.high, color="#9e9e9e", alpha=0.3, label=f"{s.label} (10-90%)")
+            ax.fill_between(
+                s.sizes, s.low, s.high, color="#9e9e9e", alpha=0.3, label=f"{s.label} (10-90%)"
+            )
             ax.plot(s.sizes, s.busbw, color="#616161", linestyle="--", marker=".", label=s.label)
         else:
             ax.plot(s.sizes, s.busbw, color=next(colours), marker="o", markersize=3, label=s.label)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from pydantic import BaseModel
 
 from fleetval.compare import human_bytes
 from fleetval.reports import plots
@@ -73,9 +74,11 @@ def _plots(s: Signoff) -> dict[str, Any]:
     """Every plot of the page as inline SVG; absent views are said in words instead."""
     v = s.views
     busbw = {c: plots.busbw_plot(c, series, f"busbw-{c}") for c, series in v.busbw.items()}
-    scaling = plots.scaling_plot(v.scaling, "scaling") if any(
-        p.efficiency is not None for p in v.scaling
-    ) else None
+    scaling = (
+        plots.scaling_plot(v.scaling, "scaling")
+        if any(p.efficiency is not None for p in v.scaling)
+        else None
+    )
     heat = plots.heat_map(v.heat_nodes, v.heat_checks, v.heat, "heat") if v.heat_nodes else None
     return {"busbw": busbw, "scaling": scaling, "heat": heat}
 
@@ -101,9 +104,16 @@ def to_json(s: Signoff) -> dict[str, Any]:
         "schema": JSON_SCHEMA,
         "verdict": s.verdict.value,
         "exit_code": s.exit_code,
-        "run": {"run_id": r.run_id, "suite": r.suite, "status": r.status,
-                "started_at": r.started_at, "finished_at": r.finished_at, "labels": r.labels,
-                "backend": r.backend, "faults": r.faults},  # fmt: skip
+        "run": {
+            "run_id": r.run_id,
+            "suite": r.suite,
+            "status": r.status,
+            "started_at": r.started_at,
+            "finished_at": r.finished_at,
+            "labels": r.labels,
+            "backend": r.backend,
+            "faults": r.faults,
+        },
         "baseline": s.baseline,
         "gates_declared": s.gates_declared,
         "gates": [asdict(g) for g in s.gates],
@@ -119,6 +129,8 @@ def to_json(s: Signoff) -> dict[str, Any]:
 def _default(o: Any) -> Any:
     if isinstance(o, datetime):
         return o.isoformat()
+    if isinstance(o, BaseModel):  # a Waiver inside a gate
+        return o.model_dump(mode="json")
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 

@@ -17,7 +17,9 @@ def report(
     ],
     baseline: Annotated[
         str | None,
-        typer.Option("--baseline", "-b", help="Baseline for the regression gate [default: the suite's]"),
+        typer.Option(
+            "--baseline", "-b", help="Baseline for the regression gate [default: the suite's]"
+        ),
     ] = None,
     waive: Annotated[
         list[str] | None,
