@@ -290,8 +290,8 @@ def _busbw(inp: _Inputs, cfg: BusbwGate) -> _Outcome:
     # (job, collective, op, dtype) -> size -> the ranks' rows; judged at the slowest rank,
     # as nccl-tests reports the slowest rank's time.
     series: dict[tuple, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    for r in inp.rows:
-        if r["check"] == "bandwidth" and r["busbw_gbps"] is not None:
+    for r in inp.rows:  # NOTE: one rank moves nothing over a bus: busbw is 0 by definition
+        if r["check"] == "bandwidth" and r["busbw_gbps"] is not None and r["world_size"] > 1:
             series[(r["job"], r["collective"], r["op"], r["dtype"])][r["size_bytes"]].append(r)
     evidence, gaps, used = [], [], set()
     for (job, coll, _op, _dtype), by_size in sorted(series.items(), key=str):
@@ -375,6 +375,8 @@ def _health(inp: _Inputs, cfg: HealthGate) -> _Outcome:
                                      device_id=c.get("device_id")))  # fmt: skip
     bad = {Status.FAIL.value, *([Status.WARN.value] if cfg.fail_on_warn else [])}
     for r in inp.rows:
+        if r["metric"] == "step_outcome":  # a culprit's own row: named above from the summary
+            continue
         if r["check"] == "straggler" and r["status"] == Status.FAIL:
             evidence.append(
                 _evidence(r, False, r["message"], value=r["value"], unit="last fraction")

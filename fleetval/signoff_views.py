@@ -98,7 +98,12 @@ def _per_call(rows: list[dict[str, Any]]) -> dict[tuple, dict[int, list[np.ndarr
     """line -> size -> per-iteration busbw, one array per (run, job) that measured it."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        if r["check"] == "bandwidth" and r["busbw_gbps"] and r["samples_us"]:
+        if (
+            r["check"] == "bandwidth"
+            and r["busbw_gbps"]
+            and r["samples_us"]
+            and r["world_size"] > 1
+        ):
             groups[(r["run_id"], r["job"], *_key(r), r["size_bytes"])].append(r)
     out: dict[tuple, dict[int, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     for (*_, size), ranks in groups.items():
@@ -166,7 +171,7 @@ def _incidents(
     ]  # fmt: skip
     for r in rows:
         kind = {"straggler": "straggler", "health": "unhealthy"}.get(r["check"])
-        if kind and r["status"] == Status.FAIL:
+        if kind and r["status"] == Status.FAIL and r["metric"] != "step_outcome":
             out.append(Incident(kind=kind, step=r["step"], rank=r["rank"], node=r["node"],
                                 device_id=r["device_id"], detail=r["message"]))  # fmt: skip
     for o in comparison.outliers if comparison else ():

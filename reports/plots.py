@@ -58,6 +58,9 @@ def busbw_plot(collective: str, series: Sequence[Series], salt: str) -> str:
         else:
             ax.plot(s.sizes, s.busbw, color=next(colours), marker="o", markersize=3, label=s.label)
     _bytes_axis(ax)
+    values = [v for s in series for v in (*s.busbw, *s.low) if v > 0]
+    if values and max(values) / min(values) > 20:  # small sizes are latency-bound: decades apart
+        ax.set_yscale("log")
     ax.set_xlabel("message size")
     ax.set_ylabel("busbw (GB/s, slowest rank)")
     ax.set_title(f"{collective}: bus bandwidth vs message size")

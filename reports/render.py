@@ -84,10 +84,11 @@ def _plots(s: Signoff) -> dict[str, Any]:
 
 
 def _changes(s: Signoff) -> list[Any]:
-    """Comparison results worth a line: all but unchanged, worst first (compare's order)."""
+    """Comparison results worth a line, worst first (compare's order)."""
     if s.comparison is None:
         return []
-    return [m for m in s.comparison.results if m.verdict != Verdict.UNCHANGED][:200]
+    hidden = (Verdict.UNCHANGED, Verdict.MISSING, Verdict.NEW)  # counted in the regression gate
+    return [m for m in s.comparison.results if m.verdict not in hidden][:200]
 
 
 def _context(s: Signoff) -> dict[str, Any]:
