@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import assert_no_leaks
 from typer.testing import CliRunner
 
 from fleetval.baselines import Baselines
@@ -21,7 +22,6 @@ from fleetval.gates import GateName, GateStatus
 from fleetval.reports import build_signoff, render
 from fleetval.store import Store
 from fleetval.suite import parse_suite
-from conftest import assert_no_leaks
 
 pytestmark = [pytest.mark.slow]
 runner = CliRunner()
