@@ -145,7 +145,7 @@ def test_cli_writes_all_three_forms(runs, tmp_path):
         assert out.stat().st_size > 300
     out = tmp_path / "slow.json"
     res = runner.invoke(app, ["report", runs["slow"], "-b", "base", "-o", str(out), "--data", data])
-    assert res.exit_code == 1 and "failed regression, health" in res.output
+    assert res.exit_code == 1 and "failed regression, scaling, health" in res.output
     got = json.loads(out.read_text())
     assert got["verdict"] == "FAIL" and got["run"]["faults"] == [
         {"kind": "delay", "rank": 1, "ms": 30.0}
