@@ -143,6 +143,15 @@ class Gates(_Model):
             raise ValueError(f"waivers: one waiver per gate; repeated: {', '.join(dupes)}")
         return self
 
+    def named_checks(self) -> dict[str, list[str]]:
+        """Check names the gates refer to, by field path (the suite validates them)."""
+        out = {}
+        if self.correctness:
+            out["correctness.checks"] = self.correctness.checks
+        if self.health:
+            out["health.checks"] = self.health.checks
+        return out
+
     def declared(self) -> list[GateName]:
         return [g for g in GateName if g == GateName.COMPLETED or getattr(self, g.value)]
 

@@ -15,6 +15,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -127,6 +128,17 @@ class Suite(_Model):
                     f"faults.{i}.rank: rank {fault.rank} does not exist; the largest world size is {biggest}"
                 )
         return self
+
+    @field_validator("gates")
+    @classmethod
+    def _gate_checks(cls, gates: Gates | None) -> Gates | None:
+        for where, names in (gates.named_checks() if gates else {}).items():
+            unknown = [n for n in names if n not in CHECKS]
+            if unknown:
+                raise ValueError(
+                    f"{where}: unknown check {', '.join(unknown)}; known: {', '.join(CHECKS)}"
+                )
+        return gates
 
     def step_timeout(self, step: Any) -> float:
         return step.timeout_s or self.timeouts.step_s

@@ -15,7 +15,13 @@ from typer.testing import CliRunner
 from fleetval.baselines import Baselines
 from fleetval.cli import app
 from fleetval.gates import GateName, GateStatus, Waiver, parse_waiver
-from fleetval.reports import build_signoff, format_for_accept, format_for_path, render
+from fleetval.reports import (
+    build_signoff,
+    format_for_accept,
+    format_for_path,
+    render,
+    render_for_accept,
+)
 from fleetval.results import Row
 from fleetval.store import RunRecord, Store
 from fleetval.suite import SuiteError, parse_suite
@@ -270,6 +276,9 @@ def test_gates_section_is_validated_with_field_paths():
     with pytest.raises(SuiteError) as err:
         parse_suite({**base, "gates": {"scaling": {"min_efficiency": -1}}})
     assert "gates.scaling.min_efficiency" in str(err.value)
+    with pytest.raises(SuiteError) as err:
+        parse_suite({**base, "gates": {"health": {"checks": ["stragler"]}}})
+    assert "gates: health.checks: unknown check stragler; known: collectives" in str(err.value)
     ok = parse_suite({**base, "gates": {"scaling": {"min_efficiency": 0.9}}})
     assert ok.gates is not None and ok.gates.scaling.min_efficiency == 0.9
 
@@ -342,3 +351,14 @@ def test_cli_report_exit_codes(regression_store, tmp_path):
                 ["report", "cand", "-o", str(tmp_path / "missing" / "r.md")]):  # fmt: skip
         res = runner.invoke(app, [*bad, "--data", data])
         assert res.exit_code == 2, (bad, res.output)
+
+
+def test_render_for_accept_is_the_service_call(regression_store):
+    body, media = render_for_accept(regression_store, "cand", "application/json", baseline="old")
+    assert media == "application/json" and json.loads(body)["verdict"] == "FAIL"
+    body, media = render_for_accept(regression_store, "base0", None)
+    assert media.startswith("text/html") and 'data-verdict="PASS"' in body
+    body, media = render_for_accept(regression_store, "base0", "text/markdown")
+    assert media.startswith("text/markdown") and body.startswith("## ✅")
+    with pytest.raises(ValueError, match="no run 'nope'"):
+        render_for_accept(regression_store, "nope", None)
