@@ -240,7 +240,7 @@ def _regression(inp: _Inputs, cfg: RegressionGate) -> _Outcome:
         evidence.append(
             Evidence(ok=m.verdict != Verdict.REGRESSION, text=text, check=i.check,
                      collective=i.collective, dtype=i.dtype, size_bytes=i.size_bytes,
-                     world_size=i.world_size, node=i.group, value=m.candidate_median,
+                     world_size=i.world_size, value=m.candidate_median,
                      expected=m.baseline_median, unit=m.unit)
         )  # fmt: skip
     counts = {v.value: n for v, n in cmp.counts().items() if n}
@@ -505,11 +505,9 @@ def build_signoff(
         if gates.regression is None:  # a named baseline is a gate to pass
             gates = gates.model_copy(update={"regression": RegressionGate(baseline=baseline)})
     base = baseline or (gates.regression.baseline if gates.regression else None)
-    comparison, problem = (
-        _compare(store, base, run_id, gates.regression)
-        if base or gates.regression
-        else (None, None)
-    )
+    comparison, problem = None, None
+    if gates.regression is not None:
+        comparison, problem = _compare(store, base, run_id, gates.regression)
     inp = _Inputs(
         record, _rows(store, run_id), store.nodes([run_id]).to_pylist(), comparison, problem
     )

@@ -166,6 +166,15 @@ def test_cpu_run_has_no_busbw_evidence_and_fails_unless_waived(tmp_path):
     assert waived.verdict == GateStatus.PASS
     assert gate(waived, GateName.BUSBW).status == GateStatus.WAIVED
     assert gate(waived, GateName.BUSBW).waiver.by == "jane"
+    # The same waiver declared in the suite; one for a gate that is not evaluated is a note.
+    waivers = [{"gate": "busbw", "by": "ci", "reason": "CPU runners"},
+               {"gate": "scaling", "by": "ci", "reason": "no DDP step"}]  # fmt: skip
+    rows = [*_bw_rows("r2", 5.0, np.random.default_rng(4), world=2), *_correct_rows("r2")]
+    run = write_run(store, "r2", rows,
+                    gates={"busbw": {}, "waivers": waivers}, gpu_model=None)  # fmt: skip
+    s = build_signoff(store, run)
+    assert s.verdict == GateStatus.PASS and gate(s, GateName.BUSBW).waiver.reason == "CPU runners"
+    assert any("waiver for scaling by ci ignored" in n for n in s.notes)
 
 
 def test_suite_minimum_for_cpu_is_checked(tmp_path):
