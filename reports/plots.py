@@ -10,7 +10,9 @@ import io
 import re
 from collections.abc import Sequence
 
+import matplotlib
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
@@ -27,9 +29,11 @@ _CANDIDATE = ["#1565c0", "#6a1b9a", "#00838f", "#ef6c00", "#2e7d32", "#ad1457"]
 
 def _svg(fig: Figure, salt: str) -> str:
     """The figure as an <svg> element (no XML prolog); `salt` keeps element ids unique
-    across the plots of one page."""
-    import matplotlib
+    across the plots of one page.
 
+    NOTE: rc_context sets matplotlib's global rcParams for the save; both values only
+    shape the SVG text, so a concurrent render at worst gets the other plot's id salt.
+    """
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
         fig.savefig(buf, format="svg", bbox_inches="tight")
@@ -38,9 +42,9 @@ def _svg(fig: Figure, salt: str) -> str:
     return _METADATA.sub("", text[text.index("<svg") :], count=1)
 
 
-def _bytes_axis(ax: object) -> None:
-    ax.set_xscale("log", base=2)  # type: ignore[attr-defined]
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human_bytes(int(x)) if x >= 1 else ""))  # type: ignore[attr-defined]
+def _bytes_axis(ax: Axes) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human_bytes(int(x)) if x >= 1 else ""))
 
 
 def busbw_plot(collective: str, series: Sequence[Series], salt: str) -> str:
