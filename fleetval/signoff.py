@@ -164,6 +164,10 @@ def parquet_paths(store: Store, run_id: str) -> tuple[str, ...]:
 # -- the gates ----------------------------------------------------------------------------
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _where(r: dict[str, Any]) -> str:
     dev = f" ({r['device_id']})" if r.get("device_id") else ""
     return f"rank {r['rank']} on {r['node']}{dev}"
@@ -210,7 +214,7 @@ def _correctness(inp: _Inputs, cfg: CorrectnessGate) -> _Outcome:
     ]
     if bad:
         steps = sorted({r["step"] for r in bad})
-        return _Outcome(False, f"{len(bad)} failing rows in {', '.join(steps)}", evidence)
+        return _Outcome(False, f"{_n(len(bad), 'failing row')} in {', '.join(steps)}", evidence)
     if not judged:
         return _Outcome(None, f"no rows of {', '.join(cfg.checks)} in this run", [])
     counts = Counter((r["check"], r.get("collective") or r.get("metric") or "") for r in judged)
@@ -218,7 +222,7 @@ def _correctness(inp: _Inputs, cfg: CorrectnessGate) -> _Outcome:
         Evidence(ok=True, text=f"{check} {what}: {n} rows pass", check=check, collective=what)
         for (check, what), n in sorted(counts.items())
     ]
-    return _Outcome(True, f"{len(judged)} correctness rows pass, none wrong", evidence)
+    return _Outcome(True, f"{_n(len(judged), 'correctness row')} pass, none wrong", evidence)
 
 
 def _regression(inp: _Inputs, cfg: RegressionGate) -> _Outcome:
@@ -250,7 +254,7 @@ def _regression(inp: _Inputs, cfg: RegressionGate) -> _Outcome:
     regressions = [e for e in evidence if not e.ok]
     if regressions:
         return _Outcome(
-            False, f"{len(regressions)} regressions vs {cmp.baseline}: {said}", evidence
+            False, f"{_n(len(regressions), 'regression')} vs {cmp.baseline}: {said}", evidence
         )
     if not judged:
         return _Outcome(None, f"nothing judged against {cmp.baseline}: {said}", evidence)
@@ -327,7 +331,7 @@ def _busbw(inp: _Inputs, cfg: BusbwGate) -> _Outcome:
     if not evidence:
         why = "; ".join(gaps[:6]) or "no bandwidth rows in this run"
         return _Outcome(None, f"no bandwidth-bound measurement with a minimum: {why}", [])
-    return _Outcome(True, f"{len(evidence)} collectives at or above their minimum", evidence)
+    return _Outcome(True, f"{_n(len(evidence), 'measurement')} at or above the minimum", evidence)
 
 
 def _scaling(inp: _Inputs, cfg: ScalingGate) -> _Outcome:
@@ -387,11 +391,11 @@ def _health(inp: _Inputs, cfg: HealthGate) -> _Outcome:
     ran = {r["check"] for r in inp.rows if r.get("metric") != "step_outcome"}
     missing = [c for c in cfg.checks if c not in ran]
     if evidence:
-        return _Outcome(False, f"{len(evidence)} problems: " + _reasons(evidence), evidence)
+        return _Outcome(False, f"{_n(len(evidence), 'problem')}: " + _reasons(evidence), evidence)
     if missing:
         return _Outcome(None, f"no {', '.join(missing)} step ran in this run", [])
     steps = inp.record.summary.get("steps", [])
-    ok = [Evidence(ok=True, text=f"{len(steps)} steps: no hang, crash or late rank")]
+    ok = [Evidence(ok=True, text=f"{_n(len(steps), 'step')}: no hang, crash or late rank")]
     for check in cfg.checks:
         n = sum(1 for r in inp.rows if r["check"] == check)
         ok.append(Evidence(ok=True, text=f"{check}: {n} rows, none failing", check=check))
@@ -425,7 +429,7 @@ def _microbench(inp: _Inputs, cfg: MicrobenchGate) -> _Outcome:
         why = f"no expectations for {', '.join(names)}" if rows else "no microbench step ran"
         return _Outcome(None, f"nothing judged against a spec sheet: {why}", [])
     return _Outcome(
-        True, f"{len(evidence)} micro-benchmarks at or above their expected fraction", evidence
+        True, f"{_n(len(evidence), 'micro-benchmark')} at or above the expected fraction", evidence
     )
 
 
