@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from fleetval.baselines import Baselines
 from fleetval.compare import Comparison
@@ -75,50 +77,50 @@ class Views:
     faults: tuple[dict[str, Any], ...]
 
 
-def _key(r: dict[str, Any]) -> tuple:
-    return (r["collective"], r["world_size"], r["dtype"] or "", r["op"] or "")
-
-
 def _label(key: tuple) -> str:
     _, world, dtype, op = key
     return " ".join(p for p in (f"n={world}", dtype, op) if p)
 
 
-def _per_iteration(ranks: list[dict[str, Any]]) -> np.ndarray:
-    """busbw of each iteration of one collective call: its time is the slowest rank's.
+_CALL_KEYS = ["run_id", "job", "collective", "world_size", "dtype", "op", "size_bytes"]
+_BW_COLUMNS = [*_CALL_KEYS, "check", "busbw_gbps", "time_us_median", "samples_us"]
 
-    busbw_i = busbw x median / t_i, with the same scale on every rank (same bytes, factor).
+
+def _per_call(table: pa.Table) -> dict[tuple, dict[int, list[np.ndarray]]]:
+    """line -> size -> per-iteration busbw, one array per (run, job) that measured it.
+
+    An iteration's time is its slowest rank's: busbw_i = busbw x median / max over ranks
+    of t_i, with the same scale on every rank (same bytes, same factor). Vectorised: rows
+    sorted by call, samples as one matrix, maxima by segment.
     """
-    scale = ranks[0]["busbw_gbps"] * ranks[0]["time_us_median"]
-    n = min(len(r["samples_us"]) for r in ranks)
-    return scale / np.max([r["samples_us"][:n] for r in ranks], axis=0)
-
-
-def _per_call(rows: list[dict[str, Any]]) -> dict[tuple, dict[int, list[np.ndarray]]]:
-    """line -> size -> per-iteration busbw, one array per (run, job) that measured it."""
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        if (
-            r["check"] == "bandwidth"
-            and r["busbw_gbps"]
-            and r["samples_us"]
-            and r["world_size"] > 1
-        ):
-            groups[(r["run_id"], r["job"], *_key(r), r["size_bytes"])].append(r)
+    busbw = pc.fill_null(table["busbw_gbps"], 0.0)
+    keep = pc.and_(
+        pc.and_(pc.equal(table["check"], "bandwidth"), pc.greater(busbw, 0.0)),
+        pc.and_(
+            pc.greater(table["world_size"], 1),
+            pc.greater(pc.list_value_length(table["samples_us"]), 0),
+        ),
+    )
+    t = table.filter(keep).sort_by([(c, "ascending") for c in _CALL_KEYS])
+    if t.num_rows == 0:
+        return {}
+    n = int(pc.min(pc.list_value_length(t["samples_us"])).as_py())
+    samples = pc.list_flatten(pc.list_slice(t["samples_us"], 0, n)).to_numpy().reshape(-1, n)
+    keys = list(zip(*(t[c].to_pylist() for c in _CALL_KEYS), strict=True))
+    starts = np.array([0, *(i for i in range(1, len(keys)) if keys[i] != keys[i - 1])])
+    scale = (t["busbw_gbps"].to_numpy() * t["time_us_median"].to_numpy())[starts]
+    per_iter = scale[:, None] / np.maximum.reduceat(samples, starts, axis=0)
     out: dict[tuple, dict[int, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
-    for (*_, size), ranks in groups.items():
-        out[_key(ranks[0])][size].append(_per_iteration(ranks))
+    for values, s in zip(per_iter, starts, strict=True):
+        _, _, coll, world, dtype, op, size = keys[s]
+        out[(coll, world, dtype or "", op or "")][size].append(values)
     return out
-
-
-_BW_COLUMNS = ["run_id", "job", "check", "collective", "op", "dtype", "size_bytes",
-               "world_size", "busbw_gbps", "time_us_median", "samples_us"]  # fmt: skip
 
 
 def _series(store: Store, run_ids: list[str], baseline: bool) -> dict[tuple, Series]:
     """Per line and size: the median over runs of each run's median per-iteration busbw;
     for the baseline also the 10-90% spread of all its per-iteration busbw."""
-    calls = _per_call(store.results(run_ids, columns=_BW_COLUMNS).to_pylist())
+    calls = _per_call(store.results(run_ids, columns=_BW_COLUMNS))
     out = {}
     for key, by_size in calls.items():
         sizes = sorted(by_size)
