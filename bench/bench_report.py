@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_compare import generate  # noqa: E402
+from bench_compare import generate
 
-from fleetval.compare import compare_runs  # noqa: E402
-from fleetval.reports import build_signoff, render  # noqa: E402
+from fleetval.compare import compare_runs
+from fleetval.reports import build_signoff, render
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> tuple[float, object]:
