@@ -340,6 +340,8 @@ def test_cli_report_exit_codes(regression_store, tmp_path):
     assert "FAIL" in res.output and json.loads(out.read_text())["verdict"] == "FAIL"
     res = runner.invoke(app, ["report", "base2", "-o", str(tmp_path / "r.md"), "--data", data])
     assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["report", "latest", "-b", "old", "-o", str(out), "--data", data])
+    assert res.exit_code == 1 and json.loads(out.read_text())["run"]["run_id"] == "cand"
     waive = [
         "--waive",
         "regression:jane:known NCCL 2.23 change, tracked in NET-7",
