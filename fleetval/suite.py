@@ -15,11 +15,13 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
 from fleetval.checks import CHECKS
 from fleetval.compare_settings import CompareSettings
+from fleetval.gates import Gates
 from fleetval.vocab import Backend, FaultKind, Strategy
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
@@ -106,6 +108,7 @@ class Suite(_Model):
     steps: list[StepModel] = Field(min_length=1)  # type: ignore[valid-type]
     faults: list[Fault] = Field(default_factory=list)
     compare: CompareSettings = CompareSettings()  # regression thresholds for runs of this suite
+    gates: Gates | None = None  # release sign-off gates (fleetval/gates.py); None: the defaults
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -125,6 +128,17 @@ class Suite(_Model):
                     f"faults.{i}.rank: rank {fault.rank} does not exist; the largest world size is {biggest}"
                 )
         return self
+
+    @field_validator("gates")
+    @classmethod
+    def _gate_checks(cls, gates: Gates | None) -> Gates | None:
+        for where, names in (gates.named_checks() if gates else {}).items():
+            unknown = [n for n in names if n not in CHECKS]
+            if unknown:
+                raise ValueError(
+                    f"{where}: unknown check {', '.join(unknown)}; known: {', '.join(CHECKS)}"
+                )
+        return gates
 
     def step_timeout(self, step: Any) -> float:
         return step.timeout_s or self.timeouts.step_s

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up fleetval on a fresh machine: torch first (only when absent, so a CPU machine takes the
 # local CPU wheel instead of resolving a multi-GB CUDA build), then the package.
-# Usage: bash scripts/setup.sh [test]     ("test" adds pytest, duckdb, pandas, ruff)
+# Usage: bash scripts/setup.sh [test]     ("test" adds pytest, duckdb, pandas, ruff, selenium, chromium)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -9,6 +9,13 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   "$PY" -m pip install -q "torch==2.13.0"
 fi
 extra=""
-[ "${1:-}" = "test" ] && extra="[test]"
+if [ "${1:-}" = "test" ]; then
+  extra="[test]"
+  # The sign-off report test opens the HTML in a real headless browser (Debian's packages).
+  if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+  fi
+fi
 "$PY" -m pip install -q -e ".${extra}" 2>&1 | grep -v -e '^WARNING' -e 'is ignored' || true
 "$PY" -c "import fleetval, ray, torch; print(f'fleetval ready: torch {torch.__version__}, ray {ray.__version__}')"

@@ -2,7 +2,7 @@
 
 import typer
 
-from fleetval.cli import checks_cmd, compare_cmds, inspect_cmds, run_cmd, sweep_cmd
+from fleetval.cli import checks_cmd, compare_cmds, inspect_cmds, report_cmd, run_cmd, sweep_cmd
 
 app = typer.Typer(
     name="fleetval",
@@ -19,4 +19,5 @@ app.command("sweep")(sweep_cmd.sweep)
 app.command("checks")(checks_cmd.checks)
 app.command("compare")(compare_cmds.compare)
 app.command("trend")(compare_cmds.trend)
+app.command("report")(report_cmd.report)
 app.add_typer(compare_cmds.baseline_app, name="baseline")

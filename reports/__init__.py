@@ -1,0 +1,43 @@
+"""Release sign-off reports (`fleetval report`, `GET /v1/runs/{id}/report`).
+
+Packaged as `fleetval.reports` (setuptools package-dir), Jinja2 templates as package data.
+`build_signoff` judges a run against its gates (fleetval/signoff.py); `render` formats it.
+"""
+
+from fleetval.gates import GateName, GateStatus, Waiver, parse_waiver
+from fleetval.reports.render import (
+    MEDIA_TYPES,
+    ReportFormat,
+    format_for_accept,
+    format_for_path,
+    render,
+    to_json,
+)
+from fleetval.signoff import Signoff, build_signoff
+from fleetval.store import Store
+
+
+def render_for_accept(
+    store: Store, run_id: str, accept: str | None, *, baseline: str | None = None
+) -> tuple[str, str]:
+    """The service's one call: (body, media type) of a run's report, HTML unless `accept`
+    asks for Markdown or JSON. ValueError (StoreError) for an unknown run or baseline."""
+    fmt = format_for_accept(accept)
+    return render(build_signoff(store, run_id, baseline=baseline), fmt), MEDIA_TYPES[fmt]
+
+
+__all__ = [
+    "MEDIA_TYPES",
+    "GateName",
+    "GateStatus",
+    "ReportFormat",
+    "Signoff",
+    "Waiver",
+    "build_signoff",
+    "format_for_accept",
+    "format_for_path",
+    "parse_waiver",
+    "render",
+    "render_for_accept",
+    "to_json",
+]

@@ -1,0 +1,115 @@
+"""The report's plots: matplotlib figures (no pyplot state) written as inline SVG.
+
+SVG keeps the HTML one self-contained file that opens with no network; text stays text
+(`svg.fonttype: none`) so the browser draws it with its own fonts.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+
+import matplotlib
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+
+from fleetval.compare import human_bytes
+from fleetval.signoff_views import ScalingPoint, Series
+
+# Status -> heat map colour index: not run, skip, pass, warn, fail.
+_HEAT_CODES = {None: 0, "skip": 1, "pass": 2, "warn": 3, "fail": 4}
+_HEAT_COLOURS = ["#f2f2f2", "#c9c9c9", "#4caf50", "#ffb300", "#e53935"]
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
+_CANDIDATE = ["#1565c0", "#6a1b9a", "#00838f", "#ef6c00", "#2e7d32", "#ad1457"]
+
+
+def _svg(fig: Figure, salt: str) -> str:
+    """The figure as an <svg> element (no XML prolog); `salt` keeps element ids unique
+    across the plots of one page.
+
+    NOTE: rc_context sets matplotlib's global rcParams for the save; both values only
+    shape the SVG text, so a concurrent render at worst gets the other plot's id salt.
+    """
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
+        fig.savefig(buf, format="svg", bbox_inches="tight")
+    text = buf.getvalue()
+    # The RDF block only names the tool and date; dropping it keeps the page free of URLs.
+    return _METADATA.sub("", text[text.index("<svg") :], count=1)
+
+
+def _bytes_axis(ax: Axes) -> None:
+    """Powers of two, at most ~10 labelled ticks (a sweep spans 8 B to GiB: 30 sizes)."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=2, numticks=10))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human_bytes(int(x)) if x >= 1 else ""))
+
+
+def busbw_plot(collective: str, series: Sequence[Series], salt: str) -> str:
+    """busbw against message size (log axis): the run's lines, the baseline's median and
+    10-90% spread of per-iteration busbw."""
+    fig = Figure(figsize=(7.5, 3.6))
+    ax = fig.add_subplot()
+    colours = iter(_CANDIDATE * 4)
+    for s in series:
+        if s.baseline:
+            ax.fill_between(
+                s.sizes, s.low, s.high, color="#9e9e9e", alpha=0.3, label=f"{s.label} (10-90%)"
+            )
+            ax.plot(s.sizes, s.busbw, color="#616161", linestyle="--", marker=".", label=s.label)
+        else:
+            ax.plot(s.sizes, s.busbw, color=next(colours), marker="o", markersize=3, label=s.label)
+    _bytes_axis(ax)
+    values = [v for s in series for v in (*s.busbw, *s.low) if v > 0]
+    if values and max(values) / min(values) > 20:  # small sizes are latency-bound: decades apart
+        ax.set_yscale("log")
+        # NOTE: plain numbers: the default 10^x labels go through mathtext, ~4x the draw time.
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("message size")
+    ax.set_ylabel("busbw (GB/s, slowest rank)")
+    ax.set_title(f"{collective}: bus bandwidth vs message size")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    return _svg(fig, salt)
+
+
+def scaling_plot(points: Sequence[ScalingPoint], salt: str) -> str:
+    """Weak-scaling efficiency against world size, one line per ddp_scaling step."""
+    fig = Figure(figsize=(6, 3.2))
+    ax = fig.add_subplot()
+    for step in sorted({p.step for p in points}):
+        pts = [p for p in points if p.step == step and p.efficiency is not None]
+        ax.plot([p.world_size for p in pts], [p.efficiency for p in pts], marker="o", label=step)
+    ax.axhline(1.0, color="#9e9e9e", linestyle=":", label="ideal")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.set_xlabel("world size (ranks)")
+    ax.set_ylabel("efficiency T_n / (n T_1)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("DDP weak-scaling efficiency")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    return _svg(fig, salt)
+
+
+def heat_map(
+    nodes: Sequence[str], checks: Sequence[str], heat: Sequence[Sequence[str | None]], salt: str
+) -> str:
+    """Worst status per node and check: green pass, amber warn, red fail, grey skip / not run."""
+    grid = np.array([[_HEAT_CODES.get(s, 0) for s in row] for row in heat], dtype=float)
+    fig = Figure(figsize=(1.6 + 1.1 * len(checks), 1.0 + 0.38 * len(nodes)))
+    ax = fig.add_subplot()
+    ax.imshow(grid, cmap=ListedColormap(_HEAT_COLOURS), vmin=0, vmax=4, aspect="auto")
+    ax.set_xticks(range(len(checks)), checks, rotation=30, ha="right")
+    ax.set_yticks(range(len(nodes)), nodes)
+    for i, row in enumerate(heat):
+        for j, status in enumerate(row):
+            ax.text(j, i, status or "-", ha="center", va="center", fontsize=8)
+    ax.set_title("node x check: worst status")
+    return _svg(fig, salt)

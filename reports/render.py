@@ -1,0 +1,145 @@
+"""A Signoff as HTML (one self-contained file), Markdown (CI summary / PR comment) or JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from pydantic import BaseModel
+
+from fleetval.compare import human_bytes
+from fleetval.reports import plots
+from fleetval.signoff import Signoff
+from fleetval.vocab import Verdict
+
+JSON_SCHEMA = "fleetval.signoff/1"
+
+
+class ReportFormat(StrEnum):
+    """What `render` writes; chosen by the output file's suffix or an HTTP Accept header."""
+
+    HTML = "html"  # self-contained: inline CSS and SVG plots, nothing fetched
+    MD = "md"  # GitHub-flavoured Markdown
+    JSON = "json"  # verdict, gates and evidence for machines
+
+
+MEDIA_TYPES = {
+    ReportFormat.HTML: "text/html; charset=utf-8",
+    ReportFormat.MD: "text/markdown; charset=utf-8",
+    ReportFormat.JSON: "application/json",
+}
+_SUFFIXES = {".html": ReportFormat.HTML, ".htm": ReportFormat.HTML, ".md": ReportFormat.MD,
+             ".markdown": ReportFormat.MD, ".json": ReportFormat.JSON}  # fmt: skip
+
+
+def format_for_path(path: Path | str) -> ReportFormat:
+    suffix = Path(path).suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise ValueError(f"-o {path}: the suffix picks the format: .html, .md or .json")
+    return _SUFFIXES[suffix]
+
+
+def format_for_accept(accept: str | None) -> ReportFormat:
+    """HTML unless the Accept header prefers Markdown or JSON (first match in its order)."""
+    for part in (accept or "").split(","):
+        media = part.split(";")[0].strip().lower()
+        if media in ("application/json", "text/json"):
+            return ReportFormat.JSON
+        if media in ("text/markdown", "text/x-markdown"):
+            return ReportFormat.MD
+        if media in ("text/html", "*/*", "text/*"):
+            return ReportFormat.HTML
+    return ReportFormat.HTML
+
+
+_env = Environment(
+    loader=PackageLoader("fleetval.reports", "templates"),
+    autoescape=select_autoescape(["html", "html.j2"]),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_env.filters["bytes"] = lambda n: "" if n is None else human_bytes(int(n))
+_env.filters["num"] = lambda x: "" if x is None else f"{x:.4g}"
+_env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S UTC") if t else ""
+_env.filters["md"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def _plots(s: Signoff) -> dict[str, Any]:
+    """Every plot of the page as inline SVG; absent views are said in words instead."""
+    v = s.views
+    busbw = {c: plots.busbw_plot(c, series, f"busbw-{c}") for c, series in v.busbw.items()}
+    scaling = (
+        plots.scaling_plot(v.scaling, "scaling")
+        if any(p.efficiency is not None for p in v.scaling)
+        else None
+    )
+    heat = plots.heat_map(v.heat_nodes, v.heat_checks, v.heat, "heat") if v.heat_nodes else None
+    return {"busbw": busbw, "scaling": scaling, "heat": heat}
+
+
+def _changes(s: Signoff) -> list[Any]:
+    """Comparison results worth a line, worst first (compare's order)."""
+    if s.comparison is None:
+        return []
+    hidden = (Verdict.UNCHANGED, Verdict.MISSING, Verdict.NEW)  # counted in the regression gate
+    return [m for m in s.comparison.results if m.verdict not in hidden][:200]
+
+
+def _context(s: Signoff) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    for g in s.gates:
+        counts[g.status.value] = counts.get(g.status.value, 0) + 1
+    return {"s": s, "counts": counts, "changes": _changes(s)}
+
+
+def to_json(s: Signoff) -> dict[str, Any]:
+    """The machine view: verdict, gates with evidence, incidents, environment, paths."""
+    r = s.run
+    return {
+        "schema": JSON_SCHEMA,
+        "verdict": s.verdict.value,
+        "exit_code": s.exit_code,
+        "run": {
+            "run_id": r.run_id,
+            "suite": r.suite,
+            "status": r.status,
+            "started_at": r.started_at,
+            "finished_at": r.finished_at,
+            "labels": r.labels,
+            "backend": r.backend,
+            "faults": r.faults,
+        },
+        "baseline": s.baseline,
+        "gates_declared": s.gates_declared,
+        "gates": [asdict(g) for g in s.gates],
+        "incidents": [asdict(i) for i in s.views.incidents],
+        "environment": list(s.views.environment),
+        "env_diff": [{"key": k, "baseline": b, "candidate": c} for k, b, c in s.views.env_diff],
+        "parquet_paths": list(s.parquet_paths),
+        "notes": list(s.notes),
+        "generated_at": s.generated_at,
+    }
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, datetime):
+        return o.isoformat()
+    if isinstance(o, BaseModel):  # a Waiver inside a gate
+        return o.model_dump(mode="json")
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def render(signoff: Signoff, fmt: ReportFormat | str) -> str:
+    """The report as text in the given format ("html", "md" or "json")."""
+    fmt = ReportFormat(fmt)
+    if fmt == ReportFormat.JSON:
+        return json.dumps(to_json(signoff), indent=2, default=_default) + "\n"
+    if fmt == ReportFormat.MD:
+        return _env.get_template("report.md.j2").render(_context(signoff))
+    return _env.get_template("report.html.j2").render(**_context(signoff), plots=_plots(signoff))
