@@ -2,7 +2,7 @@
 
 import typer
 
-from fleetval.cli import checks_cmd, compare_cmds, inspect_cmds, run_cmd, sweep_cmd
+from fleetval.cli import checks_cmd, compare_cmds, inspect_cmds, run_cmd, serve_cmds, sweep_cmd
 
 app = typer.Typer(
     name="fleetval",
@@ -20,3 +20,6 @@ app.command("checks")(checks_cmd.checks)
 app.command("compare")(compare_cmds.compare)
 app.command("trend")(compare_cmds.trend)
 app.add_typer(compare_cmds.baseline_app, name="baseline")
+app.command("serve")(serve_cmds.serve)
+app.command("submit")(serve_cmds.submit)
+app.add_typer(serve_cmds.token_app, name="token")
