@@ -27,7 +27,7 @@ def select(
     for column, value in filters.items():
         if value is not None:
             table = table.filter(pc.equal(table[column], value))
-    return table if samples else table.drop_columns(["samples"])
+    return table if samples else table.drop_columns(["samples_us"])
 
 
 @router.get(

@@ -94,9 +94,15 @@ def test_submit_is_queued_and_idempotent_by_submission_id(api):
         ("no-such-suite", ["body", "suite"]),
         ("/etc/passwd", ["body", "suite"]),  # a path is never read on the server
         ("../suites/smoke.yaml", ["body", "suite"]),
-        ({**TINY, "steps": [{"check": "collectives", "bogus": 1}]}, ["body", "suite", "steps", "0", "bogus"]),
+        (
+            {**TINY, "steps": [{"check": "collectives", "bogus": 1}]},
+            ["body", "suite", "steps", "0", "bogus"],
+        ),
         ({**TINY, "steps": [{"check": "nope"}]}, ["body", "suite", "steps", "0"]),
-        ({**TINY, "placement": {"world_sizes": [0]}}, ["body", "suite", "placement", "world_sizes", "0"]),
+        (
+            {**TINY, "placement": {"world_sizes": [0]}},
+            ["body", "suite", "placement", "world_sizes", "0"],
+        ),
         ({**TINY, "command": "rm -rf /"}, ["body", "suite", "command"]),
     ],
 )
@@ -119,7 +125,11 @@ def test_bad_request_fields_are_422(api):
         r = client.post("/v1/runs", json=body, headers=h["submit"])
         assert r.status_code == 422, body
         assert r.json()["detail"]
-    r = client.post("/v1/runs", content=b"{not json", headers={**h["submit"], "Content-Type": "application/json"})
+    r = client.post(
+        "/v1/runs",
+        content=b"{not json",
+        headers={**h["submit"], "Content-Type": "application/json"},
+    )
     assert r.status_code == 422
     r = client.get("/v1/runs?label=nokey", headers=h["read"])
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "label"]
@@ -137,13 +147,20 @@ def test_oversized_bodies_are_413(api):
         for i in range(0, len(data), 1000):
             yield data[i : i + 1000]
 
-    r = client.post("/v1/runs", content=chunks(), headers={**h["submit"], "Content-Type": "application/json"})
+    r = client.post(
+        "/v1/runs", content=chunks(), headers={**h["submit"], "Content-Type": "application/json"}
+    )
     assert r.status_code == 413 and "larger than 4096" in r.json()["detail"]
 
 
 def test_unknown_things_are_404_and_finished_cancel_is_409(api):
     client, h = api
-    for path in ("/v1/runs/nope", "/v1/runs/nope/results", "/v1/runs/nope/events", "/v1/baselines/nope"):
+    for path in (
+        "/v1/runs/nope",
+        "/v1/runs/nope/results",
+        "/v1/runs/nope/events",
+        "/v1/baselines/nope",
+    ):
         r = client.get(path, headers=h["read"])
         assert r.status_code == 404 and r.json()["detail"], path
     assert client.post("/v1/runs/nope/cancel", headers=h["submit"]).status_code == 404
