@@ -320,6 +320,7 @@ def test_cancel_mid_run_kills_actors_and_removes_the_group(server):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 20 runs, each starting 2 rank actors: ~4 s idle, far more on a busy box
 def test_twenty_concurrent_submissions_all_finish_in_order(server):
     c = server.client("submit")
     made: list[tuple[float, str]] = []
@@ -340,7 +341,7 @@ def test_twenty_concurrent_submissions_all_finish_in_order(server):
     for t in threads:
         t.join()
     assert len(made) == 20
-    runs = [wait_for(c, run_id, timeout_s=300) for _, run_id in made]
+    runs = [wait_for(c, run_id, timeout_s=600) for _, run_id in made]
     assert all(r["status"] == "pass" for r in runs)
     listed = c.get("/v1/runs", params={"label": "batch=twenty"}).json()["runs"]
     assert len(listed) == 20
