@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -75,8 +79,24 @@ def _suite_detail(err: SuiteError) -> list[dict]:
     return out
 
 
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or Infinity, but Python's parser accepts them in a request body:
+    echo them back as strings, or rendering the 422 would fail."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _install_errors(app: FastAPI) -> None:
     """Library errors are the client's: 404, 409 or 422 with the reason, never a 500."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+        return _error(422, _finite(jsonable_encoder(err.errors())))
 
     @app.exception_handler(SuiteError)
     async def _suite(_: Request, err: SuiteError) -> JSONResponse:

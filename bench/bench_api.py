@@ -148,7 +148,7 @@ def submit_and_follow(client: httpx.Client, suite: dict) -> dict[str, float]:
             marks.setdefault(name, time.perf_counter() - t0)
             if kind == "run_end":
                 break
-    run = client.get(f"/v1/runs/{run_id}").json()
+    client.get(f"/v1/runs/{run_id}").json()
     marks["run_id"] = run_id  # type: ignore[assignment]
     return marks
 
@@ -174,8 +174,16 @@ def main() -> None:
         t0 = time.perf_counter()
         for _ in range(args.runs):
             subprocess.run(
-                [sys.executable, "-m", "fleetval.cli", "run", str(_suite_file(data)), "--data",
-                 str(data / "cli"), "--json"],
+                [
+                    sys.executable,
+                    "-m",
+                    "fleetval.cli",
+                    "run",
+                    str(_suite_file(data)),
+                    "--data",
+                    str(data / "cli"),
+                    "--json",
+                ],
                 capture_output=True,
                 check=False,
             )
@@ -214,14 +222,24 @@ def _latencies(client: httpx.Client, path: str, seconds: float) -> list[float]:
 
 def _report(args, warm, cli_s, rps_run, lat_run, rps_health, idle, busy, busy_status) -> None:
     med = lambda key: statistics.median(m[key] for m in warm)  # noqa: E731
-    print(f"machine: {os.cpu_count()} cores; {args.runs} runs; load {args.seconds:g}s x {args.connections} connections")
+    print(
+        f"machine: {os.cpu_count()} cores; {args.runs} runs; load {args.seconds:g}s x {args.connections} connections"
+    )
     print("\n| figure | service | peer |\n|---|---:|---:|")
-    print(f"| GET /v1/runs/{{id}} req/s (one worker) vs GET /healthz | {rps_run:,.0f} | {rps_health:,.0f} |")
-    print(f"| ... p50 / p99 ms under that load | {pct(lat_run, 0.5):.1f} / {pct(lat_run, 0.99):.1f} | |")
+    print(
+        f"| GET /v1/runs/{{id}} req/s (one worker) vs GET /healthz | {rps_run:,.0f} | {rps_health:,.0f} |"
+    )
+    print(
+        f"| ... p50 / p99 ms under that load | {pct(lat_run, 0.5):.1f} / {pct(lat_run, 0.99):.1f} | |"
+    )
     print(f"| submit -> 201 (ms) | {1000 * med('accepted'):.1f} | |")
     print(f"| submit -> step_start: first collective next (s) | {med('first_step'):.2f} | |")
-    print(f"| submit -> run_end (s) vs `fleetval run` wall (s) | {med('run_end'):.2f} | {cli_s:.2f} |")
-    print(f"| GET p50 / p99 ms while a run executes ({busy_status}) vs idle | {pct(busy, 0.5):.1f} / {pct(busy, 0.99):.1f} | {pct(idle, 0.5):.1f} / {pct(idle, 0.99):.1f} |")
+    print(
+        f"| submit -> run_end (s) vs `fleetval run` wall (s) | {med('run_end'):.2f} | {cli_s:.2f} |"
+    )
+    print(
+        f"| GET p50 / p99 ms while a run executes ({busy_status}) vs idle | {pct(busy, 0.5):.1f} / {pct(busy, 0.99):.1f} | {pct(idle, 0.5):.1f} / {pct(idle, 0.99):.1f} |"
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ sees its actors and placement groups.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import signal
@@ -23,7 +24,6 @@ from typing import Any
 import httpx
 import pandas as pd
 import pytest
-
 from conftest import assert_no_leaks
 
 CPU = {"world_sizes": [2], "gpus_per_rank": 0}
@@ -348,7 +348,7 @@ def test_twenty_concurrent_submissions_all_finish_in_order(server):
     by_start = sorted(runs, key=lambda r: r["started_at"])
     by_submit = sorted(runs, key=lambda r: r["submitted_at"])
     assert [r["run_id"] for r in by_start] == [r["run_id"] for r in by_submit]
-    for before, after in zip(by_start, by_start[1:], strict=False):
+    for before, after in itertools.pairwise(by_start):
         assert before["finished_at"] <= after["started_at"]  # one at a time
 
 
