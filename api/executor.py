@@ -166,7 +166,7 @@ class Executor:
         finally:
             done.set()
         if self._stopping.is_set() and status == QueueStatus.CANCELLED:
-            self._interrupt(self.db.get(sub.run_id) or sub, "the service was stopped")
+            self._interrupt(sub, "the service was stopped during the run", recorded=True)
             return
         self._publish_busbw(sub.run_id)
         self.db.record_event(
@@ -207,8 +207,10 @@ class Executor:
         for sub in self.db.running():
             self._interrupt(sub, INTERRUPTED_MESSAGE)
 
-    def _interrupt(self, sub: Submission, message: str) -> None:
-        stored = self._stored_status(sub.run_id)
+    def _interrupt(self, sub: Submission, message: str, *, recorded: bool = False) -> None:
+        """Mark a run cut off by the service's end, and requeue it if its submitter asked.
+        `recorded`: the engine wrote its run record already (a graceful stop)."""
+        stored = None if recorded else self._stored_status(sub.run_id)
         if stored is not None:  # it ended and was recorded just before the service died
             self.db.record_event(
                 sub.run_id,
@@ -230,7 +232,8 @@ class Executor:
             )
             self.db.mark_retried(sub.run_id, retry.run_id)
             message += f"; requeued as {retry.run_id} (attempt {retry.attempt})"
-        self._write_interrupted(sub, message)
+        if not recorded:
+            self._write_interrupted(sub, message)
         status = QueueStatus.INTERRUPTED.value
         self.db.record_event(
             sub.run_id,

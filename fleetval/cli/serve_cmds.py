@@ -32,6 +32,7 @@ from fleetval.store import default_data_dir
 from fleetval.suite import parse_suite
 
 STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
+GRACE_S = 10  # a stopping server waits this long for open requests (event streams)
 RECONNECTS = 5  # the event stream is resumed (Last-Event-ID) this often before giving up
 
 token_app = typer.Typer(help="API tokens for the service.", no_args_is_help=True)
@@ -54,13 +55,19 @@ def serve(
     data_dir = (data or default_data_dir()).resolve()
     if workers == 1:
         app = create_app(Settings(data_dir=data_dir, address=address))
-        uvicorn.run(app, host=host, port=port, log_level="info")
+        # NOTE: open event streams would hold a graceful stop until their runs end.
+        uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=GRACE_S)
         return
     os.environ["FLEETVAL_DATA"] = str(data_dir)
     if address:
         os.environ["FLEETVAL_RAY_ADDRESS"] = address
     uvicorn.run(
-        "fleetval.api.app:app_from_env", factory=True, host=host, port=port, workers=workers
+        "fleetval.api.app:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        timeout_graceful_shutdown=GRACE_S,
     )
 
 
