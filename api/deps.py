@@ -1,4 +1,7 @@
-"""Dependency aliases every route uses: the app's state and the caller's token."""
+"""Dependency aliases every route uses: the app's state and the caller's token.
+
+NOTE: async, so FastAPI calls them on the event loop instead of a thread-pool hop each.
+"""
 
 from __future__ import annotations
 
@@ -13,19 +16,19 @@ from fleetval.api.settings import Settings
 from fleetval.store import Store
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _db(request: Request) -> ServiceDB:
+async def _db(request: Request) -> ServiceDB:
     return request.app.state.db
 
 
-def _store(request: Request) -> Store:
+async def _store(request: Request) -> Store:
     return request.app.state.store
 
 
-def _executor(request: Request) -> Executor:
+async def _executor(request: Request) -> Executor:
     return request.app.state.executor
 
 

@@ -119,7 +119,17 @@ def pct(values: list[float], q: float) -> float:
 def start_server(data: Path, port: int) -> subprocess.Popen:
     log = (data / "server.log").open("ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data", str(data)],
+        [
+            sys.executable,
+            "-m",
+            "fleetval.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--data",
+            str(data),
+            "--no-access-log",
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )

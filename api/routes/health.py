@@ -12,7 +12,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz(db: DbDep, executor: ExecutorDep) -> Health:
+async def healthz(db: DbDep, executor: ExecutorDep) -> Health:
     """Liveness (no token): whether this process runs the queue, and the queue depth."""
     return Health(
         executor=executor.active,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Response
@@ -70,9 +71,12 @@ def list_runs(
 
 
 @router.get("/{run_id}", responses=_ERRORS)
-def get_run(run_id: str, _: ReadToken, db: DbDep, store: StoreDep) -> RunOut:
+async def get_run(run_id: str, _: ReadToken, db: DbDep, store: StoreDep) -> RunOut:
     """A run: status, live progress (job, step, percent, culprits so far) and step verdicts."""
-    return service.get_run(db, store, run_id)
+    sub = db.get(run_id)  # one indexed read: served on the event loop
+    if sub is not None:
+        return service.run_out(db, sub)
+    return await asyncio.to_thread(service.get_run, db, store, run_id)  # a scan of the store
 
 
 @router.post(

@@ -46,6 +46,9 @@ def serve(
     workers: Annotated[
         int, typer.Option("--workers", min=1, help="uvicorn worker processes (one runs the queue)")
     ] = 1,
+    access_log: Annotated[
+        bool, typer.Option("--access-log/--no-access-log", help="Log every request (never headers)")
+    ] = True,
 ) -> None:
     """The REST service: submissions queue durably and run one at a time on Ray."""
     import uvicorn
@@ -56,7 +59,9 @@ def serve(
     if workers == 1:
         app = create_app(Settings(data_dir=data_dir, address=address))
         # NOTE: open event streams would hold a graceful stop until their runs end.
-        uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=GRACE_S)
+        uvicorn.run(
+            app, host=host, port=port, access_log=access_log, timeout_graceful_shutdown=GRACE_S
+        )
         return
     os.environ["FLEETVAL_DATA"] = str(data_dir)
     if address:
@@ -67,6 +72,7 @@ def serve(
         host=host,
         port=port,
         workers=workers,
+        access_log=access_log,
         timeout_graceful_shutdown=GRACE_S,
     )
 
