@@ -29,6 +29,9 @@ IDLE_POLL_S = 1.0  # the queue is also woken directly by a submission in this pr
 CANCEL_POLL_S = 0.2  # a cancel request from any worker reaches the run this fast
 # Size classes of /metrics' busbw gauge: latency-bound, middle, bandwidth-bound.
 SIZE_CLASSES = ((64 * 1024, "small"), (16 * 1024 * 1024, "medium"))
+# The embedded Ray instance is started once, before any suite is known: with enough logical
+# CPUs for the shipped suites' world sizes (ranks mostly wait on I/O; see execute.connect).
+EMBEDDED_MIN_CPUS = 8
 INTERRUPTED_MESSAGE = "the service stopped while this run was executing; finished steps are kept"
 
 
@@ -133,7 +136,7 @@ class Executor:
     def _connect(self) -> None:
         """Start (or join) Ray now, so the first submission does not pay for it."""
         try:
-            connect(self.address)
+            connect(self.address, min_cpus=EMBEDDED_MIN_CPUS)
         except Exception as err:  # every run will say why it could not start
             self.ray_error = str(err)
             log.error("Ray not reachable: %s", err)
