@@ -101,8 +101,9 @@ def _load(port: int, path: str, token: str, seconds: float, conns: int, out: mp.
 
 
 def load(port: int, path: str, token: str, seconds: float, conns: int) -> tuple[float, list[float]]:
-    q: mp.Queue = mp.Queue()
-    p = mp.get_context("spawn").Process(target=_load, args=(port, path, token, seconds, conns, q))
+    ctx = mp.get_context("spawn")  # a fresh interpreter: nothing of this process's state
+    q = ctx.Queue()
+    p = ctx.Process(target=_load, args=(port, path, token, seconds, conns, q))
     p.start()
     result = q.get(timeout=seconds + 60)
     p.join(30)
