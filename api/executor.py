@@ -117,7 +117,16 @@ class Executor:
                     self._wake.wait(IDLE_POLL_S)
                     self._wake.clear()
                     continue
-                self._execute(sub)
+                try:
+                    self._execute(sub)
+                except Exception as err:  # NOTE: the queue must go on whatever one run did
+                    log.exception("executor: run %s", sub.run_id)
+                    status, message = QueueStatus.ERROR.value, f"{type(err).__name__}: {err}"
+                    self.db.record_event(
+                        sub.run_id,
+                        {"kind": "run_end", "status": status, "message": message},
+                        finish=(status, message),
+                    )
         finally:
             self.active = False
             lock.close()  # releases the lock for a standby worker
