@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self, Union
 
@@ -24,7 +26,7 @@ from fleetval.compare_settings import CompareSettings
 from fleetval.gates import Gates
 from fleetval.vocab import Backend, FaultKind, Strategy
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+SUITES_PACKAGE = "fleetval.suites"  # shipped suites: package data, found in any install
 
 
 class SuiteError(ValueError):
@@ -178,14 +180,23 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
         raise SuiteError(source, _problems(err)) from err
 
 
-def shipped_suites() -> dict[str, Path]:
-    return {p.stem: p for p in sorted(SUITES_DIR.glob("*.yaml"))}
+def _suites_dir() -> Traversable:
+    try:
+        return resources.files(SUITES_PACKAGE)
+    except ModuleNotFoundError:  # NOTE: an editable install made before suites/ was mapped
+        return Path(__file__).resolve().parent.parent / "suites"
+
+
+def shipped_suites() -> dict[str, Traversable]:
+    """Shipped suite names and their YAML (through importlib.resources: wheels and zips too)."""
+    found = [f for f in _suites_dir().iterdir() if f.name.endswith(".yaml")]
+    return {f.name.removesuffix(".yaml"): f for f in sorted(found, key=lambda f: f.name)}
 
 
 def load_suite(ref: str | Path) -> Suite:
     """A shipped suite by name (`smoke`) or a YAML file by path."""
-    path = Path(ref)
-    if not path.exists():
+    path: Traversable = Path(ref)
+    if not path.is_file():
         known = shipped_suites()
         if str(ref) not in known:
             raise SuiteError(
@@ -193,8 +204,13 @@ def load_suite(ref: str | Path) -> Suite:
                 [f"(suite): no such file, and no shipped suite of that name ({', '.join(known)})"],
             )
         path = known[str(ref)]
+    return parse_suite_text(path.read_text(), str(path))
+
+
+def parse_suite_text(text: str, source: str = "<suite>") -> Suite:
+    """A suite from YAML (or JSON) text."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise SuiteError(str(path), [f"(yaml): {err}"]) from err
-    return parse_suite(data, str(path))
+        raise SuiteError(source, [f"(yaml): {err}"]) from err
+    return parse_suite(data, source)

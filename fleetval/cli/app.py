@@ -2,7 +2,15 @@
 
 import typer
 
-from fleetval.cli import checks_cmd, compare_cmds, inspect_cmds, report_cmd, run_cmd, sweep_cmd
+from fleetval.cli import (
+    checks_cmd,
+    compare_cmds,
+    inspect_cmds,
+    report_cmd,
+    run_cmd,
+    serve_cmds,
+    sweep_cmd,
+)
 
 app = typer.Typer(
     name="fleetval",
@@ -21,3 +29,6 @@ app.command("compare")(compare_cmds.compare)
 app.command("trend")(compare_cmds.trend)
 app.command("report")(report_cmd.report)
 app.add_typer(compare_cmds.baseline_app, name="baseline")
+app.command("serve")(serve_cmds.serve)
+app.command("submit")(serve_cmds.submit)
+app.add_typer(serve_cmds.token_app, name="token")

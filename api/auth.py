@@ -1,0 +1,42 @@
+"""Bearer tokens with scopes: no token 401, a token without the scope 403."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from fleetval.api.db import SCOPE_RANK, Scope, ServiceDB, Token
+
+_bearer = HTTPBearer(auto_error=False, description="`fleetval token create --scope ...`")
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def authenticate(db: ServiceDB, credentials: HTTPAuthorizationCredentials | None) -> Token:
+    if credentials is None:
+        raise HTTPException(401, "missing bearer token (Authorization: Bearer ...)", _CHALLENGE)
+    token = db.lookup_token(credentials.credentials)
+    if token is None:
+        raise HTTPException(401, "unknown token", _CHALLENGE)
+    return token
+
+
+def require(scope: Scope) -> Callable[..., Token]:
+    """A dependency admitting tokens with `scope` or a scope that includes it (async: the
+    lookup is one indexed SQLite read, cheaper than a thread-pool hop)."""
+
+    async def dependency(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> Token:
+        token = authenticate(request.app.state.db, credentials)
+        if SCOPE_RANK[token.scope] < SCOPE_RANK[scope]:
+            raise HTTPException(
+                403,
+                f"this needs a token with scope {scope.value}; this one has {token.scope.value}",
+            )
+        return token
+
+    return dependency

@@ -1,0 +1,42 @@
+"""Dependency aliases every route uses: the app's state and the caller's token.
+
+NOTE: async, so FastAPI calls them on the event loop instead of a thread-pool hop each.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from fleetval.api.auth import require
+from fleetval.api.db import Scope, ServiceDB, Token
+from fleetval.api.executor import Executor
+from fleetval.api.settings import Settings
+from fleetval.store import Store
+
+
+async def _settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def _db(request: Request) -> ServiceDB:
+    return request.app.state.db
+
+
+async def _store(request: Request) -> Store:
+    return request.app.state.store
+
+
+async def _executor(request: Request) -> Executor:
+    return request.app.state.executor
+
+
+SettingsDep = Annotated[Settings, Depends(_settings)]
+DbDep = Annotated[ServiceDB, Depends(_db)]
+StoreDep = Annotated[Store, Depends(_store)]
+ExecutorDep = Annotated[Executor, Depends(_executor)]
+
+ReadToken = Annotated[Token, Depends(require(Scope.READ))]
+SubmitToken = Annotated[Token, Depends(require(Scope.SUBMIT))]
+AdminToken = Annotated[Token, Depends(require(Scope.ADMIN))]

@@ -1,0 +1,282 @@
+"""The one executor: takes queued submissions in order and runs each with `run_suite`.
+
+One thread per data directory, across processes: it holds an exclusive lock on
+`executor.lock` while it works, so with several uvicorn workers one executes and the
+others stand by (and take over if it dies). The Ray connection is made once and kept
+between runs. Progress goes to the database as it happens, so every worker serves it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import statistics
+import threading
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from fleetval.api.db import QueueStatus, ServiceDB, Submission
+from fleetval.execute import Event, connect, run_suite
+from fleetval.store import RunRecord, Store, StoreError, new_run_id
+from fleetval.suite import parse_suite
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "executor.lock"
+IDLE_POLL_S = 1.0  # the queue is also woken directly by a submission in this process
+CANCEL_POLL_S = 0.2  # a cancel request from any worker reaches the run this fast
+# Size classes of /metrics' busbw gauge: latency-bound, middle, bandwidth-bound.
+SIZE_CLASSES = ((64 * 1024, "small"), (16 * 1024 * 1024, "medium"))
+# The embedded Ray instance is started once, before any suite is known: with enough logical
+# CPUs for the shipped suites' world sizes (ranks mostly wait on I/O; see execute.connect).
+EMBEDDED_MIN_CPUS = 8
+INTERRUPTED_MESSAGE = "the service stopped while this run was executing; finished steps are kept"
+
+
+def size_class(size_bytes: int) -> str:
+    for limit, name in SIZE_CLASSES:
+        if size_bytes < limit:
+            return name
+    return "large"
+
+
+class _Tracker:
+    """Turns the engine's events into stored progress, verdicts so far and SSE events."""
+
+    def __init__(self, db: ServiceDB, run_id: str) -> None:
+        self.db, self.run_id = db, run_id
+        self.steps: list[dict[str, Any]] = []
+        self.culprits: list[dict[str, Any]] = []
+
+    def on_event(self, e: Event) -> None:
+        percent = round(100.0 * e.index / e.total, 1) if e.total else 0.0
+        data: dict[str, Any] = {
+            "kind": e.kind,
+            "job": e.job,
+            "step": e.step,
+            "index": e.index,
+            "total": e.total,
+            "percent": percent,
+            "detail": e.detail,
+        }
+        if e.outcome is not None:
+            outcome = asdict(e.outcome)
+            data["outcome"] = outcome
+            self.steps.append(outcome)
+            self.culprits += outcome["culprits"]
+        progress = {k: data[k] for k in ("job", "step", "index", "total", "percent", "detail")}
+        progress["culprits"] = self.culprits
+        self.db.record_event(
+            self.run_id,
+            data,
+            progress=progress,
+            steps=self.steps if e.outcome is not None else None,
+        )
+
+
+class Executor:
+    """Runs the queue of one data directory through the library, one run at a time."""
+
+    def __init__(self, db: ServiceDB, store: Store, address: str | None) -> None:
+        self.db, self.store, self.address = db, store, address
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.active = False  # this process holds the executor lock
+        self.ray_error = ""
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name="fleetval-executor", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Cancel the running run (its actors torn down) and wait for the thread."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def _main(self) -> None:
+        lock = self._acquire_lock()
+        if lock is None:
+            return
+        try:
+            self.active = True
+            self.recover()
+            self._connect()
+            while not self._stopping.is_set():
+                sub = self.db.claim_next()
+                if sub is None:
+                    self._wake.wait(IDLE_POLL_S)
+                    self._wake.clear()
+                    continue
+                try:
+                    self._execute(sub)
+                except Exception as err:  # NOTE: the queue must go on whatever one run did
+                    log.exception("executor: run %s", sub.run_id)
+                    status, message = QueueStatus.ERROR.value, f"{type(err).__name__}: {err}"
+                    self.db.record_event(
+                        sub.run_id,
+                        {"kind": "run_end", "status": status, "message": message},
+                        finish=(status, message),
+                    )
+        finally:
+            self.active = False
+            lock.close()  # releases the lock for a standby worker
+
+    def _acquire_lock(self) -> Any:
+        f = (self.store.root / LOCK_NAME).open("a")
+        while not self._stopping.is_set():
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return f
+            except BlockingIOError:
+                self._stopping.wait(IDLE_POLL_S)
+        f.close()
+        return None
+
+    def _connect(self) -> None:
+        """Start (or join) Ray now, so the first submission does not pay for it."""
+        try:
+            connect(self.address, min_cpus=EMBEDDED_MIN_CPUS)
+        except Exception as err:  # every run will say why it could not start
+            self.ray_error = str(err)
+            log.error("Ray not reachable: %s", err)
+
+    def _execute(self, sub: Submission) -> None:
+        tracker = _Tracker(self.db, sub.run_id)
+        self.db.record_event(sub.run_id, {"kind": "run_start", "attempt": sub.attempt})
+        cancel, done = threading.Event(), threading.Event()
+        watcher = threading.Thread(
+            target=self._watch_cancel, args=(sub.run_id, cancel, done), daemon=True
+        )
+        watcher.start()
+        try:
+            record = run_suite(
+                parse_suite(json.loads(sub.suite_json), sub.suite),
+                self.store,
+                address=self.address,
+                labels=sub.labels,
+                submitter=sub.submitter,
+                on_event=tracker.on_event,
+                run_id=sub.run_id,
+                cancel=cancel,
+            )
+            status, message = record.status, record.message
+        except ValueError as err:  # the plan or the cluster refused it: nothing ran
+            status, message = QueueStatus.ERROR.value, str(err)
+        except Exception as err:
+            log.exception("run %s", sub.run_id)
+            status, message = QueueStatus.ERROR.value, f"{type(err).__name__}: {err}"
+        finally:
+            done.set()
+        if self._stopping.is_set() and status == QueueStatus.CANCELLED:
+            self._interrupt(sub, "the service was stopped during the run", recorded=True)
+            return
+        self._publish_busbw(sub.run_id)
+        self.db.record_event(
+            sub.run_id,
+            {"kind": "run_end", "status": status, "message": message},
+            steps=tracker.steps,
+            finish=(status, message),
+        )
+
+    def _watch_cancel(self, run_id: str, cancel: threading.Event, done: threading.Event) -> None:
+        while not done.wait(CANCEL_POLL_S):
+            if self._stopping.is_set() or self.db.cancel_requested(run_id):
+                cancel.set()
+                return
+
+    def _publish_busbw(self, run_id: str) -> None:
+        """The run's median bus bandwidth per collective, size class and node, for /metrics."""
+        cols = ["collective", "size_bytes", "node", "busbw_gbps"]
+        try:
+            rows = self.store.results([run_id], columns=cols).to_pylist()
+        except (OSError, StoreError):
+            return
+        groups: dict[tuple[str, str, str], list[float]] = {}
+        for r in rows:
+            if r["busbw_gbps"] is None or r["collective"] is None or r["size_bytes"] is None:
+                continue
+            key = (r["collective"], size_class(r["size_bytes"]), r["node"])
+            groups.setdefault(key, []).append(r["busbw_gbps"])
+        if groups:
+            self.db.set_busbw(
+                run_id, [(*k, statistics.median(v)) for k, v in sorted(groups.items())]
+            )
+
+    # -- recovery ------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Runs left `running` by a service that died: interrupted, and requeued if asked."""
+        for sub in self.db.running():
+            self._interrupt(sub, INTERRUPTED_MESSAGE)
+
+    def _interrupt(self, sub: Submission, message: str, *, recorded: bool = False) -> None:
+        """Mark a run cut off by the service's end, and requeue it if its submitter asked.
+        `recorded`: the engine wrote its run record already (a graceful stop)."""
+        stored = None if recorded else self._stored_status(sub.run_id)
+        if stored is not None:  # it ended and was recorded just before the service died
+            self.db.record_event(
+                sub.run_id,
+                {"kind": "run_end", "status": stored, "message": ""},
+                finish=(stored, ""),
+            )
+            return
+        if sub.attempt <= sub.retries:
+            retry, _ = self.db.add(
+                run_id=new_run_id(),
+                submission_id=None,
+                suite=sub.suite,
+                suite_json=sub.suite_json,
+                labels=sub.labels,
+                submitter=sub.submitter,
+                retries=sub.retries,
+                attempt=sub.attempt + 1,
+                retry_of=sub.run_id,
+            )
+            self.db.mark_retried(sub.run_id, retry.run_id)
+            message += f"; requeued as {retry.run_id} (attempt {retry.attempt})"
+        if not recorded:
+            self._write_interrupted(sub, message)
+        status = QueueStatus.INTERRUPTED.value
+        self.db.record_event(
+            sub.run_id,
+            {"kind": "run_end", "status": status, "message": message},
+            finish=(status, message),
+        )
+
+    def _stored_status(self, run_id: str) -> str | None:
+        try:
+            status = self.store.run(run_id).status
+        except StoreError:
+            return None
+        return None if status == "incomplete" else status
+
+    def _write_interrupted(self, sub: Submission, message: str) -> None:
+        """A run record in the store, so every reader sees the run as interrupted."""
+        started = datetime.fromisoformat(sub.started_at or sub.submitted_at)
+        suite = json.loads(sub.suite_json)
+        self.store.write_schema_note()
+        self.store.write_run(
+            RunRecord(
+                run_id=sub.run_id,
+                suite=sub.suite,
+                status=QueueStatus.INTERRUPTED.value,
+                started_at=started,
+                finished_at=datetime.now(UTC),
+                labels=sub.labels,
+                submitter=sub.submitter,
+                faults=suite.get("faults", []),
+                suite_json=sub.suite_json,
+                summary={"steps": sub.steps},
+                message=message,
+            )
+        )

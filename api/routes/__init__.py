@@ -1,0 +1,12 @@
+"""Every router of the app; a new route is one module here and one line in ROUTERS."""
+
+from fleetval.api.routes import baselines, compare, events, health, results, runs
+
+ROUTERS = [
+    health.router,
+    runs.router,
+    events.router,
+    results.router,
+    baselines.router,
+    compare.router,
+]

@@ -1,0 +1,35 @@
+"""Compare runs with a baseline: the same JSON as `fleetval compare --format json`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from fleetval.api import service
+from fleetval.api.deps import ReadToken, StoreDep
+from fleetval.api.models import CompareRequest
+from fleetval.baselines import Baselines
+from fleetval.compare import compare_runs
+from fleetval.compare_format import to_json
+
+router = APIRouter(prefix="/v1", tags=["compare"])
+
+
+@router.post(
+    "/compare",
+    responses={
+        200: {
+            "content": {"application/json": {}},
+            "description": "Verdicts; exit_code as the CLI's",
+        },
+        404: {"description": "No such baseline or run"},
+        422: {"description": "Invalid request, or nothing to compare"},
+    },
+)
+def compare(body: CompareRequest, _: ReadToken, store: StoreDep) -> Response:
+    Baselines(store).get(body.baseline)  # unknown -> 404 with the known names
+    for run_id in body.runs:
+        service.stored_run(store, run_id)  # unknown -> 404
+    comparison = compare_runs(
+        store, body.baseline, body.runs, per=body.per, threshold_pct=body.threshold_pct
+    )
+    return Response(to_json(comparison), media_type="application/json")

@@ -1,0 +1,278 @@
+"""`fleetval serve`, `fleetval token create`, `fleetval submit` (what CI calls).
+
+Nothing here imports Ray or torch at import time: `submit` only talks HTTP, and `serve`
+loads the service when it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+import yaml
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fleetval.cli.common import (
+    AddressOpt,
+    DataOpt,
+    Exit,
+    bad_input_exits,
+    console,
+    err_console,
+    parse_pairs,
+)
+from fleetval.store import default_data_dir
+from fleetval.suite import parse_suite
+
+STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
+GRACE_S = 10  # a stopping server waits this long for open requests (event streams)
+RECONNECTS = 5  # the event stream is resumed (Last-Event-ID) this often before giving up
+
+token_app = typer.Typer(help="API tokens for the service.", no_args_is_help=True)
+
+
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port")] = 8080,
+    data: DataOpt = None,
+    address: AddressOpt = None,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="uvicorn worker processes (one runs the queue)")
+    ] = 1,
+    access_log: Annotated[
+        bool, typer.Option("--access-log/--no-access-log", help="Log every request (never headers)")
+    ] = True,
+) -> None:
+    """The REST service: submissions queue durably and run one at a time on Ray."""
+    import uvicorn
+
+    from fleetval.api import Settings, create_app
+
+    data_dir = (data or default_data_dir()).resolve()
+    if workers == 1:
+        app = create_app(Settings(data_dir=data_dir, address=address))
+        # NOTE: open event streams would hold a graceful stop until their runs end.
+        uvicorn.run(
+            app, host=host, port=port, access_log=access_log, timeout_graceful_shutdown=GRACE_S
+        )
+        return
+    os.environ["FLEETVAL_DATA"] = str(data_dir)
+    if address:
+        os.environ["FLEETVAL_RAY_ADDRESS"] = address
+    uvicorn.run(
+        "fleetval.api.app:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        access_log=access_log,
+        timeout_graceful_shutdown=GRACE_S,
+    )
+
+
+@token_app.command("create")
+def token_create(
+    scope: Annotated[str, typer.Option("--scope", help="read, submit or admin")],
+    name: Annotated[str, typer.Option("--name", help="Who uses it (recorded as submitter)")] = "",
+    data: DataOpt = None,
+) -> None:
+    """Print a new token once; only its hash is stored."""
+    from fleetval.api.db import Scope, ServiceDB
+
+    with bad_input_exits():
+        if scope not in set(Scope):
+            raise ValueError(f"--scope must be one of {', '.join(Scope)}, not {scope!r}")
+        db = ServiceDB(data or default_data_dir())
+        token = db.create_token(Scope(scope), name or f"{scope}-token")
+        db.close()
+    typer.echo(token)
+
+
+# -- submit ----------------------------------------------------------------------------
+
+
+class _BadInput(ValueError):
+    pass
+
+
+def _suite_body(suite: str) -> str | dict[str, Any]:
+    """A local YAML file goes inline (validated here first); anything else is a shipped name."""
+    path = Path(suite)
+    if not path.is_file():
+        return suite
+    data = yaml.safe_load(path.read_text())
+    parse_suite(data, str(path))  # bad input exits 2 before the server is asked
+    return data
+
+
+def _detail(r: httpx.Response) -> str:
+    try:
+        detail = r.json().get("detail", r.text)
+    except ValueError:
+        detail = r.text
+    if isinstance(detail, list):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg', d)}" for d in detail
+        )
+    return str(detail)
+
+
+def _call(client: httpx.Client, method: str, url: str, **kw: Any) -> httpx.Response:
+    try:
+        r = client.request(method, url, **kw)
+    except httpx.HTTPError as err:
+        raise _BadInput(f"{client.base_url}: {err}") from err
+    if r.status_code >= 400:
+        raise _BadInput(f"{method} {url}: {r.status_code} {_detail(r)}")
+    return r
+
+
+def _events(client: httpx.Client, run_id: str, deadline: float) -> Any:
+    """The run's events, resuming after a dropped connection, until run_end or the deadline."""
+    last, drops = "0", 0
+    while time.monotonic() < deadline:
+        try:
+            with client.stream(
+                "GET", f"/v1/runs/{run_id}/events", headers={"Last-Event-ID": last}, timeout=60
+            ) as r:
+                if r.status_code >= 400:
+                    raise _BadInput(f"events: {r.status_code} {r.read().decode()}")
+                for line in r.iter_lines():
+                    if line.startswith("id: "):
+                        last = line[4:]
+                    elif line.startswith("data: "):
+                        event = json.loads(line[6:])
+                        yield event
+                        if event["kind"] == "run_end":
+                            return
+        except httpx.TransportError as err:
+            drops += 1
+            if drops > RECONNECTS:
+                raise _BadInput(f"lost the event stream: {err}") from err
+            time.sleep(1)
+    raise TimeoutError("the run did not end within the --timeout")
+
+
+def _follow(client: httpx.Client, run_id: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    if not console.is_terminal:  # CI logs: one plain line per step
+        for e in _events(client, run_id, deadline):
+            if e["kind"] == "step_end":
+                o = e["outcome"]
+                print(
+                    f"[{e['percent']:5.1f}%] {o['status']:4} job {e['job']} {e['step']} ({o['seconds']:.1f}s) {o['message']}",
+                    flush=True,
+                )
+            elif e["kind"] == "run_start":
+                print(f"run {run_id} started", flush=True)
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(f"{run_id}: queued", total=100)
+        for e in _events(client, run_id, deadline):
+            if e["kind"] == "step_end":
+                o = e["outcome"]
+                style = STATUS_STYLE.get(o["status"], "")
+                bar.console.print(
+                    f"  [{style}]{o['status']:4}[/{style}] job {e['job']} {e['step']} ({o['seconds']:.1f}s) {o['message']}"
+                )
+            if "percent" in e:
+                head = f"job {e['job']} {e['step']} {e.get('detail', '')}"
+                bar.update(task, completed=e["percent"], description=head[:80])
+
+
+def _print_summary(run: dict[str, Any]) -> None:
+    table = Table(title=f"run {run['run_id']} ({run['suite']})")
+    for col in ("job", "world", "step", "check", "status", "seconds", "message"):
+        table.add_column(col)
+    for s in run["steps"]:
+        style = STATUS_STYLE.get(s["status"], "")
+        table.add_row(
+            str(s["job"]),
+            str(s["world_size"]),
+            s["step"],
+            s["check"],
+            f"[{style}]{s['status']}[/{style}]",
+            f"{s['seconds']:.1f}",
+            s["message"],
+        )
+    console.print(table)
+    style = STATUS_STYLE.get(run["status"], "")
+    message = f" {run['message']}" if run.get("message") else ""
+    console.print(f"run [bold]{run['run_id']}[/bold]: [{style}]{run['status']}[/{style}]{message}")
+
+
+def submit(
+    suite: Annotated[
+        str, typer.Argument(help="A shipped suite name, or a local YAML file (sent inline)")
+    ],
+    server: Annotated[str, typer.Option("--server", envvar="FLEETVAL_SERVER", help="Service URL")],
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", envvar="FLEETVAL_TOKEN", help="Bearer token [default: $FLEETVAL_TOKEN]"
+        ),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Follow progress; exit like `fleetval run`")
+    ] = False,
+    submission_id: Annotated[
+        str | None,
+        typer.Option("--submission-id", help="Idempotency key: a retry returns the same run"),
+    ] = None,
+    label: Annotated[list[str], typer.Option("--label", help="KEY=VALUE, repeatable")] = [],  # noqa: B006
+    compare: Annotated[
+        str | None,
+        typer.Option("--compare", help="Then compare with this baseline; a regression exits 1"),
+    ] = None,
+    retries: Annotated[
+        int, typer.Option("--retries", min=0, help="Requeue if the service dies mid-run")
+    ] = 0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for the run to end")
+    ] = 6 * 3600,
+) -> None:
+    """Submit a suite to a service (what CI calls). Exit 0 pass, 1 fail, 2 bad input."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with bad_input_exits(), httpx.Client(base_url=server, headers=headers, timeout=30) as client:
+        body = {
+            "suite": _suite_body(suite),
+            "labels": parse_pairs(label, "--label"),
+            "submission_id": submission_id,
+            "retries": retries,
+        }
+        run = _call(client, "POST", "/v1/runs", json=body).json()
+        run_id = run["run_id"]
+        err_console.print(f"run {run_id}: {run['status']}", highlight=False)
+        if not wait and not compare:
+            typer.echo(run_id)
+            raise typer.Exit(Exit.OK)
+        try:
+            _follow(client, run_id, timeout)
+        except TimeoutError as err:
+            err_console.print(f"[red]error:[/red] run {run_id}: {err}")
+            raise typer.Exit(Exit.FAILED) from err
+        run = _call(client, "GET", f"/v1/runs/{run_id}").json()
+        _print_summary(run)
+        code = Exit.OK if run["status"] == "pass" else Exit.FAILED
+        if compare:
+            result = _call(
+                client, "POST", "/v1/compare", json={"baseline": compare, "runs": [run_id]}
+            ).json()
+            counts = ", ".join(f"{n} {v}" for v, n in result["summary"].items() if n)
+            console.print(f"compare with {compare}: {counts}")
+            code = max(code, result["exit_code"])
+    sys.stdout.flush()
+    raise typer.Exit(code)

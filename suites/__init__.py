@@ -1,0 +1,1 @@
+"""Shipped suites (YAML), installed as package data of `fleetval.suites`."""

@@ -1,0 +1,389 @@
+"""The service for real: `fleetval serve` in a subprocess on loopback, driven with httpx.
+
+The server joins the session's simulated cluster (`--address`), so Ray's state API here
+sees its actors and placement groups.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pandas as pd
+import pytest
+from conftest import assert_no_leaks
+
+CPU = {"world_sizes": [2], "gpus_per_rank": 0}
+BARRIER = {
+    "name": "tiny",
+    "placement": CPU,
+    "steps": [
+        {"check": "collectives", "collectives": ["barrier"], "dtypes": ["float32"], "repeats": 1}
+    ],
+}
+BANDWIDTH = {
+    "name": "bw",
+    "placement": CPU,
+    "steps": [
+        {
+            "check": "collectives",
+            "collectives": ["all_reduce"],
+            "dtypes": ["float32"],
+            "repeats": 1,
+        },
+        {
+            "check": "bandwidth",
+            "collectives": ["all_reduce"],
+            "sizes": {"min": 8, "max": 4096, "factor": 8},
+            "warmup": 1,
+            "iters": 3,
+        },
+    ],
+}
+HANG = {  # rank 1 stops participating: the step runs until cancelled (or its 60 s deadline)
+    "name": "hang",
+    "placement": CPU,
+    "timeouts": {"step_s": 60},
+    "steps": [
+        {"check": "collectives", "collectives": ["all_reduce"], "dtypes": ["float32"], "repeats": 1}
+    ],
+    "faults": [{"kind": "hang", "rank": 1}],
+}
+FINISHED = ("pass", "fail", "cancelled", "error", "interrupted")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli(*args: str, data: Path, **kw: Any) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "fleetval.cli", *args, "--data", str(data)]
+        if "--server" not in args
+        else [sys.executable, "-m", "fleetval.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=kw.get("timeout", 120),
+    )
+
+
+@dataclass
+class Server:
+    data: Path
+    address: str
+    url: str = ""
+    proc: subprocess.Popen | None = None
+    tokens: dict[str, str] | None = None
+
+    def start(self) -> Server:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "PYTHONPATH": os.getcwd()}
+        log = (self.data / "server.log").open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fleetval.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--data",
+                str(self.data),
+                "--address",
+                self.address,
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).json()["executor"]:
+                    return self
+            except (httpx.HTTPError, ValueError):
+                pass
+            assert self.proc.poll() is None, (self.data / "server.log").read_text()
+            time.sleep(0.3)
+        raise AssertionError(
+            "server did not become ready: " + (self.data / "server.log").read_text()
+        )
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=60)
+
+    def client(self, scope: str = "admin") -> httpx.Client:
+        assert self.tokens is not None
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.tokens[scope]}"}, timeout=30
+        )
+
+
+def make_server(tmp: Path, cluster: Any) -> Server:
+    tmp.mkdir(parents=True, exist_ok=True)
+    tokens = {}
+    for scope in ("read", "submit", "admin"):
+        res = cli("token", "create", "--scope", scope, "--name", f"ci-{scope}", data=tmp)
+        assert res.returncode == 0, res.stderr
+        tokens[scope] = res.stdout.strip()
+    return Server(tmp, cluster.address, tokens=tokens)
+
+
+@pytest.fixture(scope="module")
+def server(ray_cluster, tmp_path_factory) -> Iterator[Server]:
+    srv = make_server(tmp_path_factory.mktemp("service"), ray_cluster).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+    assert_no_leaks(30)
+
+
+def wait_for(
+    client: httpx.Client, run_id: str, statuses: tuple[str, ...] = FINISHED, timeout_s: float = 120
+) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run = client.get(f"/v1/runs/{run_id}").json()
+        if run["status"] in statuses:
+            return run
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} still {run['status']} after {timeout_s}s")
+
+
+def events_of(client: httpx.Client, run_id: str) -> list[dict]:
+    out = []
+    with client.stream("GET", f"/v1/runs/{run_id}/events", timeout=120) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                out.append(json.loads(line[6:]))
+    return out
+
+
+def test_submit_events_results_compare_and_cli(server):
+    c = server.client()
+    first = c.post("/v1/runs", json={"suite": BANDWIDTH, "labels": {"rocm": "6.1"}})
+    assert first.status_code == 201
+    run_id = first.json()["run_id"]
+    events = events_of(c, run_id)  # until the run ends
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "run_start" and kinds[-1] == "run_end" and "step_start" in kinds
+    ends = [e for e in events if e["kind"] == "step_end"]
+    assert [e["step"] for e in ends] == ["collectives", "bandwidth"] and ends[-1][
+        "percent"
+    ] == 100.0
+    run = c.get(f"/v1/runs/{run_id}").json()
+    assert run["status"] == "pass" and [s["status"] for s in run["steps"]] == ["pass", "pass"]
+    assert run["progress"]["percent"] == 100.0 and run["submitter"] == "ci-admin"
+
+    rows = c.get(f"/v1/runs/{run_id}/results", params={"check": "bandwidth", "rank": 1}).json()[
+        "rows"
+    ]
+    assert rows and all(r["rank"] == 1 and r["check"] == "bandwidth" for r in rows)
+    assert all(r["busbw_gbps"] > 0 for r in rows if r["size_bytes"])
+    parquet = c.get(
+        f"/v1/runs/{run_id}/results", headers={"Accept": "application/vnd.apache.parquet"}
+    )
+    assert parquet.headers["content-type"] == "application/vnd.apache.parquet"
+    frame = pd.read_parquet(io.BytesIO(parquet.content))
+    assert (
+        set(frame["rank"]) == {0, 1}
+        and "samples_us" in frame.columns
+        and (frame["run_id"] == run_id).all()
+    )
+
+    assert c.put("/v1/baselines/base", json={"runs": [run_id]}).status_code == 201
+    assert c.put("/v1/baselines/base", json={"runs": [run_id]}).status_code == 200
+    suite_file = server.data / "bw.yaml"
+    suite_file.write_text(json.dumps(BANDWIDTH))
+    res = cli(
+        "submit",
+        str(suite_file),
+        "--server",
+        server.url,
+        "--token",
+        server.tokens["submit"],
+        "--wait",
+        "--compare",
+        "base",
+        "--label",
+        "rocm=6.2",
+        data=server.data,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "pass" in res.stdout and "compare with base" in res.stdout
+    second = c.get("/v1/runs", params={"label": "rocm=6.2"}).json()["runs"][0]["run_id"]
+    verdicts = c.post("/v1/compare", json={"baseline": "base", "runs": [second]})
+    assert verdicts.status_code == 200
+    body = verdicts.json()
+    assert (
+        body["baseline_runs"] == [run_id] and body["candidate_runs"] == [second] and body["results"]
+    )
+
+    metrics = c.get("/metrics").text
+    assert 'fleetval_busbw_gbps{collective="all_reduce",node=' in metrics
+    assert 'fleetval_step_duration_seconds_count{check="bandwidth",status="pass"}' in metrics
+
+
+def test_submit_cli_exits_2_on_bad_input_and_1_on_failure(server):
+    bad = cli(
+        "submit",
+        "no-such-suite",
+        "--server",
+        server.url,
+        "--token",
+        server.tokens["submit"],
+        data=server.data,
+    )
+    assert bad.returncode == 2 and "no shipped suite" in bad.stderr
+    denied = cli(
+        "submit",
+        "smoke",
+        "--server",
+        server.url,
+        "--token",
+        server.tokens["read"],
+        data=server.data,
+    )
+    assert denied.returncode == 2 and "403" in denied.stderr
+    failing = {**HANG, "name": "fails", "timeouts": {"step_s": 3}}
+    path = server.data / "fails.yaml"
+    path.write_text(json.dumps(failing))
+    res = cli(
+        "submit",
+        str(path),
+        "--server",
+        server.url,
+        "--token",
+        server.tokens["submit"],
+        "--wait",
+        data=server.data,
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "culprit: rank 1" in res.stdout
+
+
+def test_retried_submission_id_makes_one_run(server):
+    c = server.client("submit")
+    body = {"suite": BARRIER, "submission_id": "ci-job-7"}
+    with httpx.Client(base_url=server.url, headers=c.headers, timeout=30) as other:
+        results: list[httpx.Response] = []
+        threads = [
+            threading.Thread(target=lambda: results.append(other.post("/v1/runs", json=body)))
+            for _ in range(5)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sorted(r.status_code for r in results) == [200, 200, 200, 200, 201]
+    assert len({r.json()["run_id"] for r in results}) == 1
+    wait_for(c, results[0].json()["run_id"])
+
+
+def test_cancel_mid_run_kills_actors_and_removes_the_group(server):
+    c = server.client("submit")
+    run_id = c.post("/v1/runs", json={"suite": HANG}).json()["run_id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the step runs: actors and group exist
+        progress = c.get(f"/v1/runs/{run_id}").json()["progress"]
+        if progress and progress["step"] == "collectives":
+            break
+        time.sleep(0.2)
+    r = c.post(f"/v1/runs/{run_id}/cancel")
+    assert r.status_code == 202
+    run = wait_for(c, run_id, timeout_s=30)
+    assert run["status"] == "cancelled"
+    assert_no_leaks(15)
+    assert c.post(f"/v1/runs/{run_id}/cancel").status_code == 409
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # 20 runs, each starting 2 rank actors: ~4 s idle, far more on a busy box
+def test_twenty_concurrent_submissions_all_finish_in_order(server):
+    c = server.client("submit")
+    made: list[tuple[float, str]] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        with httpx.Client(base_url=server.url, headers=c.headers, timeout=30) as own:
+            r = own.post(
+                "/v1/runs", json={"suite": BARRIER, "labels": {"batch": "twenty", "i": str(i)}}
+            )
+            assert r.status_code == 201
+            with lock:
+                made.append((time.monotonic(), r.json()["run_id"]))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 20
+    runs = [wait_for(c, run_id, timeout_s=600) for _, run_id in made]
+    assert all(r["status"] == "pass" for r in runs)
+    listed = c.get("/v1/runs", params={"label": "batch=twenty"}).json()["runs"]
+    assert len(listed) == 20
+    by_start = sorted(runs, key=lambda r: r["started_at"])
+    by_submit = sorted(runs, key=lambda r: r["submitted_at"])
+    assert [r["run_id"] for r in by_start] == [r["run_id"] for r in by_submit]
+    for before, after in itertools.pairwise(by_start):
+        assert before["finished_at"] <= after["started_at"]  # one at a time
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_kill_9_mid_run_then_restart_accounts_for_everything(ray_cluster, tmp_path):
+    srv = make_server(tmp_path / "killed", ray_cluster).start()
+    c = srv.client("submit")
+    hung = c.post(
+        "/v1/runs", json={"suite": HANG, "retries": 1, "submission_id": "nightly-1"}
+    ).json()["run_id"]
+    queued = c.post("/v1/runs", json={"suite": BARRIER}).json()["run_id"]
+    wait_for(c, hung, ("running",), timeout_s=60)
+    time.sleep(3)  # inside its step: actors placed, the group formed
+    srv.stop(signal.SIGKILL)
+    assert_no_leaks(60)  # Ray reaps a dead driver's actors and groups
+
+    srv.start()
+    try:
+        c = srv.client("submit")
+        old = c.get(f"/v1/runs/{hung}").json()
+        assert old["status"] == "interrupted" and old["retried_as"]
+        assert "requeued" in old["message"]
+        again = c.post("/v1/runs", json={"suite": HANG, "submission_id": "nightly-1"}).json()
+        assert again["run_id"] == old["retried_as"] and again["attempt"] == 2
+        assert wait_for(c, queued)["status"] == "pass"  # it was waiting before the retry
+        stored = c.get("/v1/runs", params={"status": "interrupted"}).json()["runs"]
+        assert [r["run_id"] for r in stored] == [hung]
+        wait_for(c, again["run_id"], ("running",), timeout_s=60)
+        srv.stop()  # graceful: the run is torn down and marked interrupted; no attempts left
+        assert_no_leaks(30)
+        srv.start()
+        c = srv.client("read")
+        last = c.get(f"/v1/runs/{again['run_id']}").json()
+        assert last["status"] == "interrupted" and last["retried_as"] is None
+    finally:
+        srv.stop()
+    assert_no_leaks(30)
