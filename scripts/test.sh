@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
-python3 -m ruff check fleetval api tests bench
+python3 -m ruff check fleetval api reports tests bench
 python3 -m pytest -q -p no:cacheprovider "$@"

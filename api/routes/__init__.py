@@ -1,6 +1,6 @@
 """Every router of the app; a new route is one module here and one line in ROUTERS."""
 
-from fleetval.api.routes import baselines, compare, events, health, results, runs
+from fleetval.api.routes import baselines, compare, events, health, report, results, runs
 
 ROUTERS = [
     health.router,
@@ -9,4 +9,5 @@ ROUTERS = [
     results.router,
     baselines.router,
     compare.router,
+    report.router,
 ]

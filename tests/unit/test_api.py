@@ -43,6 +43,7 @@ ROUTES = [
     ("GET", "/v1/runs/x/events", None, "read"),
     ("POST", "/v1/runs/x/cancel", None, "submit"),
     ("GET", "/v1/runs/x/results", None, "read"),
+    ("GET", "/v1/runs/x/report", None, "read"),
     ("GET", "/v1/baselines", None, "read"),
     ("GET", "/v1/baselines/b", None, "read"),
     ("PUT", "/v1/baselines/b", {"runs": ["x"]}, "admin"),
@@ -159,6 +160,7 @@ def test_unknown_things_are_404_and_finished_cancel_is_409(api):
         "/v1/runs/nope",
         "/v1/runs/nope/results",
         "/v1/runs/nope/events",
+        "/v1/runs/nope/report",
         "/v1/baselines/nope",
     ):
         r = client.get(path, headers=h["read"])
@@ -204,3 +206,26 @@ def test_metrics_show_the_queue(api):
     text = client.get("/metrics", headers=h["read"]).text
     assert "fleetval_queue_depth 1.0" in text
     assert 'fleetval_runs{status="queued"} 1.0' in text
+
+
+def test_report_is_html_by_default_markdown_or_json_by_accept(tmp_path):
+    """The sign-off report over REST is the library's report (a planted 30% regression)."""
+    from test_signoff import planted_regression  # NOTE: a sibling test module (rootdir import)
+
+    store_dir = tmp_path / "store"
+    planted_regression(store_dir)
+    app = create_app(Settings(data_dir=store_dir, run_executor=False))
+    auth = {"Authorization": f"Bearer {app.state.db.create_token(Scope.READ, 'r')}"}
+    with TestClient(app) as client:
+        html = client.get("/v1/runs/cand/report?baseline=old", headers=auth)
+        assert html.status_code == 200 and html.headers["content-type"].startswith("text/html")
+        assert "FAIL" in html.text and "all_reduce" in html.text
+        md = client.get("/v1/runs/cand/report", headers={**auth, "Accept": "text/markdown"})
+        assert md.headers["content-type"].startswith("text/markdown") and "#" in md.text
+        js = client.get(
+            "/v1/runs/cand/report?baseline=old", headers={**auth, "Accept": "application/json"}
+        ).json()
+        gates = {g["gate"]: g["status"] for g in js["gates"]}
+        assert gates["regression"] == "FAIL" and js["verdict"] == "FAIL", gates
+        missing = client.get("/v1/runs/cand/report?baseline=nope", headers=auth)
+        assert missing.status_code == 404 and "nope" in missing.json()["detail"]

@@ -217,8 +217,12 @@ def test_microbench_below_expected_fraction(tmp_path):
 
 @pytest.fixture
 def regression_store(tmp_path: Path) -> Store:
+    return planted_regression(tmp_path)
+
+
+def planted_regression(path: Path) -> Store:
     """Three baseline runs at 470 GB/s; a candidate 30% slower, with a newer NCCL."""
-    store = Store(tmp_path)
+    store = Store(path)
     rng = np.random.default_rng(7)
     for i in range(3):
         write_run(store, f"base{i}", healthy(f"base{i}", rng), gates=ALL_GATES,

@@ -1,0 +1,39 @@
+"""A run's release sign-off report: HTML by default, Markdown or JSON by `Accept`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Response
+
+from fleetval.api import service
+from fleetval.api.deps import ReadToken, StoreDep
+from fleetval.baselines import Baselines
+from fleetval.reports import render_for_accept
+
+router = APIRouter(prefix="/v1/runs", tags=["reports"])
+
+
+@router.get(
+    "/{run_id}/report",
+    responses={
+        200: {
+            "content": {"text/html": {}, "text/markdown": {}, "application/json": {}},
+            "description": "The sign-off report; gates and their evidence",
+        },
+        404: {"description": "No such run or baseline"},
+    },
+)
+def report(
+    run_id: str,
+    _: ReadToken,
+    store: StoreDep,
+    baseline: str | None = None,
+    accept: Annotated[str | None, Header()] = None,
+) -> Response:
+    """The same report as `fleetval report RUN [--baseline NAME] -o FILE`."""
+    service.stored_run(store, run_id)  # unknown -> 404
+    if baseline is not None:
+        Baselines(store).get(baseline)  # unknown -> 404 with the known names
+    body, media_type = render_for_accept(store, run_id, accept, baseline=baseline)
+    return Response(body, media_type=media_type)
