@@ -62,9 +62,10 @@ class RankEvidence:
     answered: bool = True  # its progress heartbeat answered the final probe
     progress: Progress | None = None  # its latest progress (final probe, else last seen)
     silent_s: float = 0.0  # how long since it last answered a probe
+    pid: int = 0
 
     def culprit(self, reason: str, detail: str) -> Culprit:
-        return Culprit(self.rank, self.node, self.device_id, reason, detail)
+        return Culprit(self.rank, self.node, self.device_id, reason, detail, self.pid)
 
 
 def name_culprits(evidence: Sequence[RankEvidence]) -> list[Culprit]:

@@ -65,7 +65,9 @@ class RankHandle:
         return self.ctx.rank if self.ctx is not None else -1
 
     def culprit(self, reason: str, detail: str) -> Culprit:
-        return Culprit(self.rank, self.placed.node, self.placed.device_id, reason, detail)
+        return Culprit(
+            self.rank, self.placed.node, self.placed.device_id, reason, detail, self.placed.pid
+        )
 
 
 # -- the job as a context manager ----------------------------------------------------------

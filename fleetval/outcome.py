@@ -27,6 +27,7 @@ class Culprit:
     device_id: str | None
     reason: str  # a CulpritReason value: crash, hang, error, late, not placed, not joined, ...
     detail: str
+    pid: int = 0  # the rank's process on its node (0: unknown), for the operator to inspect
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
         culprits = flightrec.confirm(culprits, traces, ranks)
         keep_traces(traces, state, f"job{job.index}-{name}")
     else:
-        culprits = [late_culprit(x) for x in lateness.late_ranks(rows)]
+        culprits = [late_culprit(x, ranks) for x in lateness.late_ranks(rows)]
     rows += [culprit_row(c, job, step, state.run_id, ranks) for c in culprits]
     outcome = StepOutcome(
         job.index,
@@ -153,14 +153,17 @@ def evidence(
                 answered=r.rank not in silent,
                 progress=beats.last.get(r.rank),
                 silent_s=now - beats.heard.get(r.rank, beats.sent_at or now),
+                pid=r.placed.pid,
             )
         )
     return out
 
 
-def late_culprit(x: lateness.LateRank) -> Culprit:
+def late_culprit(x: lateness.LateRank, ranks: list[RankHandle]) -> Culprit:
+    """A late rank, named but not aborting: the job goes on."""
     detail = f"late by {x.lateness_us:.0f} us (score {x.score:.2f}): {x.detail}"
-    return Culprit(x.rank, x.node, x.device_id, CulpritReason.LATE.value, detail)
+    pid = next((r.placed.pid for r in ranks if r.rank == x.rank), 0)
+    return Culprit(x.rank, x.node, x.device_id, CulpritReason.LATE.value, detail, pid)
 
 
 def flight_recorder(ranks: list[RankHandle], state: RunState) -> dict[int, bytes]:

@@ -12,7 +12,6 @@ from rich.table import Table
 from fleetval.cli.common import (
     AddressOpt,
     DataOpt,
-    Exit,
     bad_input_exits,
     console,
     open_store,
