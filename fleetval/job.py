@@ -331,7 +331,7 @@ def rendezvous(ranks: list[RankHandle], job: Job, suite: Suite, run_id: str) -> 
                 CulpritReason.NOT_JOINED, _failure_text(kind, port, "give a port")
             )
             raise JobAborted(f"process group not formed: {_names((culprit,))}", (culprit,))
-        refs = [r.actor.join.remote(r.ctx, master, port, t.collective_s, env) for r in ranks]
+        refs = [r.actor.join.remote(r.ctx, master, port, t.collective, env) for r in ranks]
         answers = gather(refs, time.monotonic() + t.rendezvous_s, grace_s=JOIN_GRACE_S)
         if all(kind == "ok" for kind, _ in answers):
             return

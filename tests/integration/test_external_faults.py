@@ -25,14 +25,18 @@ GRACE_S = 15.0
 
 
 def long_bandwidth_suite(step_s: float, collective_s: float) -> Any:
+    """A bandwidth step that only a fault ends; a step deadline shorter than the collective
+    timeout is set on the step itself (the suite's timeouts must keep collective_s < step_s)."""
+    timeouts = {"step_s": max(step_s, collective_s * 2), "collective_s": collective_s}
     return parse_suite(
         {
             "name": "external",
             "placement": {"world_sizes": [4], "gpus_per_rank": 0},
-            "timeouts": {"step_s": step_s, "collective_s": collective_s},
+            "timeouts": timeouts,
             "steps": [
                 {
                     "name": "bw",
+                    "timeout_s": step_s,
                     "check": "bandwidth",
                     "sizes": {"min": 4096, "max": 4096},
                     "warmup": 0,
