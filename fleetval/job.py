@@ -260,8 +260,8 @@ def assign(ranks: list[RankHandle], job: Job, run_id: str, seed: int) -> None:
 def fingerprint_nodes(ranks: list[RankHandle], state: RunState, timeout_s: float) -> None:
     """One environment fingerprint per node not yet seen in this run.
 
-    A node that cannot answer is recorded with the error (a fingerprint is evidence, not a
-    gate); if its rank actor died doing it, the rendezvous that follows names it.
+    A node too slow to answer is recorded with the error (a fingerprint is evidence, not a
+    gate); a rank actor that died doing it is the job's `crash` culprit.
     """
     firsts = {r.placed.node: r for r in reversed(ranks) if r.placed.node not in state.nodes}
     names = list(firsts)
@@ -282,6 +282,13 @@ def fingerprint_nodes(ranks: list[RankHandle], state: RunState, timeout_s: float
             "node_ip": r.placed.node_ip,
             "ray_node_id": r.placed.node_id,
         }
+    dead = tuple(
+        firsts[n].culprit(CulpritReason.CRASH, _failure_text(k, v, "fingerprint"))
+        for n, (k, v) in zip(names, answers, strict=True)
+        if k == "crash"
+    )
+    if dead:
+        raise JobAborted(f"rank lost while fingerprinting its node: {_names(dead)}", dead)
 
 
 def dump_dir(run_id: str, job: int) -> str:
