@@ -65,7 +65,7 @@ class RankEvidence:
     pid: int = 0
 
     def culprit(self, reason: str, detail: str) -> Culprit:
-        return Culprit(self.rank, self.node, self.device_id, reason, detail, self.pid)
+        return Culprit(self.rank, self.node, self.device_id, str(reason), detail, self.pid)
 
 
 def name_culprits(evidence: Sequence[RankEvidence]) -> list[Culprit]:

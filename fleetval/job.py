@@ -66,7 +66,7 @@ class RankHandle:
 
     def culprit(self, reason: str, detail: str) -> Culprit:
         return Culprit(
-            self.rank, self.placed.node, self.placed.device_id, reason, detail, self.placed.pid
+            self.rank, self.placed.node, self.placed.device_id, str(reason), detail, self.placed.pid
         )
 
 
