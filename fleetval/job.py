@@ -151,13 +151,19 @@ def start_ranks(job: Job, pg: PlacementGroup, timeout_s: float) -> list[RankHand
 
 
 def gather(
-    refs: list[Any], deadline: float, grace_s: float = 0.0, tick: Callable[[], None] | None = None
+    refs: list[Any],
+    deadline: float,
+    grace_s: float = 0.0,
+    tick: Callable[[], None] | None = None,
+    on_failure: Callable[[], None] | None = None,
 ) -> list[tuple[str, Any]]:
     """Wait on all refs at once until all answer or the deadline passes.
 
     Each answer is ("ok", value), ("crash", err), ("raised", err) or ("pending", None).
-    With `grace_s`, the first failure shortens the deadline to now + grace_s.
+    With `grace_s`, the first failure shortens the deadline to now + grace_s; `on_failure`
+    is called once, right then (to take evidence before more ranks go down).
     """
+    failed = False
     out: list[tuple[str, Any]] = [("pending", None)] * len(refs)
     index = {ref: i for i, ref in enumerate(refs)}
     pending = list(refs)
@@ -166,8 +172,12 @@ def gather(
         ready, pending = ray.wait(pending, num_returns=len(pending), timeout=wait_s)
         for ref in ready:
             out[index[ref]] = _answer(ref)
-            if grace_s and out[index[ref]][0] != "ok":
-                deadline = min(deadline, time.monotonic() + grace_s)
+            if out[index[ref]][0] != "ok":
+                if grace_s:
+                    deadline = min(deadline, time.monotonic() + grace_s)
+                if on_failure is not None and not failed:
+                    on_failure()
+                failed = True
         if tick is not None:
             tick()
     return out

@@ -106,11 +106,18 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
         if lead is not None:
             state.event("step_progress", job.index, name, lead.describe())
 
-    answers = gather(refs, started + timeout, grace_s=ERROR_GRACE_S, tick=tick)
+    traces: dict[int, bytes] = {}
+
+    def snapshot() -> None:
+        # NOTE: at the first failure, before the grace: the NCCL watchdog may tear ranks down.
+        traces.update(flight_recorder(ranks, state))
+
+    answers = gather(refs, started + timeout, grace_s=ERROR_GRACE_S, tick=tick, on_failure=snapshot)
     rows = [row for kind, got in answers if kind == "ok" for row in got]
     culprits: list[Culprit] = []
     if any(kind != "ok" for kind, _ in answers):
-        traces = flight_recorder(ranks, state)  # first: the NCCL watchdog may tear ranks down
+        if not traces:  # the deadline passed with nobody failing: take them now
+            snapshot()
         culprits = name_culprits(evidence(ranks, answers, beats))
         culprits = flightrec.confirm(culprits, traces, ranks)
         keep_traces(traces, state, f"job{job.index}-{name}")
