@@ -48,13 +48,15 @@ def long_bandwidth_suite(step_s: float, collective_s: float) -> Any:
 
 
 def rank_pids() -> list[int]:
-    from ray.util.state import list_actors
+    """PIDs of the live rank actors of the Ray instance this process is connected to.
 
-    actors = list_actors(
-        filters=[("class_name", "=", "RankActor"), ("state", "=", "ALIVE")],
-        raise_on_missing_output=False,
-    )
-    return sorted(a.pid for a in actors)
+    NOTE: asks the connected GCS, not the state API's "auto" address, which picks the
+    newest Ray instance on the machine: maybe someone else's.
+    """
+    from ray._private.state import actors
+
+    alive = actors(actor_state_name="ALIVE").values()
+    return sorted(a["Pid"] for a in alive if a["ActorClassName"] == "RankActor")
 
 
 def run_with_signal(tmp_path, spec: Any, sig: signal.Signals) -> tuple[Any, int, float]:
