@@ -8,6 +8,7 @@ that died, that raised on its own, or that fell behind the others' collectives.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,12 +69,13 @@ class RankEvidence:
         return Culprit(self.rank, self.node, self.device_id, str(reason), detail, self.pid)
 
 
-def name_culprits(evidence: Sequence[RankEvidence]) -> list[Culprit]:
+def name_culprits(evidence: Sequence[RankEvidence], now: float | None = None) -> list[Culprit]:
     """Who broke the step, in order of how directly the evidence points at them:
     silent ranks (stopped), dead ranks, ranks that raised on their own, ranks behind the
     others' collectives; only when nothing else explains it, every rank still waiting or
     that raised a peer's error."""
-    for rule in (_silent, _dead, _own_errors, _behind, _fallback):
+    when = time.time() if now is None else now
+    for rule in (_silent, _dead, _own_errors, lambda ev: _behind(ev, when), _fallback):
         named = rule(evidence)
         if named:
             return named
@@ -107,8 +109,13 @@ def _own_errors(ev: Sequence[RankEvidence]) -> list[Culprit]:
     ]
 
 
-def _behind(ev: Sequence[RankEvidence]) -> list[Culprit]:
-    """Ranks that entered fewer collectives than the leader and did not finish."""
+STALE_S = 2.0  # a heartbeat not updated for this long has stopped moving
+
+
+def _behind(ev: Sequence[RankEvidence], now: float) -> list[Culprit]:
+    """Ranks that entered fewer collectives than the leader, did not finish, and whose
+    heartbeat stopped moving (a rank merely one collective behind a busy leader is not).
+    `now` is wall-clock time, as the ranks stamp their heartbeats."""
     seqs = {e.rank: e.progress.seq for e in ev if e.progress is not None}
     if not seqs:
         return []
@@ -121,7 +128,9 @@ def _behind(ev: Sequence[RankEvidence]) -> list[Culprit]:
             f"last reached {_where(e.progress)}; the others reached {leader.describe()}",
         )
         for e in ev
-        if e.outcome != "ok" and seqs.get(e.rank, -1) < lead
+        if e.outcome != "ok"
+        and seqs.get(e.rank, -1) < lead
+        and (e.progress is None or now - e.progress.updated_at > STALE_S)
     ]
 
 

@@ -26,8 +26,15 @@ NCCL_WATCHDOG = (
 )
 
 
-def at(seq: int, phase: str = "in") -> Progress:
-    return Progress(step="bw", collective="all_reduce", iteration=seq, phase=phase, seq=seq)
+def at(seq: int, phase: str = "in", updated_at: float = 1000.0) -> Progress:
+    return Progress(
+        step="bw",
+        collective="all_reduce",
+        iteration=seq,
+        phase=phase,
+        seq=seq,
+        updated_at=updated_at,
+    )
 
 
 def ev(rank: int, outcome: str, **kw) -> RankEvidence:
@@ -58,14 +65,14 @@ def test_stopped_rank_is_named_not_the_peers_that_timed_out():
         ev(2, "pending", answered=False, progress=at(41), silent_s=12.0),
         ev(3, "raised", error=GLOO_TIMEOUT, progress=at(41)),
     ]
-    (c,) = name_culprits(evidence)
+    (c,) = name_culprits(evidence, now=1005.0)
     assert (c.rank, c.reason, c.node, c.device_id) == (2, "hang", "node-1", "GPU-2")
     assert "stopped answering" in c.detail and "12.0s" in c.detail
 
 
 def test_silent_rank_outranks_peers_killed_by_the_watchdog():
     evidence = [ev(0, "crash", error="actor died"), ev(1, "pending", answered=False)]
-    assert names(name_culprits(evidence)) == [(1, "hang")]
+    assert names(name_culprits(evidence, now=1005.0)) == [(1, "hang")]
 
 
 def test_dead_rank_is_a_crash_and_its_peers_lost_connections_are_not_named():
@@ -74,7 +81,7 @@ def test_dead_rank_is_a_crash_and_its_peers_lost_connections_are_not_named():
         ev(1, "crash", error="The actor died unexpectedly"),
         ev(2, "raised", error=GLOO_RESET, progress=at(9)),
     ]
-    assert names(name_culprits(evidence)) == [(1, "crash")]
+    assert names(name_culprits(evidence, now=1005.0)) == [(1, "crash")]
 
 
 def test_a_rank_that_raised_on_its_own_stays_an_error():
@@ -82,7 +89,7 @@ def test_a_rank_that_raised_on_its_own_stays_an_error():
         ev(0, "raised", error="ValueError: bad tensor", progress=at(3)),
         ev(1, "raised", error=GLOO_RESET, progress=at(3)),
     ]
-    (c,) = name_culprits(evidence)
+    (c,) = name_culprits(evidence, now=1005.0)
     assert (c.rank, c.reason) == (0, "error") and "bad tensor" in c.detail
 
 
@@ -90,25 +97,30 @@ def test_answering_but_behind_rank_is_the_hang():
     """An injected hang: the rank's heartbeat answers, but it never entered collective 8."""
     evidence = [
         ev(0, "pending", progress=at(8)),
-        ev(1, "pending", progress=at(7)),
+        ev(1, "pending", progress=at(7, updated_at=999.0)),  # blocked before collective 8
         ev(2, "pending", progress=at(8)),
     ]
-    (c,) = name_culprits(evidence)
+    (c,) = name_culprits(evidence, now=1005.0)
     assert (c.rank, c.reason) == (1, "hang") and "entered 7 collectives, the others 8" in c.detail
 
 
 def test_everyone_stuck_at_the_same_place_names_every_unfinished_rank():
     evidence = [ev(0, "pending", progress=at(5)), ev(1, "pending", progress=at(5))]
-    assert names(name_culprits(evidence)) == [(0, "hang"), (1, "hang")]
+    assert names(name_culprits(evidence, now=1005.0)) == [(0, "hang"), (1, "hang")]
 
 
 def test_only_symptoms_and_no_better_evidence_names_the_ranks_that_raised():
     evidence = [ev(0, "raised", error=GLOO_TIMEOUT), ev(1, "raised", error=GLOO_TIMEOUT)]
-    assert names(name_culprits(evidence)) == [(0, "error"), (1, "error")]
+    assert names(name_culprits(evidence, now=1005.0)) == [(0, "error"), (1, "error")]
 
 
 def test_all_finished_names_nobody():
-    assert name_culprits([ev(0, "ok", progress=at(4)), ev(1, "ok", progress=at(4))]) == []
+    assert (
+        name_culprits(
+            now=1005.0, evidence=[ev(0, "ok", progress=at(4)), ev(1, "ok", progress=at(4))]
+        )
+        == []
+    )
 
 
 def fr_dump(last_seq: int, group: str = "0") -> dict:
@@ -148,3 +160,14 @@ def test_flight_recorder_findings_join_the_culprits_detail():
     assert "rank 2 missing from nccl:all_reduce #57" in out.detail
     assert "no dump from rank 4" in out.detail
     assert out.rank == 2 and out.reason == "hang"
+
+
+def test_a_busy_step_past_its_deadline_does_not_blame_the_rank_one_collective_behind():
+    """Every heartbeat still moving: nobody fell behind; every unfinished rank is named."""
+    evidence = [
+        ev(0, "pending", progress=at(901, updated_at=1004.9)),
+        ev(1, "pending", progress=at(900, updated_at=1004.8)),
+    ]
+    got = name_culprits(evidence, now=1005.0)
+    assert names(got) == [(0, "hang"), (1, "hang")]
+    assert all("did not finish" in c.detail for c in got)
