@@ -63,8 +63,11 @@ def rank_pids() -> list[int]:
     """
     from ray._private.state import actors
 
-    alive = actors(actor_state_name="ALIVE").values()
-    return sorted(a["Pid"] for a in alive if a["ActorClassName"] == "RankActor")
+    alive = [
+        a for a in actors(actor_state_name="ALIVE").values() if a["ActorClassName"] == "RankActor"
+    ]
+    newest = sorted(alive, key=lambda a: a["StartTime"])[-4:]  # this job's, not a dying one's
+    return sorted(a["Pid"] for a in newest)
 
 
 @dataclass
