@@ -44,35 +44,47 @@ class Heartbeats:
     heard: dict[int, float] = field(default_factory=dict)
     dead: set[int] = field(default_factory=set)
     inflight: dict[int, Any] = field(default_factory=dict)
+    asked: dict[int, float] = field(default_factory=dict)  # when each in-flight probe was sent
     sent_at: float = 0.0
 
     def poll(self) -> None:
         """Harvest answers that arrived; ask again those that answered (never pile up calls)."""
+        self.poll_answers()
+        if time.monotonic() - self.sent_at >= PROBE_EVERY_S:
+            self.sent_at = time.monotonic()
+            self._ask()
+
+    def _ask(self) -> None:
+        for r in self.ranks:
+            if r.rank not in self.inflight and r.rank not in self.dead:
+                self.inflight[r.rank] = r.actor.progress.remote()
+                self.asked[r.rank] = time.monotonic()
+
+    def final(self, wait_s: float = PROBE_ANSWER_S) -> set[int]:
+        """Ask every rank once more; the ranks whose probe then stays unanswered for `wait_s`
+        since it was sent (a probe already that old is not waited on again)."""
+        self._ask()
+        while self.inflight:
+            self.poll_answers()
+            sent = [t for k, t in self.asked.items() if k in self.inflight]
+            left = max((t + wait_s - time.monotonic() for t in sent), default=0.0)
+            if left <= 0 or not self.inflight:
+                break
+            ray.wait(
+                list(self.inflight.values()), num_returns=len(self.inflight), timeout=min(left, 0.5)
+            )
+        return set(self.inflight)
+
+    def poll_answers(self) -> None:
         refs = list(self.inflight.values())
         ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
         for rank, ref in list(self.inflight.items()):
             if ref in ready:
                 self._take(rank, ref)
-        if time.monotonic() - self.sent_at >= PROBE_EVERY_S:
-            self.sent_at = time.monotonic()
-            for r in self.ranks:
-                if r.rank not in self.inflight and r.rank not in self.dead:
-                    self.inflight[r.rank] = r.actor.progress.remote()
-
-    def final(self, wait_s: float = PROBE_ANSWER_S) -> set[int]:
-        """Ask every rank once more and wait for all; the ranks that stay silent."""
-        for r in self.ranks:
-            if r.rank not in self.inflight and r.rank not in self.dead:
-                self.inflight[r.rank] = r.actor.progress.remote()
-        refs = list(self.inflight.values())
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s) if refs else ([], [])
-        for rank, ref in list(self.inflight.items()):
-            if ref in ready:
-                self._take(rank, ref)
-        return set(self.inflight)
 
     def _take(self, rank: int, ref: Any) -> None:
         del self.inflight[rank]
+        self.asked.pop(rank, None)
         try:
             self.last[rank] = ray.get(ref)
             self.heard[rank] = time.monotonic()
