@@ -220,6 +220,19 @@ def version_string(v: Any) -> str | None:
     return str(v)
 
 
+_COLLECTIVE_LIB = re.compile(r"(/\S*lib[rn]ccl\.so[\w.]*)$")
+
+
+def loaded_collective_libraries(maps: str) -> list[str]:
+    """Paths of the NCCL/RCCL shared libraries mapped into a process (/proc/PID/maps text)."""
+    seen: list[str] = []
+    for line in maps.splitlines():
+        m = _COLLECTIVE_LIB.search(line.strip())
+        if m and m.group(1) not in seen:
+            seen.append(m.group(1))
+    return seen
+
+
 def _int(value: str | None) -> int | None:
     try:
         return int(value) if value is not None else None
@@ -327,7 +340,11 @@ def _torch_info() -> dict[str, Any]:
     try:
         if not torch.cuda.is_available():
             return info
-        info["collective_version"] = version_string(torch.cuda.nccl.version())
+        header = version_string(torch.cuda.nccl.version())
+        runtime, library = _guarded(runtime_collective_version, (None, None))
+        info["collective_version"] = runtime or header
+        info["collective_header_version"] = header
+        info["collective_library"] = library
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
             uuid = getattr(p, "uuid", None)
@@ -335,6 +352,26 @@ def _torch_info() -> dict[str, Any]:
     except Exception:  # NOTE: a broken driver must not cost us the rest of the fingerprint
         pass
     return info
+
+
+def runtime_collective_version() -> tuple[str | None, str | None]:
+    """(version, library path) of the NCCL/RCCL actually loaded in this process, asked with
+    its own ncclGetVersion; (None, None) when none is loaded (CPU build, or linked statically).
+
+    NOTE: torch.cuda.nccl.version() is the header torch was compiled against; a node whose
+    LD_LIBRARY_PATH or plugin setup loads another libnccl runs that one instead.
+    """
+    import ctypes
+
+    for path in loaded_collective_libraries(read_text("/proc/self/maps") or ""):
+        try:
+            lib = ctypes.CDLL(path)
+            out = ctypes.c_int(0)
+            if lib.ncclGetVersion(ctypes.byref(out)) == 0 and out.value > 0:
+                return version_string(out.value), path
+        except (OSError, AttributeError):
+            continue
+    return None, None
 
 
 def _rocm_version() -> str | None:
@@ -413,6 +450,10 @@ def _extra(
         {
             "gpu_tool": tool.get("source"),
             "torch_cuda_version": torch_info.get("torch_cuda_version"),
+            # The nccl/rccl column is the loaded library's own version where it could be asked;
+            # the header torch was built against is kept beside it.
+            "collective_header_version": torch_info.get("collective_header_version"),
+            "collective_library": torch_info.get("collective_library"),
             "cuda_driver_version": tool.get("cuda_version"),
             "gpu_pci_bus_ids": [g.get("pci_bus_id") for g in gpus],
             "nvidia_topo": tool.get("topo"),

@@ -87,14 +87,24 @@ def resolve_backend(suite: Suite, gpus_per_rank: float) -> str:
             raise PlanError(
                 "backend: nccl needs ranks that hold GPUs; this suite's ranks hold none"
             )
-        if gpus_per_rank < 1:
+        if gpus_per_rank != 1:
             raise PlanError(
-                f"backend: nccl runs one rank per GPU; placement.gpus_per_rank is {gpus_per_rank:g}"
+                f"placement.gpus_per_rank: nccl runs exactly one rank per GPU; it is {gpus_per_rank:g}"
+                + (
+                    " (a rank drives one device; use world size for more GPUs)"
+                    if gpus_per_rank > 1
+                    else ""
+                )
             )
         return "nccl"
     if suite.backend == Backend.GLOO:
         return "gloo"
-    return "nccl" if gpus_per_rank >= 1 else "gloo"
+    if gpus_per_rank > 1:
+        raise PlanError(
+            f"placement.gpus_per_rank: {gpus_per_rank:g} GPUs per rank; a rank drives one device "
+            "(nccl where ranks hold GPUs): ask for more ranks instead"
+        )
+    return "nccl" if gpus_per_rank == 1 else "gloo"
 
 
 def check_fits(

@@ -6,8 +6,10 @@ answered from a second thread while a check blocks the first inside a collective
 
 from __future__ import annotations
 
+import glob
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -33,6 +35,7 @@ class Placed:
     gpu_ids: tuple[int, ...]
     device: str
     device_id: str | None
+    pid: int = 0  # the rank process: what an operator (or a test) stops or kills
 
 
 def _device_id(index: int) -> str | None:
@@ -43,6 +46,48 @@ def _device_id(index: int) -> str | None:
         return f"GPU-{uuid}"
     bus = getattr(props, "pci_bus_id", None)
     return f"pci:{bus}" if bus is not None else None
+
+
+class DeviceBindingError(RuntimeError):
+    """The GPU Ray assigned to this rank is not one this process can use."""
+
+
+def visible_devices_var() -> str:
+    """The variable Ray restricts this process's GPUs with (HIP/ROCR on ROCm builds of torch)."""
+    if getattr(torch.version, "hip", None):
+        return next(
+            (v for v in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if os.environ.get(v)),
+            "HIP_VISIBLE_DEVICES",
+        )
+    return "CUDA_VISIBLE_DEVICES"
+
+
+def device_index(visible: str | None, gpu_ids: Sequence[int | str], device_count: int) -> int:
+    """This rank's device index among the GPUs the process sees.
+
+    Ray lists the physical ids it assigned (`ray.get_gpu_ids()`) and normally narrows the
+    visible devices to exactly those, so the index is their position in the visible list;
+    where nothing narrows them (RAY_EXPERIMENTAL_NOSET_*_VISIBLE_DEVICES), it is the physical
+    id itself. Either way it must be below torch's device_count.
+    """
+    if not gpu_ids:
+        raise DeviceBindingError("this rank asked for a GPU but Ray assigned none")
+    wanted = str(gpu_ids[0])
+    if visible:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        if wanted not in ids:
+            raise DeviceBindingError(
+                f"Ray assigned GPU {wanted}, but the visible devices are {visible}"
+            )
+        index = ids.index(wanted)
+    else:
+        index = int(wanted)
+    if index >= device_count:
+        raise DeviceBindingError(
+            f"GPU {wanted} is device index {index}, but torch sees {device_count} device(s)"
+            f" (visible devices: {visible or 'all'})"
+        )
+    return index
 
 
 def init_process_group(ctx: RankContext, master: str, port: int, timeout_s: float) -> None:
@@ -69,18 +114,24 @@ class RankActor:
         self._wants_gpu = gpus_per_rank > 0
 
     def describe(self) -> Placed:
+        """Where this actor runs and which device it binds; raises if its GPU is unusable."""
         rt = ray.get_runtime_context()
         gpu_ids = tuple(int(g) for g in ray.get_gpu_ids())
-        # Ray sets CUDA/ROCR/HIP_VISIBLE_DEVICES to this actor's GPUs, so ours is index 0.
-        on_gpu = self._wants_gpu and torch.cuda.is_available()
+        device, device_id = "cpu", None
+        if self._wants_gpu and torch.cuda.is_available():
+            index = device_index(
+                os.environ.get(visible_devices_var()), gpu_ids, torch.cuda.device_count()
+            )
+            device, device_id = f"cuda:{index}", _device_id(index)
         return Placed(
             node=rt.get_node_labels().get(NODE_LABEL) or socket.gethostname(),
             node_id=rt.get_node_id(),
             node_ip=ray.util.get_node_ip_address(),
             hostname=socket.gethostname(),
             gpu_ids=gpu_ids,
-            device="cuda:0" if on_gpu else "cpu",
-            device_id=_device_id(0) if on_gpu else None,
+            device=device,
+            device_id=device_id,
+            pid=os.getpid(),
         )
 
     def free_port(self) -> int:
@@ -92,6 +143,9 @@ class RankActor:
         self, ctx: RankContext, master: str, port: int, timeout_s: float, env: dict[str, str]
     ) -> None:
         os.environ.update(env)
+        for var in ("TORCH_FR_DUMP_TEMP_FILE", "NCCL_DEBUG_FILE"):
+            if env.get(var):  # NCCL and the recorder write there, but never make the folder
+                os.makedirs(os.path.dirname(env[var]), exist_ok=True)
         self._ctx = ctx
         self._heartbeat.set(phase="rendezvous")
         init_process_group(ctx, master, port, timeout_s)
@@ -133,6 +187,17 @@ class RankActor:
                 return None
             return out.encode() if isinstance(out, str) else out
         return None
+
+    def files(self, pattern: str, max_bytes: int = 64 << 20) -> dict[str, bytes]:
+        """Files on this node matching a glob (Flight Recorder dumps, NCCL logs), for the driver."""
+        out: dict[str, bytes] = {}
+        for path in sorted(glob.glob(pattern)):
+            size = os.path.getsize(path)
+            if size > max_bytes:
+                continue
+            with open(path, "rb") as f:
+                out[os.path.basename(path)] = f.read()
+        return out
 
     def fingerprint(self) -> dict[str, Any]:
         from fleetval.environment import fingerprint

@@ -58,12 +58,34 @@ class Placement(_Model):
 
 
 class Timeouts(_Model):
-    """Every wait has a deadline (seconds)."""
+    """Every wait has a deadline (seconds).
+
+    One collective is bounded by `collective_s`, a whole step by `step_s`, so the first must
+    be the shorter: a stuck collective then raises on the peers of the rank that stopped,
+    the driver names that rank from its silent heartbeat, and on NCCL the watchdog writes
+    its Flight Recorder dumps, all before the step's own deadline. Unset, it is half of
+    `step_s`, at most 120 s. (A step's own shorter `timeout_s` is fine: its deadline fires
+    first and the culprit is named the same way.)
+    """
 
     placement_s: PositiveFloat = 60.0  # placement group ready
     rendezvous_s: PositiveFloat = 60.0  # actors up + process group formed
     step_s: PositiveFloat = 300.0  # one step on all ranks; a step's timeout_s overrides
-    collective_s: PositiveFloat = 120.0  # the process group's own timeout
+    collective_s: PositiveFloat | None = None  # the process group's own timeout (see above)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.collective_s is not None and self.collective_s >= self.step_s:
+            raise ValueError(
+                f"collective_s ({self.collective_s:g}s) must be shorter than step_s "
+                f"({self.step_s:g}s): one collective cannot outlast the step that runs it"
+            )
+        return self
+
+    @property
+    def collective(self) -> float:
+        """The process group's timeout in effect."""
+        return self.collective_s or min(120.0, self.step_s / 2)
 
 
 class Fault(_Model):

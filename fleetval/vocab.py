@@ -63,6 +63,17 @@ class FaultKind(StrEnum):
     CORRUPT = "corrupt"  # the rank contributes wrong data
 
 
+class CulpritReason(StrEnum):
+    """Why a rank is named as a step's culprit (crash, hang and error abort the job; late does not)."""
+
+    CRASH = "crash"  # the rank's process died (or its node was lost)
+    HANG = "hang"  # stopped making progress: silent, or behind the others' collectives
+    ERROR = "error"  # raised an exception of its own (not a peer's timeout or lost connection)
+    LATE = "late"  # finished, but measurably later than its peers (a lateness score)
+    NOT_PLACED = "not placed"  # its actor never started or could not describe its device
+    NOT_JOINED = "not joined"  # did not join the process group
+
+
 class Status(StrEnum):
     """Outcome of one measurement row, one step or a whole run."""
 

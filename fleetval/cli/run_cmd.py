@@ -12,13 +12,13 @@ from rich.table import Table
 from fleetval.cli.common import (
     AddressOpt,
     DataOpt,
-    Exit,
     bad_input_exits,
     console,
     open_store,
     parse_pairs,
 )
 from fleetval.execute import Event, run_suite
+from fleetval.status import exit_status
 from fleetval.store import RunRecord
 from fleetval.suite import load_suite
 
@@ -33,8 +33,11 @@ def run(
     data: DataOpt = None,
     label: Annotated[list[str], typer.Option("--label", help="KEY=VALUE, repeatable")] = [],  # noqa: B006
     as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 on warnings too (default: warnings exit 0)")
+    ] = False,
 ) -> None:
-    """Run a validation suite and store its results."""
+    """Run a validation suite and store its results (exit 0 pass or warn, 1 fail, 2 bad input)."""
     with bad_input_exits():
         spec = load_suite(suite)
         labels = parse_pairs(label, "--label")
@@ -47,7 +50,7 @@ def run(
         typer.echo(json.dumps(_record_json(record), indent=2, default=str))
     else:
         print_summary(record)
-    raise typer.Exit(Exit.OK if record.status == "pass" else Exit.FAILED)
+    raise typer.Exit(exit_status(record.status, strict=strict))
 
 
 def _run_with_progress(spec, store, address, labels) -> RunRecord:
@@ -96,5 +99,12 @@ def print_summary(record: RunRecord) -> None:
             s["message"],
         )
     console.print(table)
+    for s in record.summary.get("steps", []):
+        for c in s.get("culprits", []):  # who broke or slowed the step, down to the device
+            device = f" device {c['device_id']}" if c.get("device_id") else ""
+            console.print(
+                f"  culprit: job {s['job']} {s['step']}: rank {c['rank']} on {c['node']}{device}"
+                f" ({c['reason']}): {c['detail']}"
+            )
     style = STATUS_STYLE.get(record.status, "")
     console.print(f"run [bold]{record.run_id}[/bold]: [{style}]{record.status}[/{style}]")

@@ -66,17 +66,53 @@ def test_smoke_gloo_over_cuda_four_ranks_on_one_gpu(tmp_path, local_gpu_ray):
     assert {r["device"] for r in rows} == {"cuda:0"} and {r["backend"] for r in rows} == {"gloo"}
 
 
-def test_nccl_hang_is_named_and_flight_recorder_kept(tmp_path, local_gpu_ray):
+needs_two_gpus = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs"
+)
+
+
+@needs_two_gpus
+def test_nccl_hang_is_named_and_flight_recorder_names_the_missing_rank(tmp_path, local_gpu_ray):
+    """The hung rank never enters the collective its peers wait in: the peers' watchdog times
+    out (collective_s 10 < the step's 40), the driver names the rank that fell behind, and
+    the Flight Recorder dumps (taken from every rank before teardown) say the same by seq id."""
     store = Store(tmp_path)
     world = torch.cuda.device_count()
     spec = parse_suite({
         "name": "gpu-hang", "backend": "nccl",
         "placement": {"world_sizes": [world], "gpus_per_rank": 1},
-        "steps": [{"check": "bandwidth", "sizes": {"min": 4096, "max": 4096}, "iters": 100, "timeout_s": 20}],
+        "timeouts": {"step_s": 60, "collective_s": 10},
+        "steps": [{"check": "bandwidth", "sizes": {"min": 4096, "max": 4096}, "iters": 100, "timeout_s": 40}],
         "faults": [{"kind": "hang", "rank": world - 1}],
     })  # fmt: skip
     record = run_suite(spec, store)
     (step,) = record.summary["steps"]
-    assert step["status"] == "fail" and [c["rank"] for c in step["culprits"]] == [world - 1]
-    traces = list((tmp_path / "artifacts" / record.run_id).glob("*.flight-recorder"))
-    assert traces, "no Flight Recorder trace kept (torch built without it?)"
+    assert step["status"] == "fail"
+    (culprit,) = step["culprits"]
+    assert (culprit["rank"], culprit["reason"]) == (world - 1, "hang"), culprit
+    assert f"rank {world - 1} missing from" in culprit["detail"], culprit["detail"]
+    artifacts = tmp_path / "artifacts" / record.run_id
+    assert list(artifacts.glob("*.flight-recorder")), "no Flight Recorder trace kept"
+    assert list(artifacts.glob("job0-*-nccl.*.log")), "no per-node NCCL log kept"
+
+
+@needs_two_gpus
+def test_each_rank_binds_its_own_gpu_and_names_it(tmp_path, local_gpu_ray):
+    """Device binding by Ray's visible devices: distinct physical GPUs, each named by UUID,
+    and the nodes table records the loaded NCCL's own version."""
+    store = Store(tmp_path)
+    world = torch.cuda.device_count()
+    spec = parse_suite({
+        "name": "gpu-bind", "backend": "nccl",
+        "placement": {"world_sizes": [world], "gpus_per_rank": 1},
+        "steps": [{"check": "collectives", "collectives": ["all_reduce"], "dtypes": ["float32"], "ops": ["sum"]}],
+    })  # fmt: skip
+    record = run_suite(spec, store)
+    assert record.status == "pass", record.summary
+    rows = store.results([record.run_id]).to_pylist()
+    by_rank = {r["rank"]: r["device_id"] for r in rows}
+    uuids = {f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in range(world)}
+    assert len(by_rank) == world and set(by_rank.values()) == uuids  # one GPU each, all named
+    (node,) = store.nodes([record.run_id]).to_pylist()
+    assert node["nccl_version"] or node["rccl_version"]
+    assert '"collective_library": "/' in node["extra"]  # asked the loaded library itself

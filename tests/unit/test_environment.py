@@ -201,3 +201,24 @@ def test_fingerprint_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     assert tuple(fp) == env.FINGERPRINT_KEYS
     assert fp["hostname"]  # gathered before the failure
     assert fp["gpu_model"] is None
+
+
+MAPS = """\
+7f1c2a000000-7f1c2a200000 r-xp 00000000 08:01 123 /usr/lib/python3/site-packages/torch/lib/libtorch_cuda.so
+7f1c3b000000-7f1c3b100000 r--p 00000000 08:01 456 /usr/lib/python3/site-packages/nvidia/nccl/lib/libnccl.so.2
+7f1c3b100000-7f1c3b900000 r-xp 00100000 08:01 456 /usr/lib/python3/site-packages/nvidia/nccl/lib/libnccl.so.2
+7f1c4c000000-7f1c4c100000 r-xp 00000000 08:01 789 /opt/rocm-6.2.0/lib/librccl.so.1.0.60200
+7f1c5d000000-7f1c5d100000 r-xp 00000000 08:01 999 /usr/lib/libnccl-net.so
+"""
+
+
+def test_loaded_collective_libraries_from_proc_maps() -> None:
+    assert env.loaded_collective_libraries(MAPS) == [
+        "/usr/lib/python3/site-packages/nvidia/nccl/lib/libnccl.so.2",
+        "/opt/rocm-6.2.0/lib/librccl.so.1.0.60200",
+    ]  # the net plugin is not the library
+    assert env.loaded_collective_libraries("") == []
+
+
+def test_runtime_collective_version_is_none_without_a_loaded_library() -> None:
+    assert env.runtime_collective_version() == (None, None)  # CPU torch loads no NCCL

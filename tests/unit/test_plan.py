@@ -95,3 +95,12 @@ def test_world_size_all_is_every_placeable_bundle():
     assert (cpu.world_size, cpu.backend) == (2, "gloo")
     with pytest.raises(PlanError, match="`all` places no rank"):
         make_plan(suite(placement={"world_sizes": ["all"], "cpus_per_rank": 4}), CPU_ONLY)
+
+
+def test_more_than_one_gpu_per_rank_is_refused_for_nccl():
+    with pytest.raises(
+        PlanError, match=r"placement\.gpus_per_rank: nccl runs exactly one rank per GPU; it is 2"
+    ):
+        make_plan(suite(backend="nccl", placement={"gpus_per_rank": 2}), TWO_GPU_NODES)
+    with pytest.raises(PlanError, match="2 GPUs per rank; a rank drives one device"):
+        make_plan(suite(placement={"gpus_per_rank": 2}), TWO_GPU_NODES)  # auto would pick nccl

@@ -101,3 +101,25 @@ def test_defaults_and_timeouts():
     assert s.step_timeout(s.steps[0]) == 7
     assert s.step_timeout(s.steps[1]) == s.timeouts.step_s
     assert s.steps[0].sizes.sizes()[:3] == [8, 16, 32]
+
+
+def test_collective_timeout_defaults_below_the_step_deadline():
+    spec = parse_suite({"name": "t", "steps": [{"check": "collectives"}]})
+    assert (spec.timeouts.step_s, spec.timeouts.collective) == (300, 120)
+    short = parse_suite(
+        {"name": "t", "steps": [{"check": "collectives"}], "timeouts": {"step_s": 60}}
+    )
+    assert short.timeouts.collective == 30
+
+
+def test_collective_timeout_not_shorter_than_the_step_is_refused():
+    with pytest.raises(
+        SuiteError, match=r"timeouts: collective_s \(60s\) must be shorter than step_s \(60s\)"
+    ):
+        parse_suite(
+            {
+                "name": "t",
+                "steps": [{"check": "collectives"}],
+                "timeouts": {"step_s": 60, "collective_s": 60},
+            }
+        )

@@ -1,0 +1,151 @@
+"""Naming the culprit of a broken step from what each rank left behind. Pure: no Ray.
+
+A peer's timeout or lost connection is a symptom, never the culprit. The culprit is the
+rank that stopped answering (a SIGSTOPped process cannot answer its progress heartbeat),
+that died, that raised on its own, or that fell behind the others' collectives.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fleetval.checks.base import Progress
+from fleetval.outcome import Culprit
+from fleetval.vocab import CulpritReason
+
+# What a rank raises when a PEER failed: gloo/NCCL transport errors and timeouts.
+_SYMPTOMS = re.compile(
+    "|".join(
+        (
+            r"gloo/transport",
+            r"Timed out waiting",
+            r"Connection (?:reset|closed|refused)",
+            r"Broken pipe",
+            r"Socket Timeout",
+            r"Watchdog caught collective operation timeout",
+            r"communicator was aborted",
+            r"NCCL communicator .*abort",
+            r"ncclRemoteError",
+            r"remote process exited",
+            r"DistBackendError",
+            r"DistNetworkError",
+            r"DistStoreError",
+            r"timed out after \d+ ?m?s",
+        )
+    ),
+    re.IGNORECASE,
+)
+
+
+def is_symptom(error_text: str) -> bool:
+    """Whether an exception's text says a peer failed (rather than this rank itself)."""
+    return bool(_SYMPTOMS.search(error_text))
+
+
+def short(err: BaseException | str) -> str:
+    """The last non-empty line of an error (Ray wraps the original in a long traceback)."""
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else type(err).__name__)[:300]
+
+
+@dataclass(frozen=True)
+class RankEvidence:
+    """What the driver knows about one rank when a step broke."""
+
+    rank: int
+    node: str
+    device_id: str | None
+    outcome: str  # "ok" (returned rows), "crash" (process died), "raised", "pending"
+    error: str = ""  # the exception text, for "crash" and "raised"
+    answered: bool = True  # its progress heartbeat answered the final probe
+    progress: Progress | None = None  # its latest progress (final probe, else last seen)
+    silent_s: float = 0.0  # how long since it last answered a probe
+    pid: int = 0
+
+    def culprit(self, reason: str, detail: str) -> Culprit:
+        return Culprit(self.rank, self.node, self.device_id, str(reason), detail, self.pid)
+
+
+def name_culprits(evidence: Sequence[RankEvidence], now: float | None = None) -> list[Culprit]:
+    """Who broke the step, in order of how directly the evidence points at them:
+    silent ranks (stopped), dead ranks, ranks that raised on their own, ranks behind the
+    others' collectives; only when nothing else explains it, every rank still waiting or
+    that raised a peer's error."""
+    when = time.time() if now is None else now
+    for rule in (_silent, _dead, _own_errors, lambda ev: _behind(ev, when), _fallback):
+        named = rule(evidence)
+        if named:
+            return named
+    return []
+
+
+def _silent(ev: Sequence[RankEvidence]) -> list[Culprit]:
+    return [
+        e.culprit(
+            CulpritReason.HANG,
+            f"stopped answering: no heartbeat for {e.silent_s:.1f}s; last reached {_where(e.progress)}",
+        )
+        for e in ev
+        if e.outcome in ("pending", "raised") and not e.answered
+    ]
+
+
+def _dead(ev: Sequence[RankEvidence]) -> list[Culprit]:
+    return [
+        e.culprit(CulpritReason.CRASH, f"rank process died: {short(e.error)}")
+        for e in ev
+        if e.outcome == "crash"
+    ]
+
+
+def _own_errors(ev: Sequence[RankEvidence]) -> list[Culprit]:
+    return [
+        e.culprit(CulpritReason.ERROR, f"raised {short(e.error)}")
+        for e in ev
+        if e.outcome == "raised" and not is_symptom(e.error)
+    ]
+
+
+STALE_S = 2.0  # a heartbeat not updated for this long has stopped moving
+
+
+def _behind(ev: Sequence[RankEvidence], now: float) -> list[Culprit]:
+    """Ranks that entered fewer collectives than the leader, did not finish, and whose
+    heartbeat stopped moving (a rank merely one collective behind a busy leader is not).
+    `now` is wall-clock time, as the ranks stamp their heartbeats."""
+    seqs = {e.rank: e.progress.seq for e in ev if e.progress is not None}
+    if not seqs:
+        return []
+    lead = max(seqs.values())
+    leader = next(e.progress for e in ev if e.progress is not None and e.progress.seq == lead)
+    return [
+        e.culprit(
+            CulpritReason.HANG,
+            f"fell behind: entered {seqs.get(e.rank, 0)} collectives, the others {lead}; "
+            f"last reached {_where(e.progress)}; the others reached {leader.describe()}",
+        )
+        for e in ev
+        if e.outcome != "ok"
+        and seqs.get(e.rank, -1) < lead
+        and (e.progress is None or now - e.progress.updated_at > STALE_S)
+    ]
+
+
+def _fallback(ev: Sequence[RankEvidence]) -> list[Culprit]:
+    pending = [
+        e.culprit(CulpritReason.HANG, f"did not finish; last reached {_where(e.progress)}")
+        for e in ev
+        if e.outcome == "pending"
+    ]
+    return pending or [
+        e.culprit(CulpritReason.ERROR, f"raised {short(e.error)}")
+        for e in ev
+        if e.outcome == "raised"
+    ]
+
+
+def _where(p: Progress | None) -> str:
+    return p.describe() if p is not None else "nothing (no answer)"

@@ -1,0 +1,424 @@
+"""A job's life as one context manager: placement group, rank actors, rendezvous, teardown.
+
+Every Ray failure on the way (an actor that cannot describe its device, a rank that does
+not join, a node lost while fingerprinting) becomes a culprit naming rank, node and
+device, carried by `JobAborted`; the run goes on with its next job. The group and the
+actors are removed on every exit path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.util.placement_group import (
+    PlacementGroup,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from fleetval.checks.base import RankContext
+from fleetval.culprits import is_symptom, short
+from fleetval.outcome import Culprit, RunState
+from fleetval.plan import NODE_LABEL, Job
+from fleetval.rank import Placed, RankActor
+from fleetval.suite import Suite
+from fleetval.vocab import CulpritReason
+
+log = logging.getLogger(__name__)
+
+PORT_RETRIES = 3
+JOIN_GRACE_S = 5.0  # after one rank fails to join, how long the others get
+RemoteRank = ray.remote(RankActor)
+
+
+class JobAborted(RuntimeError):
+    """The job's actors can no longer be trusted (dead, hung or unplaceable)."""
+
+    def __init__(self, message: str, culprits: tuple[Culprit, ...] = ()) -> None:
+        super().__init__(message)
+        self.culprits = culprits
+
+
+@dataclass
+class RankHandle:
+    """Driver-side handle of one rank actor."""
+
+    actor: Any
+    placed: Placed
+    ctx: RankContext | None = None
+
+    @property
+    def rank(self) -> int:
+        return self.ctx.rank if self.ctx is not None else -1
+
+    def culprit(self, reason: str, detail: str) -> Culprit:
+        return Culprit(
+            self.rank, self.placed.node, self.placed.device_id, str(reason), detail, self.placed.pid
+        )
+
+
+# -- the job as a context manager ----------------------------------------------------------
+
+
+@contextmanager
+def job_ranks(job: Job, state: RunState) -> Iterator[list[RankHandle]]:
+    """Ranks of a formed process group; torn down (actors killed, group removed) on exit."""
+    t = state.suite.timeouts
+    pg: PlacementGroup | None = None
+    ranks: list[RankHandle] = []
+    try:
+        pg = create_group(job, t.placement_s)
+        ranks = start_ranks(job, pg, t.rendezvous_s)
+        assign(ranks, job, state.run_id, state.suite.seed)
+        fingerprint_nodes(ranks, state, t.rendezvous_s)
+        rendezvous(ranks, job, state.suite, state.run_id)
+        yield ranks
+    finally:
+        keep_node_files(ranks, state, job)
+        teardown(ranks, pg)
+
+
+def create_group(job: Job, timeout_s: float) -> PlacementGroup:
+    """A ready placement group for the job, or JobAborted (the group removed)."""
+    bundles = [job.bundle()] * job.world_size
+    selector = job.label_selector()
+    pg = placement_group(
+        bundles,
+        strategy=job.strategy.value,
+        bundle_label_selector=[selector] * job.world_size if selector else None,
+    )
+    try:
+        ray.get(pg.ready(), timeout=timeout_s)
+    except GetTimeoutError as err:
+        remove_placement_group(pg)
+        free = ray.available_resources()
+        raise JobAborted(
+            f"placement group of {job.world_size} x {job.bundle()} ({job.strategy.value}) not ready "
+            f"within {timeout_s:g}s; free now: {free.get('CPU', 0):g} CPU, {free.get('GPU', 0):g} GPU"
+        ) from err
+    return pg
+
+
+def start_ranks(job: Job, pg: PlacementGroup, timeout_s: float) -> list[RankHandle]:
+    """One actor per bundle, ordered into ranks by node name, then GPU id.
+
+    An actor that cannot describe itself (dead, too slow, or its device unusable) is named
+    by its bundle's node, and the job is aborted with it as the culprit.
+    """
+    actors = [
+        RemoteRank.options(
+            num_cpus=job.cpus_per_rank,
+            num_gpus=job.gpus_per_rank,
+            max_concurrency=2,  # progress() answers while run_step blocks
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=i
+            ),
+        ).remote(job.gpus_per_rank)
+        for i in range(job.world_size)
+    ]
+    answers = gather([a.describe.remote() for a in actors], time.monotonic() + timeout_s)
+    nodes = _bundle_nodes(pg)
+    handles, failed = [], []
+    for i, (actor, (kind, value)) in enumerate(zip(actors, answers, strict=True)):
+        if kind == "ok":
+            handles.append(RankHandle(actor, value))
+        else:
+            handles.append(RankHandle(actor, _unknown_placed(nodes.get(i))))
+            failed.append(
+                (handles[-1], _failure_text(kind, value, f"describe within {timeout_s:g}s"))
+            )
+    handles.sort(key=lambda r: (r.placed.node, r.placed.gpu_ids, r.placed.node_id))
+    if failed:
+        for rank, h in enumerate(handles):  # ranks as they would have been, to name the culprit
+            h.ctx = _bare_ctx(rank, job, h.placed)
+        culprits = tuple(h.culprit(CulpritReason.NOT_PLACED, text) for h, text in failed)
+        teardown(handles, None)
+        raise JobAborted(f"rank actors did not start: {_names(culprits)}", culprits)
+    return handles
+
+
+def gather(
+    refs: list[Any],
+    deadline: float,
+    grace_s: float = 0.0,
+    tick: Callable[[], None] | None = None,
+    on_failure: Callable[[], None] | None = None,
+) -> list[tuple[str, Any]]:
+    """Wait on all refs at once until all answer or the deadline passes.
+
+    Each answer is ("ok", value), ("crash", err), ("raised", err) or ("pending", None).
+    With `grace_s`, the first failure shortens the deadline to now + grace_s; `on_failure`
+    is called once, right then (to take evidence before more ranks go down).
+    """
+    failed = False
+    out: list[tuple[str, Any]] = [("pending", None)] * len(refs)
+    index = {ref: i for i, ref in enumerate(refs)}
+    pending = list(refs)
+    while pending and time.monotonic() < deadline:
+        wait_s = min(0.5, max(0.0, deadline - time.monotonic()))
+        ready, pending = ray.wait(pending, num_returns=len(pending), timeout=wait_s)
+        for ref in ready:
+            out[index[ref]] = _answer(ref)
+            if out[index[ref]][0] != "ok":
+                if grace_s:
+                    deadline = min(deadline, time.monotonic() + grace_s)
+                if on_failure is not None and not failed:
+                    on_failure()
+                failed = True
+        if tick is not None:
+            tick()
+    return out
+
+
+def _answer(ref: Any) -> tuple[str, Any]:
+    try:
+        return "ok", ray.get(ref)
+    except RayActorError as err:
+        return "crash", err
+    except RayTaskError as err:
+        return "raised", err
+    except RayError as err:  # e.g. the object was lost with its node
+        return "crash", err
+
+
+def _failure_text(kind: str, err: Any, what: str) -> str:
+    if kind == "pending":
+        return f"did not {what}"
+    if kind == "crash":
+        return f"rank process died: {short(err)}"
+    return f"raised {short(err)}"
+
+
+def _bundle_nodes(pg: PlacementGroup) -> dict[int, dict[str, Any]]:
+    """Bundle index -> the Ray node holding it (name, id, address), from the group's table."""
+    try:
+        table = placement_group_table(pg)
+        by_id = {n["NodeID"]: n for n in ray.nodes()}
+    except Exception:  # evidence only: the culprit is named with what is known
+        return {}
+    out = {}
+    for i, node_id in (table.get("bundles_to_node_id") or {}).items():
+        n = by_id.get(node_id, {})
+        name = (n.get("Labels") or {}).get(NODE_LABEL) or n.get("NodeManagerHostname", "?")
+        out[int(i)] = {"node": name, "node_id": node_id, "ip": n.get("NodeManagerAddress", "")}
+    return out
+
+
+def _unknown_placed(node: dict[str, Any] | None) -> Placed:
+    node = node or {}
+    return Placed(
+        node=node.get("node", "?"),
+        node_id=node.get("node_id", ""),
+        node_ip=node.get("ip", ""),
+        hostname="",
+        gpu_ids=(),
+        device="?",
+        device_id=None,
+    )
+
+
+def _bare_ctx(rank: int, job: Job, placed: Placed) -> RankContext:
+    return RankContext(
+        run_id="",
+        job=job.index,
+        rank=rank,
+        world_size=job.world_size,
+        local_rank=0,
+        local_world_size=1,
+        node=placed.node,
+        node_rank=0,
+        backend=job.backend,
+        device=placed.device,
+        device_id=placed.device_id,
+        seed=0,
+    )
+
+
+def assign(ranks: list[RankHandle], job: Job, run_id: str, seed: int) -> None:
+    node_names = sorted({r.placed.node for r in ranks})
+    for i, r in enumerate(ranks):
+        same_node = [x for x in ranks if x.placed.node == r.placed.node]
+        r.ctx = RankContext(
+            run_id=run_id,
+            job=job.index,
+            rank=i,
+            world_size=job.world_size,
+            local_rank=same_node.index(r),
+            local_world_size=len(same_node),
+            node=r.placed.node,
+            node_rank=node_names.index(r.placed.node),
+            backend=job.backend,
+            device=r.placed.device,
+            device_id=r.placed.device_id,
+            seed=seed,
+        )
+
+
+def fingerprint_nodes(ranks: list[RankHandle], state: RunState, timeout_s: float) -> None:
+    """One environment fingerprint per node not yet seen in this run.
+
+    A node too slow to answer is recorded with the error (a fingerprint is evidence, not a
+    gate); a rank actor that died doing it is the job's `crash` culprit.
+    """
+    firsts = {r.placed.node: r for r in reversed(ranks) if r.placed.node not in state.nodes}
+    names = list(firsts)
+    answers = gather(
+        [firsts[n].actor.fingerprint.remote() for n in names], time.monotonic() + timeout_s
+    )
+    for name, (kind, value) in zip(names, answers, strict=True):
+        r = firsts[name]
+        fp = (
+            value
+            if kind == "ok"
+            else {"extra": json.dumps({"error": _failure_text(kind, value, "answer")})}
+        )
+        state.nodes[name] = {
+            **fp,
+            "node": name,
+            "hostname": r.placed.hostname,
+            "node_ip": r.placed.node_ip,
+            "ray_node_id": r.placed.node_id,
+        }
+    dead = tuple(
+        firsts[n].culprit(CulpritReason.CRASH, _failure_text(k, v, "fingerprint"))
+        for n, (k, v) in zip(names, answers, strict=True)
+        if k == "crash"
+    )
+    if dead:
+        raise JobAborted(f"rank lost while fingerprinting its node: {_names(dead)}", dead)
+
+
+def dump_dir(run_id: str, job: int) -> str:
+    """Where a job's ranks write Flight Recorder dumps and NCCL logs, each on its own node."""
+    return os.path.join(tempfile.gettempdir(), "fleetval", run_id, f"job{job}")
+
+
+def rank_env(run_id: str, job: Job) -> dict[str, str]:
+    """Environment for every rank before the group forms: NCCL logs and Flight Recorder dumps.
+
+    NOTE: the watchdog's default (TORCH_NCCL_ASYNC_ERROR_HANDLING=3) kills a rank whose
+    collective timed out, which would turn the healthy peers of a hung rank into "crashes"
+    before the driver can ask them anything; 2 aborts the communicator and raises instead.
+    Both dump variables are set: torch reads TORCH_FR_DUMP_TEMP_FILE in recent releases and
+    TORCH_NCCL_DEBUG_INFO_TEMP_FILE in older ones. The user's own settings win.
+    """
+    if job.backend != "nccl":
+        return {}
+    folder = dump_dir(run_id, job.index)
+    prefix = os.path.join(folder, "flight-recorder-rank-")
+    env = {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_FR_DUMP_TEMP_FILE": prefix,
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
+    }
+    if "NCCL_DEBUG" not in os.environ:
+        env |= {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": os.path.join(folder, "nccl.%h.%p.log")}
+    return {k: v for k, v in env.items() if k not in os.environ}
+
+
+def rendezvous(ranks: list[RankHandle], job: Job, suite: Suite, run_id: str) -> None:
+    """Form the process group on rank 0's node address; retry on a port clash.
+
+    A rank that dies or raises on its own is the culprit; ranks still waiting for it are not.
+    """
+    t = suite.timeouts
+    env = rank_env(run_id, job)
+    master = ranks[0].placed.node_ip
+    for attempt in range(PORT_RETRIES):
+        ((kind, port),) = gather(
+            [ranks[0].actor.free_port.remote()], time.monotonic() + t.rendezvous_s
+        )
+        if kind != "ok":
+            culprit = ranks[0].culprit(
+                CulpritReason.NOT_JOINED, _failure_text(kind, port, "give a port")
+            )
+            raise JobAborted(f"process group not formed: {_names((culprit,))}", (culprit,))
+        refs = [r.actor.join.remote(r.ctx, master, port, t.collective, env) for r in ranks]
+        answers = gather(refs, time.monotonic() + t.rendezvous_s, grace_s=JOIN_GRACE_S)
+        if all(kind == "ok" for kind, _ in answers):
+            return
+        clash = any(
+            k == "raised" and "address already in use" in str(v).lower() for k, v in answers
+        )
+        if clash and attempt + 1 < PORT_RETRIES and leave(ranks, t.rendezvous_s):
+            continue
+        culprits = join_culprits(ranks, answers, t.rendezvous_s)
+        raise JobAborted(f"process group not formed: {_names(culprits)}", culprits)
+
+
+def join_culprits(
+    ranks: list[RankHandle], answers: list[tuple[str, Any]], timeout_s: float
+) -> tuple[Culprit, ...]:
+    """Died first, then raised on its own, then (only if nobody else is to blame) not joined."""
+    for kinds in (("crash",), ("raised",)):
+        named = [
+            r.culprit(
+                CulpritReason.CRASH if kind == "crash" else CulpritReason.NOT_JOINED,
+                _failure_text(kind, v, "join"),
+            )
+            for r, (kind, v) in zip(ranks, answers, strict=True)
+            if kind in kinds and not (kind == "raised" and is_symptom(str(v)))
+        ]
+        if named:
+            return tuple(named)
+    return tuple(
+        r.culprit(CulpritReason.NOT_JOINED, _failure_text(kind, v, f"join within {timeout_s:g}s"))
+        for r, (kind, v) in zip(ranks, answers, strict=True)
+        if kind != "ok"
+    )
+
+
+def leave(ranks: list[RankHandle], timeout_s: float) -> bool:
+    """Every rank leaves its (half-formed) group; False if one could not."""
+    answers = gather([r.actor.leave.remote() for r in ranks], time.monotonic() + timeout_s)
+    return all(kind == "ok" for kind, _ in answers)
+
+
+def keep_node_files(ranks: list[RankHandle], state: RunState, job: Job) -> None:
+    """Before teardown: each node's NCCL logs and Flight Recorder dumps become run artifacts."""
+    if job.backend != "nccl" or not ranks:
+        return
+    pattern = os.path.join(dump_dir(state.run_id, job.index), "*")
+    by_node = {r.placed.node: r for r in ranks}
+    names = list(by_node)
+    answers = gather([by_node[n].actor.files.remote(pattern) for n in names], time.monotonic() + 20)
+    for node, (kind, files) in zip(names, answers, strict=True):
+        if kind != "ok":
+            log.warning("node %s: could not collect its NCCL logs and dumps", node)
+            continue
+        for name, data in files.items():
+            safe = re.sub(r"[^\w.-]", "_", f"job{job.index}-{node}-{name}")
+            state.store.write_artifact(state.run_id, safe, data)
+
+
+def teardown(ranks: list[RankHandle], pg: PlacementGroup | None) -> None:
+    """Kill every actor and remove the group; never raises (it runs on every exit path)."""
+    for r in ranks:
+        try:
+            ray.kill(r.actor, no_restart=True)
+        except Exception as err:
+            log.warning("kill rank actor: %s", err)
+    if pg is not None:
+        try:
+            remove_placement_group(pg)
+        except Exception as err:
+            log.warning("remove placement group: %s", err)
+
+
+def _names(culprits: tuple[Culprit, ...]) -> str:
+    return ", ".join(f"rank {c.rank} on {c.node} ({c.reason}: {c.detail})" for c in culprits)

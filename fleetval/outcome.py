@@ -1,0 +1,84 @@
+"""What a run reports while it executes: culprits, step outcomes, progress events, run state.
+
+Shared by the job, step and run modules of the executor (plain data, no Ray).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetval.store import RunRecord, Store
+from fleetval.suite import Suite
+
+
+class RunCancelled(Exception):
+    """The caller set the run's cancel event: the current job is torn down, nothing more runs."""
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """Who broke (or slowed) a step: rank, node, physical device, and why."""
+
+    rank: int
+    node: str
+    device_id: str | None
+    reason: str  # a CulpritReason value: crash, hang, error, late, not placed, not joined, ...
+    detail: str
+    pid: int = 0  # the rank's process on its node (0: unknown), for the operator to inspect
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    job: int
+    world_size: int
+    step: str
+    check: str
+    status: str
+    message: str
+    seconds: float
+    culprits: tuple[Culprit, ...] = ()
+
+
+@dataclass(frozen=True)
+class Event:
+    """Progress for a front end: a step started, made progress or ended."""
+
+    kind: str  # "step_start", "step_progress", "step_end"
+    job: int
+    step: str
+    index: int  # step number across the whole run, from 0
+    total: int
+    detail: str = ""
+    outcome: StepOutcome | None = None
+
+
+EventSink = Callable[[Event], None]
+
+
+@dataclass
+class RunState:
+    """What a run accumulates while its jobs execute."""
+
+    run_id: str
+    suite: Suite
+    store: Store
+    on_event: EventSink
+    total_steps: int
+    done_steps: int = 0
+    backend: str = ""
+    outcomes: list[StepOutcome] = field(default_factory=list)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    record: RunRecord | None = None
+    cancel: threading.Event | None = None
+
+    def check_cancelled(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise RunCancelled("cancelled by request")
+
+    def event(
+        self, kind: str, job: int, step: str, detail: str = "", outcome: StepOutcome | None = None
+    ) -> None:
+        self.on_event(Event(kind, job, step, self.done_steps, self.total_steps, detail, outcome))

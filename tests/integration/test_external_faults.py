@@ -1,0 +1,120 @@
+"""Faults made from OUTSIDE fleetval: a rank's process stopped (SIGSTOP) or killed (SIGKILL)
+mid-step, as an operator or a broken node would. Exactly that process must be named, with
+the right reason, within the step's deadline plus a stated grace, and nothing may leak.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from fleetval.execute import run_suite
+from fleetval.store import Store
+from fleetval.suite import parse_suite
+
+pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
+
+# After the step deadline (or the peers' collective timeout): the peers' error grace (5 s),
+# the final heartbeat probe (5 s) and a loaded 2-core machine's slack.
+GRACE_S = 15.0
+
+
+def long_bandwidth_suite(step_s: float, collective_s: float) -> Any:
+    """A bandwidth step that only a fault ends; a step deadline shorter than the collective
+    timeout is set on the step itself (the suite's timeouts must keep collective_s < step_s)."""
+    timeouts = {"step_s": max(step_s, collective_s * 2), "collective_s": collective_s}
+    return parse_suite(
+        {
+            "name": "external",
+            "placement": {"world_sizes": [4], "gpus_per_rank": 0},
+            "timeouts": timeouts,
+            "steps": [
+                {
+                    "name": "bw",
+                    "timeout_s": step_s,
+                    "check": "bandwidth",
+                    "sizes": {"min": 4096, "max": 4096},
+                    "warmup": 0,
+                    "iters": 1_000_000,  # far longer than the deadline: only a fault ends it
+                }
+            ],
+        }
+    )
+
+
+def rank_pids() -> list[int]:
+    """PIDs of the live rank actors of the Ray instance this process is connected to.
+
+    NOTE: asks the connected GCS, not the state API's "auto" address, which picks the
+    newest Ray instance on the machine: maybe someone else's.
+    """
+    from ray._private.state import actors
+
+    alive = [
+        a for a in actors(actor_state_name="ALIVE").values() if a["ActorClassName"] == "RankActor"
+    ]
+    newest = sorted(alive, key=lambda a: a["StartTime"])[-4:]  # this job's, not a dying one's
+    return sorted(a["Pid"] for a in newest)
+
+
+def run_with_signal(tmp_path, spec: Any, sig: signal.Signals) -> tuple[Any, int, float]:
+    """Run `spec`; 2 s into its step, send `sig` to one rank process. (record, pid, signalled at)."""
+    hit: dict[str, Any] = {}
+
+    def strike() -> None:
+        time.sleep(2.0)
+        pids = rank_pids()
+        assert len(pids) == 4, pids
+        hit["pid"], hit["at"] = pids[2], time.monotonic()
+        os.kill(hit["pid"], sig)
+
+    def on_event(e: Any) -> None:
+        if e.kind == "step_start":
+            threading.Thread(target=strike, daemon=True).start()
+
+    record = run_suite(spec, Store(tmp_path), on_event=on_event)
+    return record, hit["pid"], hit["at"]
+
+
+def assert_gone(pid: int, timeout_s: float = 15.0) -> None:
+    """The stopped or killed process no longer exists (teardown killed it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(f"rank process {pid} outlived its job")
+
+
+@pytest.mark.parametrize(
+    ("step_s", "collective_s"),
+    [(30, 8), (8, 60)],
+    ids=["peers-time-out-first", "step-deadline-first"],
+)
+def test_stopped_rank_is_named_hang_whatever_the_timeouts(tmp_path, step_s, collective_s):
+    record, pid, at = run_with_signal(
+        tmp_path, long_bandwidth_suite(step_s, collective_s), signal.SIGSTOP
+    )
+    named_after = time.monotonic() - at
+    (step,) = record.summary["steps"]
+    assert step["status"] == "fail", step
+    assert [(c["pid"], c["reason"]) for c in step["culprits"]] == [(pid, "hang")], step
+    assert "stopped answering" in step["culprits"][0]["detail"]
+    assert named_after < min(step_s, collective_s) + GRACE_S
+    assert_gone(pid)
+
+
+def test_killed_rank_is_named_crash(tmp_path):
+    record, pid, at = run_with_signal(tmp_path, long_bandwidth_suite(30, 20), signal.SIGKILL)
+    (step,) = record.summary["steps"]
+    assert step["status"] == "fail", step
+    assert [(c["pid"], c["reason"]) for c in step["culprits"]] == [(pid, "crash")], step
+    assert time.monotonic() - at < GRACE_S  # peers see the lost connection at once
