@@ -75,6 +75,7 @@ class QueueStatus(StrEnum):
     RUNNING = "running"  # the executor is running it
     INTERRUPTED = "interrupted"  # the service died while it ran; finished steps are kept
     PASS = "pass"
+    WARN = "warn"  # passed with warnings (fleetval.status): exit 0 unless --strict
     FAIL = "fail"
     CANCELLED = "cancelled"
     ERROR = "error"  # it could not run (e.g. the cluster cannot place it)

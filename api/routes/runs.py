@@ -14,7 +14,7 @@ from fleetval.api.models import RunList, RunOut, SubmitRequest
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
 StatusFilter = Literal[
-    "queued", "running", "interrupted", "pass", "fail", "cancelled", "error", "incomplete"
+    "queued", "running", "interrupted", "pass", "warn", "fail", "cancelled", "error", "incomplete"
 ]
 _ERRORS = {404: {"description": "No such run"}}
 

@@ -28,6 +28,7 @@ from fleetval.cli.common import (
     err_console,
     parse_pairs,
 )
+from fleetval.status import exit_status
 from fleetval.store import default_data_dir
 from fleetval.suite import parse_suite
 
@@ -243,6 +244,9 @@ def submit(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for the run to end")
     ] = 6 * 3600,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 on warnings too (default: warnings exit 0)")
+    ] = False,
 ) -> None:
     """Submit a suite to a service (what CI calls). Exit 0 pass, 1 fail, 2 bad input."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -266,7 +270,7 @@ def submit(
             raise typer.Exit(Exit.FAILED) from err
         run = _call(client, "GET", f"/v1/runs/{run_id}").json()
         _print_summary(run)
-        code = Exit.OK if run["status"] == "pass" else Exit.FAILED
+        code = Exit(exit_status(run["status"], strict=strict))
         if compare:
             result = _call(
                 client, "POST", "/v1/compare", json={"baseline": compare, "runs": [run_id]}
