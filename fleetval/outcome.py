@@ -8,10 +8,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetval.store import RunRecord, Store
-from fleetval.suite import Suite
+
+if TYPE_CHECKING:  # NOTE: the suite imports the checks (torch); readers of outcomes need neither
+    from fleetval.suite import Suite
 
 
 class RunCancelled(Exception):
