@@ -25,6 +25,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskErro
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from fleetval.checks import declared_metrics
 from fleetval.checks.base import ActiveFault, Progress, RankContext
 from fleetval.plan import NODE_LABEL, ClusterShape, Job, NodeShape, make_plan
 from fleetval.rank import Placed, RankActor
@@ -633,6 +634,7 @@ def recording(
             suite_json=suite.to_json(),
             summary=summary(state.outcomes),
             message=message,
+            metrics=declared_metrics(s.check for s in suite.steps),
         )
         store.write_run(state.record)
 

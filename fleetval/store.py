@@ -5,6 +5,7 @@ Layout (any Arrow reader can glob it; see docs/schema.md):
     runs/<run_id>.parquet               one row, written when the run ends
     nodes/<run_id>.parquet              one row per node
     results/<run_id>/<part>.parquet     one file per finished step
+    summaries/<run_id>/<part>.parquet   the same step reduced per identity and node
 
 Every file is written once, atomically (temp file + rename), and never rewritten, so a
 crash leaves no torn file and results measured before it stay readable. A run that has
@@ -28,11 +29,14 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from fleetval.metrics import MetricDecl
+from fleetval.reduction import summarize
 from fleetval.results import (
     NODES_SCHEMA,
     RESULTS_SCHEMA,
     RUNS_SCHEMA,
     SCHEMA_VERSION,
+    SUMMARIES_SCHEMA,
     Row,
     rows_to_table,
 )
@@ -69,6 +73,7 @@ class RunRecord:
     suite_json: str = ""
     summary: dict[str, Any] = field(default_factory=dict)
     message: str = ""
+    metrics: list[MetricDecl] = field(default_factory=list)  # declared by the checks run
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -76,6 +81,7 @@ class RunRecord:
             "labels": list(self.labels.items()),
             "faults": json.dumps(self.faults),
             "summary": json.dumps(self.summary, default=str),
+            "metrics": json.dumps([m.to_dict() for m in self.metrics]),
         }
 
     @classmethod
@@ -86,8 +92,14 @@ class RunRecord:
                 "labels": dict(rec["labels"] or []),
                 "faults": json.loads(rec["faults"] or "[]"),
                 "summary": json.loads(rec["summary"] or "{}"),
+                "metrics": [MetricDecl.from_dict(m) for m in json.loads(rec["metrics"] or "[]")],
             }
         )
+
+    @property
+    def injected(self) -> bool:
+        """Faults were injected into this run: its numbers are not a release's."""
+        return bool(self.faults)
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, replace: bool = False) -> Path:
@@ -144,9 +156,19 @@ class Store:
     # -- writing -----------------------------------------------------------------------
 
     def write_results(self, run_id: str, part: str, rows: list[Row]) -> Path:
+        return self.write_results_table(run_id, part, rows_to_table(rows))
+
+    def write_results_table(self, run_id: str, part: str, table: pa.Table) -> Path:
+        """A step's rows, then their summary (compare and trend read summaries, not samples).
+
+        NOTE: results first: a crash between the two leaves a part without a summary, which
+        `summaries` recomputes from the results; never a summary without its rows.
+        """
         _check_name("run", run_id)
         path = self.root / "results" / run_id / f"{_check_name('part', part)}.parquet"
-        return _write_table(rows_to_table(rows), path)
+        _write_table(table, path)
+        _write_table(summarize(table), self.root / "summaries" / run_id / f"{part}.parquet")
+        return path
 
     def write_nodes(self, run_id: str, nodes: list[dict[str, Any]]) -> Path:
         recs = [{**n, "run_id": run_id} for n in nodes]
@@ -224,6 +246,38 @@ class Store:
         )
         dataset = ds.dataset([str(f) for f in files], schema=schema, format=fmt)
         return dataset.to_table(columns=columns, batch_size=1 << 24)
+
+    def summaries(self, run_ids: list[str]) -> pa.Table:
+        """Run summaries (SUMMARIES_SCHEMA) of the given runs, dictionary-encoded strings.
+
+        A results part without its summary (a store written before summaries existed, or a
+        crash between the two writes) is summarised from its rows here.
+        """
+        files, parts = [], []
+        for run_id in run_ids:
+            base = self.root / "summaries" / _check_name("run", run_id)
+            for part in sorted((self.root / "results" / run_id).glob("*.parquet")):
+                summary = base / part.name
+                if summary.exists():
+                    files.append(summary)
+                else:
+                    parts.append(summarize(self._results_of([part], None)))
+        strings = [f.name for f in SUMMARIES_SCHEMA if pa.types.is_string(f.type)]
+        schema = pa.schema(
+            [
+                pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in strings else f
+                for f in SUMMARIES_SCHEMA
+            ]
+        )
+        fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=strings))
+        tables = [ds.dataset([str(f) for f in files], schema=schema, format=fmt).to_table()]
+        tables += [t.cast(schema) for t in parts]
+        return pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+
+    def _results_of(self, files: list[Path], columns: list[str] | None) -> pa.Table:
+        return ds.dataset([str(f) for f in files], schema=RESULTS_SCHEMA, format="parquet").to_table(
+            columns=columns
+        )
 
     def nodes(self, run_ids: list[str] | None = None) -> pa.Table:
         base = self.root / "nodes"
