@@ -19,6 +19,8 @@ evidence about the release.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -223,3 +225,116 @@ def summarize(table: pa.Table) -> pa.Table:
         failed=pa.array(np.bincount(grp, weights=failed, minlength=ng).astype(np.int32)),
     )
     return pa.table({f.name: cols[f.name] for f in SUMMARIES_SCHEMA}).cast(SUMMARIES_SCHEMA)
+
+
+# -- summaries -> one value per (run, identity, group) ---------------------------------------
+
+ID_COLS = ["check", "collective", "op", "dtype", "size_bytes", "world_size", "metric", "group"]
+
+
+def human_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return f"{n}B"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Identity:
+    """What a measurement is, independent of the run: runs meet on this."""
+
+    check: str
+    collective: str | None
+    op: str | None
+    dtype: str | None
+    size_bytes: int | None
+    world_size: int
+    metric: str
+    group: str  # the node (per="node") or the GPU model (per="sku")
+
+    def label(self) -> str:
+        parts = [self.check, self.collective, self.op, self.dtype]
+        if self.size_bytes is not None:
+            parts.append(human_bytes(self.size_bytes))
+        parts += [f"n={self.world_size}", self.group, self.metric]
+        return " ".join(p for p in parts if p)
+
+    def family(self) -> str:
+        """The rows of a grouped table: what differs within it is the size and the metric."""
+        parts = [self.check, self.collective, self.op, self.dtype, f"n={self.world_size}", self.group]
+        return " ".join(p for p in parts if p)
+
+
+def _group_column(summaries: pa.Table, models: pa.Table | None) -> pa.Array:
+    """The node itself (models None: per node), else its GPU model ("unknown" if none)."""
+    node = pc.cast(summaries["node"], pa.string())
+    if models is None:
+        return node
+    keys = pc.binary_join_element_wise(pc.cast(summaries["run_id"], pa.string()), node, "\x1f")
+    known = pc.binary_join_element_wise(models["run_id"], models["node"], "\x1f")
+    idx = pc.index_in(keys, value_set=known)
+    return pc.fill_null(pc.take(pc.fill_null(models["gpu_model"], "unknown"), idx), "unknown")
+
+
+def run_values(
+    summaries: pa.Table, *, models: pa.Table | None, cutoff_bytes: int
+) -> pa.Table:
+    """Per (run, identity): the run's value in its metric's units, with the group.
+
+    `models` (run_id, node, gpu_model) groups nodes by GPU model; None groups per node.
+    Timed identities are judged size-aware: latency_us below `cutoff_bytes` (or without
+    busbw), busbw_gbps above. A group's value is the rank-weighted mean of its nodes' values.
+    """
+    kind = pc.cast(summaries["kind"], pa.string())
+    size = summaries["size_bytes"]
+    scale = summaries["busbw_scale"]
+    timed = pc.equal(kind, KIND_TIMED)
+    busbw = pc.and_(
+        pc.and_(timed, pc.is_valid(scale)), pc.fill_null(pc.greater_equal(size, cutoff_bytes), False)
+    )
+    latency = pc.and_(timed, pc.invert(busbw))
+    metric = pc.case_when(
+        pc.make_struct(busbw, latency, pc.equal(kind, KIND_CORRECT)),
+        "busbw_gbps",
+        "latency_us",
+        "correct",
+        pc.cast(summaries["metric"], pa.string()),
+    )
+    value = pc.if_else(busbw, pc.divide(scale, summaries["center"]), summaries["center"])
+    w = pc.cast(summaries["ranks"], pa.float64())
+    t = pa.table(
+        {
+            "run_id": pc.cast(summaries["run_id"], pa.string()),
+            **{c: pc.cast(summaries[c], pa.string()) for c in ("check", "collective", "op", "dtype")},
+            "size_bytes": size,
+            "world_size": summaries["world_size"],
+            "metric": metric,
+            "group": _group_column(summaries, models),
+            "unit": pc.cast(summaries["unit"], pa.string()),
+            "wv": pc.multiply(pc.if_else(pc.is_finite(value), value, None), w),
+            "w": pc.if_else(pc.is_finite(value), w, 0.0),
+            "ws": pc.multiply(summaries["spread"], w),
+            "ranks": summaries["ranks"],
+            "iters": summaries["iters"],
+            "wrong": summaries["wrong"],
+            "failed": summaries["failed"],
+        }
+    )
+    keys = ["run_id", *ID_COLS]
+    agg = t.group_by(keys, use_threads=False).aggregate(
+        [("wv", "sum"), ("w", "sum"), ("ws", "sum"), ("ranks", "sum"), ("iters", "min"),
+         ("wrong", "sum"), ("failed", "sum"), ("unit", "min")]
+    )  # fmt: skip
+    wsum = agg["w_sum"]
+    return pa.table(
+        {
+            **{k: agg[k] for k in keys},
+            "unit": agg["unit_min"],
+            "value": pc.if_else(pc.greater(wsum, 0), pc.divide(agg["wv_sum"], wsum), None),
+            "spread": pc.if_else(pc.greater(wsum, 0), pc.divide(agg["ws_sum"], wsum), None),
+            "ranks": agg["ranks_sum"],
+            "iters": agg["iters_min"],
+            "wrong": agg["wrong_sum"],
+            "failed": agg["failed_sum"],
+        }
+    )
