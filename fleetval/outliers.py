@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fleetval.compare_settings import CompareSettings
-from fleetval.metrics import Direction, MetricDecl
+from fleetval.metrics import Direction, MetricDecl, infer
 from fleetval.reduction import Identity, group_rows, np_col, plain, sample_matrix, segment_median
 
 
@@ -103,9 +103,15 @@ def slow_devices(
     settings: CompareSettings,
 ) -> list[Outlier]:
     """Devices far worse than the devices of the same GPU model (per-device metrics only)."""
+    metric = pc.cast(table["metric"], pa.string())
+    units = pc.cast(table["unit"], pa.string())
+    kinds = {(m, u) for m, u in zip(metric.to_pylist(), units.to_pylist(), strict=True) if m}
+    decls = {m: decls.get(m) or infer(m, u) for m, u in sorted(kinds, key=str)} | {
+        m: d for m, d in decls.items() if m not in {k for k, _ in kinds}
+    }
     judged = [m for m, d in decls.items() if not d.shared and d.direction != Direction.NONE]
     value = np_col(table["value"]).astype(float)
-    keep = np.isfinite(value) & np_col(pc.is_in(pc.cast(table["metric"], pa.string()), pa.array(judged, pa.string())))
+    keep = np.isfinite(value) & np_col(pc.fill_null(pc.is_in(metric, pa.array(judged, pa.string())), False))
     if not keep.any():
         return []
     t, value = table.filter(pa.array(keep)), value[keep]
