@@ -151,7 +151,9 @@ def _settings(
     if threshold_pct is not None:
         if threshold_pct <= 0:
             raise CompareError(f"--threshold must be a positive percentage, got {threshold_pct}")
-        settings = settings.model_copy(update={"threshold_pct": float(threshold_pct), "metrics": {}})
+        settings = settings.model_copy(
+            update={"threshold_pct": float(threshold_pct), "metrics": {}}
+        )
     return settings
 
 
@@ -170,9 +172,7 @@ def _models(store: Store, runs: list[str]) -> pa.Table:
 
 def _sku_of(models: pa.Table, run_id: str) -> dict[str, str]:
     return {
-        r["node"]: r["gpu_model"] or "unknown"
-        for r in models.to_pylist()
-        if r["run_id"] == run_id
+        r["node"]: r["gpu_model"] or "unknown" for r in models.to_pylist() if r["run_id"] == run_id
     }
 
 
@@ -194,10 +194,14 @@ class _Judged:
     failed: np.ndarray
 
 
-def _judge_values(values: pa.Table, candidates: list[str], settings: CompareSettings, decls: dict[str, MetricDecl]) -> _Judged:
-    side = pc.is_in(values["run_id"], value_set=pa.array(candidates, pa.string())).to_numpy(
-        zero_copy_only=False
-    ).astype(np.int64)
+def _judge_values(
+    values: pa.Table, candidates: list[str], settings: CompareSettings, decls: dict[str, MetricDecl]
+) -> _Judged:
+    side = (
+        pc.is_in(values["run_id"], value_set=pa.array(candidates, pa.string()))
+        .to_numpy(zero_copy_only=False)
+        .astype(np.int64)
+    )
     ident, first = group_rows(values, ID_COLS)
     nid = len(first)
     keys = values.select([*ID_COLS, "unit"]).take(pa.array(first)).to_pylist()
@@ -235,7 +239,9 @@ def _judge_values(values: pa.Table, candidates: list[str], settings: CompareSett
     )
 
 
-def _results(j: _Judged, settings: CompareSettings, decls: dict[str, MetricDecl]) -> list[MetricComparison]:
+def _results(
+    j: _Judged, settings: CompareSettings, decls: dict[str, MetricDecl]
+) -> list[MetricComparison]:
     specs = [_decl(decls, k["metric"], k["unit"]) for k in j.keys]
     sign = np.array([1.0 if s.direction == Direction.HIGHER else -1.0 for s in specs])
     t = np.array([settings.threshold_for(k["metric"]) for k in j.keys], dtype=float)
@@ -277,7 +283,10 @@ def _one_verdict(
     """Correctness first (absolute), then presence, then the statistics."""
     if j.failed[i]:
         what = f"{int(j.wrong[i])} wrong elements" if j.wrong[i] else "a failed row"
-        return Verdict.FAILED, f"correctness: {what} in the candidate (absolute, whatever the baseline)"
+        return (
+            Verdict.FAILED,
+            f"correctness: {what} in the candidate (absolute, whatever the baseline)",
+        )
     if not j.runs[i, 1]:
         return Verdict.MISSING, "measured in the baseline, not in the candidate"
     if not j.runs[i, 0]:
@@ -377,7 +386,9 @@ def compare_runs(
     records = {r.run_id: r for r in store.runs()}  # NOTE: read once; every read scans the files
     absent = [r for r in candidates if r not in records]
     if absent:
-        raise CompareError(f"no run {', '.join(absent)} in {store.root}; `fleetval runs` lists them")
+        raise CompareError(
+            f"no run {', '.join(absent)} in {store.root}; `fleetval runs` lists them"
+        )
     resolved = resolve(store, Baselines(store).get(baseline), runs=list(records.values()))
     settings = _settings(records, candidates, threshold_pct)
     base_runs = [r for r in resolved.run_ids if r not in candidates]
@@ -400,7 +411,9 @@ def compare_runs(
     results = _results(judged, settings, decls)
     if not any(r.verdict not in (Verdict.NEW, Verdict.MISSING) for r in results):
         raise CompareError(_nothing_in_common(results, per))
-    outliers = [o for c in candidates for o in run_outliers(store, records[c], settings, decls, models)]
+    outliers = [
+        o for c in candidates for o in run_outliers(store, records[c], settings, decls, models)
+    ]
     notes += _side_notes(len(base_runs), len(candidates))
     failed = tuple(c for c in candidates if records[c].status != "pass")
     return Comparison(
@@ -425,7 +438,9 @@ def _side_notes(nb: int, nc: int) -> list[str]:
             "a baseline of 5+ runs gives regression verdicts"
         ]
     if nc == 1:
-        return [f"one candidate run: judged by a prediction interval from the {nb} baseline runs' spread"]
+        return [
+            f"one candidate run: judged by a prediction interval from the {nb} baseline runs' spread"
+        ]
     return []
 
 
@@ -445,7 +460,9 @@ def _require_rows(values: pa.Table, base: list[str], cand: list[str]) -> None:
     present = set(pc.unique(values["run_id"]).to_pylist())
     for which, runs in (("baseline", base), ("candidate", cand)):
         if not present & set(runs):
-            raise CompareError(f"the {which} runs ({', '.join(runs)}) have no comparable result rows")
+            raise CompareError(
+                f"the {which} runs ({', '.join(runs)}) have no comparable result rows"
+            )
 
 
 def _nothing_in_common(results: list[MetricComparison], per: Per) -> str:
@@ -457,7 +474,9 @@ def _nothing_in_common(results: list[MetricComparison], per: Per) -> str:
         if b != c:
             lines.append(f"  {col}: baseline {', '.join(b[:8])}; candidate {', '.join(c[:8])}")
     if per == "node":
-        lines.append("  (per node: rows meet only on the same node; --per sku matches by GPU model)")
+        lines.append(
+            "  (per node: rows meet only on the same node; --per sku matches by GPU model)"
+        )
     return "\n".join(lines)
 
 

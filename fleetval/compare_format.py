@@ -62,11 +62,16 @@ def _size(r: MetricComparison) -> str:
     return human_bytes(r.identity.size_bytes) if r.identity.size_bytes is not None else ""
 
 
-def to_rich(c: Comparison, *, all_rows: bool = False, strict: bool = False, width: int = 80) -> Group:
+def to_rich(
+    c: Comparison, *, all_rows: bool = False, strict: bool = False, width: int = 80
+) -> Group:
     """Verdicts grouped by what was measured (check, collective, op, dtype, world size,
     group), so the identity shows in any terminal width; unchanged rows folded unless all_rows."""
     parts: list[Any] = [
-        Text(f"baseline {c.baseline}: {c.baseline_selection} -> {len(c.baseline_runs)} runs", style="bold"),
+        Text(
+            f"baseline {c.baseline}: {c.baseline_selection} -> {len(c.baseline_runs)} runs",
+            style="bold",
+        ),
         Text(f"candidate: {', '.join(c.candidate_runs)}  (matched per {c.per})"),
     ]
     if c.env_diff:
@@ -88,12 +93,19 @@ def to_rich(c: Comparison, *, all_rows: bool = False, strict: bool = False, widt
             cells = [Text(r.verdict.value, style=_STYLE[r.verdict]), _size(r), r.identity.metric]
             if wide:
                 cells += [_num(r.baseline_median), _num(r.candidate_median)]
-            cells += [_pct(r.change_pct), _ci(r), _num(r.q_value, ".2g"), f"{r.n_baseline}+{r.n_candidate}"]
+            cells += [
+                _pct(r.change_pct),
+                _ci(r),
+                _num(r.q_value, ".2g"),
+                f"{r.n_baseline}+{r.n_candidate}",
+            ]
             table.add_row(*cells)
         parts.append(table)
     folded = len(c.results) - len(shown)
     if folded:
-        parts.append(Text(f"{folded} unchanged (within threshold) not shown; --all shows them", style="dim"))
+        parts.append(
+            Text(f"{folded} unchanged (within threshold) not shown; --all shows them", style="dim")
+        )
     parts += [outlier_text(o) for o in c.outliers]
     parts += [Text(n, style="dim") for n in c.notes]
     bad = c.exit_code(strict)
@@ -191,7 +203,9 @@ def to_markdown(c: Comparison, *, all_rows: bool = False, strict: bool = False) 
 
 def to_junit(c: Comparison, *, strict: bool = False) -> str:
     """One test case per comparison; what fails the gate is a failure (noisy only if strict)."""
-    bad = (Verdict.REGRESSION, Verdict.FAILED, Verdict.MISSING) + ((Verdict.NOISY,) if strict else ())
+    bad = (Verdict.REGRESSION, Verdict.FAILED, Verdict.MISSING) + (
+        (Verdict.NOISY,) if strict else ()
+    )
     suite = ET.Element(
         "testsuite",
         name=f"fleetval compare vs {c.baseline}",
@@ -230,7 +244,10 @@ def to_junit(c: Comparison, *, strict: bool = False) -> str:
         case = ET.SubElement(suite, "testcase", classname="fleetval.run", name=run_id)
         ET.SubElement(case, "failure", message="the candidate run did not pass", type="run")
     suite.set("tests", str(len(c.results) + len(c.outliers) + len(c.failed_candidates)))
-    suite.set("failures", str(sum(r.verdict in bad for r in c.results) + len(c.outliers) + len(c.failed_candidates)))
+    suite.set(
+        "failures",
+        str(sum(r.verdict in bad for r in c.results) + len(c.outliers) + len(c.failed_candidates)),
+    )
     suites = ET.Element("testsuites")
     suites.append(suite)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
@@ -254,7 +271,15 @@ def format_comparison(
 def trend_table(report: TrendReport) -> Group:
     """Change points, each with the run where the step happened and what changed there."""
     table = Table(box=box.SIMPLE_HEAD)
-    for col in ("measurement", "step at run", "before", "after", "change", "status", "versions changed"):
+    for col in (
+        "measurement",
+        "step at run",
+        "before",
+        "after",
+        "change",
+        "status",
+        "versions changed",
+    ):
         table.add_column(col, overflow="fold")
     for t in report.trends:
         for p in t.change_points:
@@ -263,7 +288,9 @@ def trend_table(report: TrendReport) -> Group:
                 status = f"recovered at {p.recovered_at}" if p.recovered_at else "worse"
             else:
                 status = "better" if p.worse is False else ""
-            env = "; ".join(f"{e.key} {','.join(e.baseline)}->{','.join(e.candidate)}" for e in p.env_changes)
+            env = "; ".join(
+                f"{e.key} {','.join(e.baseline)}->{','.join(e.candidate)}" for e in p.env_changes
+            )
             table.add_row(
                 t.identity.label(), p.run_id, f"{p.before:.4g}", f"{p.after:.4g}",
                 Text(f"{p.change_pct:+.2f}%", style=style), status, env,

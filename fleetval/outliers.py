@@ -55,10 +55,12 @@ def late_ranks(
 ) -> list[Outlier]:
     """Ranks the others wait for (see the module docstring)."""
     timed = pc.and_(pc.is_valid(table["time_us_median"]), pc.is_null(table["metric"]))
-    t = table.filter(pc.and_(timed, pc.invert(pc.fill_null(pc.equal(table["status"], "skip"), False))))
+    t = table.filter(
+        pc.and_(timed, pc.invert(pc.fill_null(pc.equal(table["status"], "skip"), False)))
+    )
     if not len(t):
         return []
-    g, first = group_rows(t, ["check", "collective", "op", "dtype", "size_bytes", "world_size"])
+    g, _ = group_rows(t, ["check", "collective", "op", "dtype", "size_bytes", "world_size"])
     mat, _ = sample_matrix(t)
     order = np.argsort(g, kind="stable")
     bounds = np.flatnonzero(np.r_[True, np.diff(g[order]) != 0])
@@ -76,7 +78,9 @@ def late_ranks(
     with np.errstate(invalid="ignore", divide="ignore"):
         z = 0.6745 * (per_rank - peer) / np.where(mad > 0, mad, np.nan)
     z = np.where((mad == 0) & (per_rank > peer), np.inf, z)
-    flag = (per_rank >= settings.late_pct) & (z > settings.outlier_z) & (npeers >= settings.min_peers)
+    flag = (
+        (per_rank >= settings.late_pct) & (z > settings.outlier_z) & (npeers >= settings.min_peers)
+    )
     out = []
     for i in np.flatnonzero(flag):
         k = ranks.slice(i, 1).to_pylist()[0]
@@ -111,7 +115,9 @@ def slow_devices(
     }
     judged = [m for m, d in decls.items() if not d.shared and d.direction != Direction.NONE]
     value = np_col(table["value"]).astype(float)
-    keep = np.isfinite(value) & np_col(pc.fill_null(pc.is_in(metric, pa.array(judged, pa.string())), False))
+    keep = np.isfinite(value) & np_col(
+        pc.fill_null(pc.is_in(metric, pa.array(judged, pa.string())), False)
+    )
     if not keep.any():
         return []
     t, value = table.filter(pa.array(keep)), value[keep]

@@ -20,11 +20,11 @@ evidence about the release.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy import sparse
 
 from fleetval.results import SUMMARIES_SCHEMA
 
@@ -150,8 +150,10 @@ def sample_matrix(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return mat, np.maximum(klen, 1)
 
 
-def _membership(grp: np.ndarray, ngroups: int) -> sparse.csr_matrix:
+def _membership(grp: np.ndarray, ngroups: int) -> Any:
     """[groups, rows] 0/1 matrix: which rows each group sums."""
+    from scipy import sparse  # NOTE: only writers and fallbacks summarise: keep reads light
+
     order = np.argsort(grp, kind="stable")
     indptr = np.concatenate([[0], np.cumsum(np.bincount(grp, minlength=ngroups))])
     return sparse.csr_matrix((np.ones(len(grp)), order, indptr), shape=(ngroups, len(grp)))
@@ -261,7 +263,14 @@ class Identity:
 
     def family(self) -> str:
         """The rows of a grouped table: what differs within it is the size and the metric."""
-        parts = [self.check, self.collective, self.op, self.dtype, f"n={self.world_size}", self.group]
+        parts = [
+            self.check,
+            self.collective,
+            self.op,
+            self.dtype,
+            f"n={self.world_size}",
+            self.group,
+        ]
         return " ".join(p for p in parts if p)
 
 
@@ -276,9 +285,7 @@ def _group_column(summaries: pa.Table, models: pa.Table | None) -> pa.Array:
     return pc.fill_null(pc.take(pc.fill_null(models["gpu_model"], "unknown"), idx), "unknown")
 
 
-def run_values(
-    summaries: pa.Table, *, models: pa.Table | None, cutoff_bytes: int
-) -> pa.Table:
+def run_values(summaries: pa.Table, *, models: pa.Table | None, cutoff_bytes: int) -> pa.Table:
     """Per (run, identity): the run's value in its metric's units, with the group.
 
     `models` (run_id, node, gpu_model) groups nodes by GPU model; None groups per node.
@@ -290,7 +297,8 @@ def run_values(
     scale = summaries["busbw_scale"]
     timed = pc.equal(kind, KIND_TIMED)
     busbw = pc.and_(
-        pc.and_(timed, pc.is_valid(scale)), pc.fill_null(pc.greater_equal(size, cutoff_bytes), False)
+        pc.and_(timed, pc.is_valid(scale)),
+        pc.fill_null(pc.greater_equal(size, cutoff_bytes), False),
     )
     latency = pc.and_(timed, pc.invert(busbw))
     metric = pc.case_when(
@@ -305,7 +313,10 @@ def run_values(
     t = pa.table(
         {
             "run_id": pc.cast(summaries["run_id"], pa.string()),
-            **{c: pc.cast(summaries[c], pa.string()) for c in ("check", "collective", "op", "dtype")},
+            **{
+                c: pc.cast(summaries[c], pa.string())
+                for c in ("check", "collective", "op", "dtype")
+            },
             "size_bytes": size,
             "world_size": summaries["world_size"],
             "metric": metric,

@@ -128,7 +128,9 @@ def bh_adjust(p: np.ndarray) -> np.ndarray:
     return q
 
 
-def verdicts(better_pct: np.ndarray, q: np.ndarray, threshold_pct: np.ndarray, fdr: float) -> np.ndarray:
+def verdicts(
+    better_pct: np.ndarray, q: np.ndarray, threshold_pct: np.ndarray, fdr: float
+) -> np.ndarray:
     """THE verdict rule, monotone in the size of the change.
 
     `better_pct` is the change signed so that positive is better; `q` the BH-adjusted p.

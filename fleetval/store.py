@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from fleetval.metrics import MetricDecl
@@ -136,6 +135,40 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     return {"compression": "zstd", "use_dictionary": strings, "use_byte_stream_split": floats}
 
 
+def read_parquet(
+    files: list[Path],
+    schema: pa.Schema,
+    *,
+    columns: list[str] | None = None,
+    dictionary: tuple[str, ...] = (),
+) -> pa.Table:
+    """Files of one table as `schema` (columns an older file lacks are null), projected to
+    `columns`, the `dictionary` string columns kept dictionary-encoded.
+
+    NOTE: file by file with pyarrow.parquet, not pyarrow.dataset: importing the dataset
+    module imports pandas (~0.4 s), and the store-reading commands must start fast.
+    """
+    fields = [
+        pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in dictionary else f
+        for f in schema
+    ]
+    target = pa.schema(fields)
+    if columns is not None:
+        target = pa.schema([target.field(c) for c in columns])
+    tables = []
+    for f in files:
+        pf = pq.ParquetFile(f, read_dictionary=[c for c in dictionary if c in target.names])
+        have = set(pf.schema_arrow.names)
+        t = pf.read(columns=[c for c in target.names if c in have], use_threads=True)
+        for field in target:
+            if field.name not in have:
+                t = t.append_column(field, pa.nulls(len(t), field.type))
+        tables.append(t.select(target.names).cast(target))
+    if not tables:
+        return target.empty_table()
+    return pa.concat_tables(tables)
+
+
 def _write_table(table: pa.Table, path: Path) -> Path:
     options = parquet_options(table.schema)
     return atomic_write(path, lambda f: pq.write_table(table, f, **options))
@@ -189,9 +222,7 @@ class Store:
     # -- reading -----------------------------------------------------------------------
 
     def _read(self, files: list[Path], schema: pa.Schema) -> pa.Table:
-        if not files:
-            return schema.empty_table()
-        return ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table()
+        return read_parquet(files, schema)
 
     def runs(self) -> list[RunRecord]:
         """All runs, oldest first; runs cut off before their record was written are `incomplete`."""
@@ -233,19 +264,7 @@ class Store:
         base = self.root / "results"
         dirs = [base / _check_name("run", r) for r in run_ids] if run_ids is not None else [base]
         files = sorted(f for d in dirs for f in d.rglob("*.parquet"))
-        schema = pa.schema(
-            [
-                pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in dictionary else f
-                for f in RESULTS_SCHEMA
-            ]
-        )
-        if not files:
-            return schema.empty_table().select(columns or schema.names)
-        fmt = ds.ParquetFileFormat(
-            read_options=ds.ParquetReadOptions(dictionary_columns=list(dictionary))
-        )
-        dataset = ds.dataset([str(f) for f in files], schema=schema, format=fmt)
-        return dataset.to_table(columns=columns, batch_size=1 << 24)
+        return read_parquet(files, RESULTS_SCHEMA, columns=columns, dictionary=dictionary)
 
     def summaries(self, run_ids: list[str]) -> pa.Table:
         """Run summaries (SUMMARIES_SCHEMA) of the given runs, dictionary-encoded strings.
@@ -261,23 +280,12 @@ class Store:
                 if summary.exists():
                     files.append(summary)
                 else:
-                    parts.append(summarize(self._results_of([part], None)))
-        strings = [f.name for f in SUMMARIES_SCHEMA if pa.types.is_string(f.type)]
-        schema = pa.schema(
-            [
-                pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in strings else f
-                for f in SUMMARIES_SCHEMA
-            ]
-        )
-        fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=strings))
-        tables = [ds.dataset([str(f) for f in files], schema=schema, format=fmt).to_table()]
-        tables += [t.cast(schema) for t in parts]
-        return pa.concat_tables(tables).unify_dictionaries().combine_chunks()
-
-    def _results_of(self, files: list[Path], columns: list[str] | None) -> pa.Table:
-        return ds.dataset([str(f) for f in files], schema=RESULTS_SCHEMA, format="parquet").to_table(
-            columns=columns
-        )
+                    parts.append(summarize(read_parquet([part], RESULTS_SCHEMA)))
+        strings = tuple(f.name for f in SUMMARIES_SCHEMA if pa.types.is_string(f.type))
+        table = read_parquet(files, SUMMARIES_SCHEMA, dictionary=strings)
+        if parts:
+            table = pa.concat_tables([table, *(t.cast(table.schema) for t in parts)])
+        return table.unify_dictionaries().combine_chunks()
 
     def nodes(self, run_ids: list[str] | None = None) -> pa.Table:
         base = self.root / "nodes"

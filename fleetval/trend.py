@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import ruptures as rpt
 
 from fleetval.baselines import select_runs
 from fleetval.compare import CompareError, EnvChange, Per, declarations, environment_diff
@@ -84,6 +83,8 @@ def change_points(
     z = ((x - np.median(x)) / sigma).reshape(-1, 1)
     # NOTE: a BIC-like penalty on unit-variance data: 3 log n keeps pure noise unsegmented
     pen = penalty if penalty is not None else 3.0 * math.log(n)
+    import ruptures as rpt  # NOTE: imports scipy.stats (~0.3 s): only when there is a series
+
     breaks = rpt.Pelt(model="l2", min_size=min_size, jump=1).fit(z).predict(pen=pen)
     return [b for b in breaks if b < n]
 
@@ -99,7 +100,9 @@ def _series_points(
         change = (after / before - 1) * 100 if before else math.inf
         if abs(change) < threshold_pct:
             continue
-        worse = None if direction == Direction.NONE else (change < 0) == (direction == Direction.HIGHER)
+        worse = (
+            None if direction == Direction.NONE else (change < 0) == (direction == Direction.HIGHER)
+        )
         points.append(
             ChangePoint(
                 index=bounds[k], run_id=runs[bounds[k]], before=before, after=after,
@@ -174,7 +177,9 @@ def find_trends(
         raise CompareError("no run matches; `fleetval runs` lists them")
     unknown = set(select or {}) - set(ID_COLS)
     if unknown:
-        raise CompareError(f"unknown selector {', '.join(sorted(unknown))}; use {', '.join(ID_COLS)}")
+        raise CompareError(
+            f"unknown selector {', '.join(sorted(unknown))}; use {', '.join(ID_COLS)}"
+        )
     settings = _trend_settings(store, runs, threshold_pct)
     decls = declarations([store.run(r) for r in runs])
     nodes = store.nodes(runs)
@@ -189,8 +194,12 @@ def find_trends(
         points = _series_points(rs, np.array(vals), settings.threshold_for(ident.metric), direction)
         points = tuple(_with_env(p, rs, store, nodes) for p in points)
         if points:
-            trends.append(Trend(identity=ident, run_ids=tuple(rs), values=tuple(vals), change_points=points))
-    return TrendReport(runs=tuple(runs), series=series, trends=tuple(trends), threshold_pct=settings.threshold_pct)
+            trends.append(
+                Trend(identity=ident, run_ids=tuple(rs), values=tuple(vals), change_points=points)
+            )
+    return TrendReport(
+        runs=tuple(runs), series=series, trends=tuple(trends), threshold_pct=settings.threshold_pct
+    )
 
 
 def _with_env(p: ChangePoint, runs: list[str], store: Store, nodes: pa.Table) -> ChangePoint:

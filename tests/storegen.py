@@ -56,7 +56,9 @@ class GenStore:
         idents = model.identities()
         sd = model.run_sd
         self.run_sd = (
-            self.rng.uniform(sd[0], sd[1], len(idents)) if isinstance(sd, tuple) else np.full(len(idents), sd)
+            self.rng.uniform(sd[0], sd[1], len(idents))
+            if isinstance(sd, tuple)
+            else np.full(len(idents), sd)
         )
         self.count = 0
 

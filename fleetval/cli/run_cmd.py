@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -18,9 +18,10 @@ from fleetval.cli.common import (
     open_store,
     parse_pairs,
 )
-from fleetval.execute import Event, run_suite
 from fleetval.store import RunRecord
-from fleetval.suite import load_suite
+
+if TYPE_CHECKING:
+    from fleetval.execute import Event
 
 STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
 
@@ -35,6 +36,11 @@ def run(
     as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON")] = False,
 ) -> None:
     """Run a validation suite and store its results."""
+    # NOTE: imported here: torch and ray cost seconds, and the store-reading commands
+    # (runs, show, compare, ...) must start without them
+    from fleetval.execute import run_suite
+    from fleetval.suite import load_suite
+
     with bad_input_exits():
         spec = load_suite(suite)
         labels = parse_pairs(label, "--label")
@@ -51,6 +57,8 @@ def run(
 
 
 def _run_with_progress(spec, store, address, labels) -> RunRecord:
+    from fleetval.execute import run_suite
+
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
