@@ -3,8 +3,10 @@
 A fleet of NODES x 8 GPUs runs a bandwidth sweep (4 collectives x 2 dtypes x 30 sizes,
 8 B .. 4 GiB, ITERS per-iteration samples per row) every night; the baseline is a filter
 (`rocm_version=6.1.*`) matching every nightly run but the last, which is the candidate.
-Every row of the store takes part in the comparison. Statistics included: per-iteration
-medians over ranks, bootstrap CI, Mann-Whitney U, fleet outliers, environment diff.
+Runs are written through the store, so each has its summaries (one row per identity and
+node, made when the run is written); compare reads those for every run, and the
+candidate's rows (with their samples) for its fleet outliers. Statistics included: run
+values, moderated t per identity, Benjamini-Hochberg, late ranks, environment diff.
 
     python bench/bench_compare.py                      # 41 runs x 245,760 rows = 10.1 M rows
     python bench/bench_compare.py --runs 5 --per node  # smaller, per-node matching
@@ -31,7 +33,7 @@ import pyarrow.parquet as pq
 
 from fleetval.baselines import Baselines
 from fleetval.results import RESULTS_SCHEMA
-from fleetval.store import RunRecord, Store, parquet_options
+from fleetval.store import RunRecord, Store
 
 COLLECTIVES = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
 DTYPES = ["float32", "bfloat16"]
@@ -99,9 +101,7 @@ def generate(root: Path, runs: int, nodes: int, iters: int) -> tuple[Store, str,
         started = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=i)
         run_id = f"{started:%Y%m%d}-020000-{i:06x}"
         table = _run_table(run_id, nodes, iters, rng, slow=1 / 0.95 if last else 1.0)
-        path = root / "results" / run_id / "bandwidth.parquet"
-        path.parent.mkdir(parents=True)
-        pq.write_table(table, path, **parquet_options(table.schema))  # the store's own encoding
+        store.write_results_table(run_id, "bandwidth", table)  # rows, then their summary
         rows += len(table)
         env = {"gpu_model": "MI300X", "driver_version": "6.8.5", "rccl_version": "2.20.5"}
         env["rocm_version"] = "6.2.0" if last else "6.1.3"

@@ -160,9 +160,9 @@ def read_parquet(
         pf = pq.ParquetFile(f, read_dictionary=[c for c in dictionary if c in target.names])
         have = set(pf.schema_arrow.names)
         t = pf.read(columns=[c for c in target.names if c in have], use_threads=True)
-        for field in target:
-            if field.name not in have:
-                t = t.append_column(field, pa.nulls(len(t), field.type))
+        for col in target:
+            if col.name not in have:
+                t = t.append_column(col, pa.nulls(len(t), col.type))
         tables.append(t.select(target.names).cast(target))
     if not tables:
         return target.empty_table()

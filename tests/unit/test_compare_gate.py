@@ -43,7 +43,9 @@ def test_verdict_rule_is_monotone_in_the_size_of_the_change() -> None:
 
 
 def test_a_change_below_the_threshold_is_never_a_regression_however_significant() -> None:
-    v = st.verdicts(np.array([-2.6, -9.0, -9.0]), np.array([1e-9, 1e-9, 0.2]), np.full(3, 5.0), 0.01)
+    v = st.verdicts(
+        np.array([-2.6, -9.0, -9.0]), np.array([1e-9, 1e-9, 0.2]), np.full(3, 5.0), 0.01
+    )
     assert list(v) == ["unchanged", "regression", "noisy"]
 
 
@@ -65,7 +67,7 @@ def test_clean_candidates_pass_at_a_2pct_run_to_run_spread(tmp_path: Path, cands
         c = compare_runs(g.store, "base", [g.run() for _ in range(cands)], threshold_pct=2)
         failed += c.exit_code()
         assert len(c.results) == 200 and c.notes == (
-            (f"one candidate run: judged by a prediction interval from the 5 baseline runs' spread",)
+            ("one candidate run: judged by a prediction interval from the 5 baseline runs' spread",)
             if cands == 1
             else ()
         )
@@ -79,7 +81,9 @@ def test_a_30pct_drop_is_found_with_one_candidate_run(tmp_path: Path) -> None:
         g.baseline(5)
         c = compare_runs(g.store, "base", [g.run(drop={BUSBW_IDENT: 0.30})], threshold_pct=2)
         (reg,) = [r for r in c.results if r.verdict == Verdict.REGRESSION]
-        assert reg.identity.label() == "bandwidth all_reduce sum float32 64MiB n=8 MI300X busbw_gbps"
+        assert (
+            reg.identity.label() == "bandwidth all_reduce sum float32 64MiB n=8 MI300X busbw_gbps"
+        )
         assert -35 < reg.change_pct < -25 and reg.ci_high_pct < 0 and reg.n_candidate == 1
         assert "prediction interval for one run" in reg.reason and c.exit_code() == 1
 
@@ -133,13 +137,16 @@ def _late_rank_run(store: Store, run_id: str, late: int | None, ms: float = 30.0
 
 def test_the_late_rank_is_named_not_the_ranks_that_waited(tmp_path: Path) -> None:
     """The late rank measures the SHORTEST own time; lateness points at it."""
-    from fleetval.store import RunRecord
     from datetime import UTC, datetime
+
+    from fleetval.store import RunRecord
 
     store = Store(tmp_path)
     for run_id, late in (("r-late", 2), ("r-clean", None)):
         _late_rank_run(store, run_id, late)
-        store.write_run(RunRecord(run_id=run_id, suite="smoke", status="pass", started_at=datetime.now(UTC)))
+        store.write_run(
+            RunRecord(run_id=run_id, suite="smoke", status="pass", started_at=datetime.now(UTC))
+        )
     (o,) = fleet_outliers(store, "r-late")
     assert o.kind == "late_rank" and o.rank == 2 and o.unit == "rank 2 (node-1)"
     assert o.value > 90 and o.identity.collective == "all_reduce"
@@ -172,7 +179,9 @@ def test_a_declared_direction_beats_the_unit(tmp_path: Path) -> None:
                 for r in range(2)]  # fmt: skip
         store.write_results(run_id, "s", rows)
         started = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=i)
-        store.write_run(RunRecord(run_id=run_id, suite="x", status="pass", started_at=started, metrics=[decl]))
+        store.write_run(
+            RunRecord(run_id=run_id, suite="x", status="pass", started_at=started, metrics=[decl])
+        )
         ids.append(run_id)
     assert store.run("r0").metrics == [decl]
     Baselines(store).set("b", run_ids=ids[:5])
