@@ -33,7 +33,9 @@ def test_verdict_rule_is_monotone_in_the_size_of_the_change() -> None:
     se = 0.02
     drops = np.linspace(0, 0.3, 301)
     z = np.log1p(-drops) / se
-    p = 2 * st.special.stdtr(8, -np.abs(z))
+    from scipy import special
+
+    p = 2 * special.stdtr(8, -np.abs(z))
     q = st.bh_adjust(np.r_[p, np.full(199, 0.5)])[: len(p)]  # among 200 identities
     v = st.verdicts(-drops * 100, q, np.full(len(drops), 5.0), 0.01)
     order = {Verdict.UNCHANGED.value: 0, Verdict.NOISY.value: 1, Verdict.REGRESSION.value: 2}
