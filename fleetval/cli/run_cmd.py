@@ -85,7 +85,9 @@ def _run_with_progress(spec, store, address, labels) -> RunRecord:
 
 
 def _record_json(record: RunRecord) -> dict:
-    return {k: v for k, v in record.__dict__.items() if k != "suite_json"}
+    out = {k: v for k, v in record.__dict__.items() if k != "suite_json"}
+    out["metrics"] = [m.to_dict() for m in record.metrics]
+    return out
 
 
 def print_summary(record: RunRecord) -> None:
