@@ -66,7 +66,9 @@ def late_ranks(
     bounds = np.flatnonzero(np.r_[True, np.diff(g[order]) != 0])
     gmax = np.fmax.reduceat(mat[order], bounds, axis=0)  # group ids are 0..n-1 in order
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.nanmedian((gmax[g] - mat) / gmax[g], axis=1) * 100
+        rel = (gmax[g] - mat) / gmax[g]
+        median = np.median if not np.isnan(rel).any() else np.nanmedian  # NOTE: 5x cheaper
+        share = median(rel, axis=1) * 100
     ok = np.isfinite(share)
     t, share = t.filter(pa.array(ok)), share[ok]
     keys = ["check", "collective", "world_size", "rank"]
@@ -108,8 +110,12 @@ def slow_devices(
 ) -> list[Outlier]:
     """Devices far worse than the devices of the same GPU model (per-device metrics only)."""
     metric = pc.cast(table["metric"], pa.string())
-    units = pc.cast(table["unit"], pa.string())
-    kinds = {(m, u) for m, u in zip(metric.to_pylist(), units.to_pylist(), strict=True) if m}
+    if metric.null_count == len(metric):
+        return []
+    pairs = pa.table({"m": metric, "u": pc.cast(table["unit"], pa.string())})
+    kinds = {
+        (r["m"], r["u"]) for r in pairs.group_by(["m", "u"]).aggregate([]).to_pylist() if r["m"]
+    }
     decls = {m: decls.get(m) or infer(m, u) for m, u in sorted(kinds, key=str)} | {
         m: d for m, d in decls.items() if m not in {k for k, _ in kinds}
     }

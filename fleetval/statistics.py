@@ -123,13 +123,18 @@ def t_tests(
 
 
 def bh_adjust(p: np.ndarray) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p-values over the finite entries (NaN stays NaN)."""
-    from scipy.stats import false_discovery_control  # NOTE: scipy.stats costs ~0.3 s to import
+    """Benjamini-Hochberg adjusted p-values over the finite entries (NaN stays NaN).
 
+    NOTE: the same numbers as scipy.stats.false_discovery_control (a test checks it), in
+    numpy: importing scipy.stats costs ~0.4 s, more than the whole comparison it serves.
+    """
     q = np.full(len(p), np.nan)
-    ok = np.isfinite(p)
-    if ok.any():
-        q[ok] = false_discovery_control(p[ok], method="bh")
+    ok = np.flatnonzero(np.isfinite(p))
+    if len(ok):
+        order = np.argsort(p[ok])
+        ranked = p[ok][order] * len(ok) / np.arange(1, len(ok) + 1)
+        adjusted = np.minimum(np.minimum.accumulate(ranked[::-1])[::-1], 1.0)
+        q[ok[order]] = adjusted
     return q
 
 

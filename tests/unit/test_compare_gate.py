@@ -51,6 +51,16 @@ def test_a_change_below_the_threshold_is_never_a_regression_however_significant(
     assert list(v) == ["unchanged", "regression", "noisy"]
 
 
+def test_bh_matches_scipy() -> None:
+    from scipy.stats import false_discovery_control
+
+    p = np.random.default_rng(0).random(300) ** 3
+    p[[3, 77]] = np.nan
+    q = st.bh_adjust(p)
+    ok = np.isfinite(p)
+    assert np.allclose(q[ok], false_discovery_control(p[ok])) and np.isnan(q[~ok]).all()
+
+
 def test_prior_is_practically_known_when_the_family_shares_one_spread() -> None:
     rng = np.random.default_rng(0)
     s2 = 0.02**2 * rng.chisquare(4, 500) / 4
