@@ -199,3 +199,20 @@ def test_a_declared_direction_beats_the_unit(tmp_path: Path) -> None:
     Baselines(store).set("b", run_ids=ids[:5])
     (r,) = compare_runs(store, "b", ["r5"]).results
     assert r.direction == Direction.HIGHER and r.verdict == Verdict.REGRESSION
+
+
+def test_the_identity_shows_in_an_80_column_terminal(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from fleetval.compare_format import to_rich
+
+    g = _gen(tmp_path, 1)
+    g.baseline(5)
+    c = compare_runs(g.store, "base", [g.run(drop={BUSBW_IDENT: 0.3})], threshold_pct=2)
+    console = Console(width=80, record=True, color_system=None)
+    console.print(to_rich(c, width=80))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "bandwidth all_reduce sum float32 n=8 MI300X" in text
+    (line,) = [ln for ln in text.splitlines() if "regression" in ln and "64MiB" in ln]
+    assert "busbw_gbps" in line and "-3" in line  # the size, the metric and the change
