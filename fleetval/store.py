@@ -21,11 +21,12 @@ import secrets
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleetval.metrics import MetricDecl
@@ -164,9 +165,24 @@ def read_parquet(
             if col.name not in have:
                 t = t.append_column(col, pa.nulls(len(t), col.type))
         tables.append(t.select(target.names).cast(target))
-    if not tables:
-        return target.empty_table()
+    if not tables:  # NOTE: not schema.empty_table(), which imports pandas
+        return pa.Table.from_batches([], schema=target)
     return pa.concat_tables(tables)
+
+
+def _pylist(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows as dicts; timestamps converted here, since pyarrow imports pandas (~0.4 s) to
+    convert a zoned timestamp column."""
+    stamps = [f.name for f in table.schema if pa.types.is_timestamp(f.type)]
+    micros = {c: pc.cast(table[c], pa.int64()).to_pylist() for c in stamps}
+    rows = table.drop_columns(stamps).to_pylist()
+    for c, values in micros.items():
+        for row, us in zip(rows, values, strict=True):
+            row[c] = None if us is None else _EPOCH + timedelta(microseconds=us)
+    return rows
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _write_table(table: pa.Table, path: Path) -> Path:
@@ -227,7 +243,7 @@ class Store:
     def runs(self) -> list[RunRecord]:
         """All runs, oldest first; runs cut off before their record was written are `incomplete`."""
         table = self._read(sorted((self.root / "runs").glob("*.parquet")), RUNS_SCHEMA)
-        records = {r["run_id"]: RunRecord.from_record(r) for r in table.to_pylist()}
+        records = {r["run_id"]: RunRecord.from_record(r) for r in _pylist(table)}
         for d in (self.root / "results").glob("*"):
             if d.is_dir() and d.name not in records:
                 started = datetime.fromtimestamp(d.stat().st_mtime, UTC)
