@@ -239,6 +239,17 @@ def _judge_values(
     )
 
 
+def judge(
+    values: pa.Table,
+    candidates: list[str],
+    settings: CompareSettings,
+    decls: dict[str, MetricDecl],
+) -> list[MetricComparison]:
+    """Verdicts from run values (`reduction.run_values`' table): the statistics alone, no
+    store; `compare_runs` reads the store and calls this."""
+    return _results(_judge_values(values, candidates, settings, decls), settings, decls)
+
+
 def _results(
     j: _Judged, settings: CompareSettings, decls: dict[str, MetricDecl]
 ) -> list[MetricComparison]:
@@ -407,8 +418,7 @@ def compare_runs(
     )
     _require_rows(values, base_runs, candidates)
     decls = declarations([records[r] for r in all_runs])
-    judged = _judge_values(values, candidates, settings, decls)
-    results = _results(judged, settings, decls)
+    results = judge(values, candidates, settings, decls)
     if not any(r.verdict not in (Verdict.NEW, Verdict.MISSING) for r in results):
         raise CompareError(_nothing_in_common(results, per))
     outliers = [
@@ -493,4 +503,5 @@ __all__ = [
     "environment_diff",
     "fleet_outliers",
     "human_bytes",
+    "judge",
 ]
