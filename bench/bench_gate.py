@@ -34,13 +34,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
+import numpy as np
+import pyarrow as pa
 
-from fleetval.compare import compare_runs, judge  # noqa: E402
-from fleetval.compare_settings import CompareSettings  # noqa: E402
-from fleetval.metrics import merge  # noqa: E402
-from fleetval.vocab import Verdict  # noqa: E402
+from fleetval.compare import compare_runs, judge
+from fleetval.compare_settings import CompareSettings
+from fleetval.metrics import merge
+from fleetval.vocab import Verdict
 from tests.storegen import SIZES, FleetModel, GenStore
 
 DROPS = (0.02, 0.05, 0.10, 0.30)
