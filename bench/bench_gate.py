@@ -161,8 +161,7 @@ def main() -> None:
     ap.add_argument("--values", action="store_true", help="judge run values made here (fast)")
     ap.add_argument("--drops", type=float, nargs="+", default=list(DROPS), help="fractions")
     args = ap.parse_args()
-    global DROPS
-    DROPS = tuple(args.drops)
+    globals()["DROPS"] = tuple(args.drops)
     os.fsync = lambda fd: None  # durability is not under test: thousands of small files
     sd = tuple(args.run_sd_range) if args.run_sd_range else args.run_sd
     model = FleetModel(run_sd=sd)

@@ -274,15 +274,48 @@ class Identity:
         return " ".join(p for p in parts if p)
 
 
-def _group_column(summaries: pa.Table, models: pa.Table | None) -> pa.Array:
-    """The node itself (models None: per node), else its GPU model ("unknown" if none)."""
-    node = pc.cast(summaries["node"], pa.string())
+def _dict(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
+    """A column's dictionary codes (null: -1) and its dictionary values."""
+    col = one_chunk(column)
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    return np_col(pc.fill_null(col.indices, -1)).astype(np.int64), col.dictionary.to_pylist()
+
+
+def _groups(summaries: pa.Table, models: pa.Table | None) -> tuple[np.ndarray, list[str]]:
+    """Per row the group's code and the group names: the node itself (models None), else
+    its GPU model in that run ("unknown" if none); looked up per (run, node) pair."""
+    node, nodes = _dict(summaries["node"])
     if models is None:
-        return node
-    keys = pc.binary_join_element_wise(pc.cast(summaries["run_id"], pa.string()), node, "\x1f")
-    known = pc.binary_join_element_wise(models["run_id"], models["node"], "\x1f")
-    idx = pc.index_in(keys, value_set=known)
-    return pc.fill_null(pc.take(pc.fill_null(models["gpu_model"], "unknown"), idx), "unknown")
+        return node, [n or "" for n in nodes]
+    run, runs = _dict(summaries["run_id"])
+    names = sorted({m or "unknown" for m in models["gpu_model"].to_pylist()} | {"unknown"})
+    lookup = np.full((len(runs) + 1) * (len(nodes) + 1), names.index("unknown"), np.int64)
+    run_at, node_at = {r: i for i, r in enumerate(runs)}, {n: i for i, n in enumerate(nodes)}
+    for rec in models.to_pylist():
+        r, n = run_at.get(rec["run_id"]), node_at.get(rec["node"])
+        if r is not None and n is not None:
+            lookup[r * (len(nodes) + 1) + n] = names.index(rec["gpu_model"] or "unknown")
+    return lookup[run * (len(nodes) + 1) + node], names
+
+
+def _metrics(summaries: pa.Table, cutoff_bytes: int) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Per row the judged metric's code, the metric names, and whether it is busbw.
+
+    Timed rows are size-aware: busbw_gbps at or above the cutoff (when busbw is known),
+    latency_us below; correctness rows `correct`; value rows keep their own metric."""
+    kind, kinds = _dict(summaries["kind"])
+    own, owns = _dict(summaries["metric"])
+    code_of = {k: i for i, k in enumerate(kinds)}
+    timed = kind == code_of.get(KIND_TIMED, -2)
+    size = np_col(summaries["size_bytes"]).astype(float)
+    scale = np_col(summaries["busbw_scale"]).astype(float)
+    busbw = timed & np.isfinite(scale) & (size >= cutoff_bytes)
+    names = ["busbw_gbps", "latency_us", "correct", *[m or "" for m in owns]]
+    code = np.where(own >= 0, own + 3, 2)
+    code = np.where(kind == code_of.get(KIND_CORRECT, -2), 2, code)
+    code = np.where(timed, np.where(busbw, 0, 1), code)
+    return code, names, busbw
 
 
 def run_values(summaries: pa.Table, *, models: pa.Table | None, cutoff_bytes: int) -> pa.Table:
@@ -291,61 +324,45 @@ def run_values(summaries: pa.Table, *, models: pa.Table | None, cutoff_bytes: in
     `models` (run_id, node, gpu_model) groups nodes by GPU model; None groups per node.
     Timed identities are judged size-aware: latency_us below `cutoff_bytes` (or without
     busbw), busbw_gbps above. A group's value is the rank-weighted mean of its nodes' values.
+
+    NOTE: a group-by on the dictionary codes with numpy: the summaries' strings arrive
+    dictionary-encoded, and a hash group-by on them cost several times as much.
     """
-    kind = pc.cast(summaries["kind"], pa.string())
-    size = summaries["size_bytes"]
-    scale = summaries["busbw_scale"]
-    timed = pc.equal(kind, KIND_TIMED)
-    busbw = pc.and_(
-        pc.and_(timed, pc.is_valid(scale)),
-        pc.fill_null(pc.greater_equal(size, cutoff_bytes), False),
-    )
-    latency = pc.and_(timed, pc.invert(busbw))
-    metric = pc.case_when(
-        pc.make_struct(busbw, latency, pc.equal(kind, KIND_CORRECT)),
-        "busbw_gbps",
-        "latency_us",
-        "correct",
-        pc.cast(summaries["metric"], pa.string()),
-    )
-    value = pc.if_else(busbw, pc.divide(scale, summaries["center"]), summaries["center"])
-    w = pc.cast(summaries["ranks"], pa.float64())
-    t = pa.table(
-        {
-            "run_id": pc.cast(summaries["run_id"], pa.string()),
-            **{
-                c: pc.cast(summaries[c], pa.string())
-                for c in ("check", "collective", "op", "dtype")
-            },
-            "size_bytes": size,
-            "world_size": summaries["world_size"],
-            "metric": metric,
-            "group": _group_column(summaries, models),
-            "unit": pc.cast(summaries["unit"], pa.string()),
-            "wv": pc.multiply(pc.if_else(pc.is_finite(value), value, None), w),
-            "w": pc.if_else(pc.is_finite(value), w, 0.0),
-            "ws": pc.multiply(summaries["spread"], w),
-            "ranks": summaries["ranks"],
-            "iters": summaries["iters"],
-            "wrong": summaries["wrong"],
-            "failed": summaries["failed"],
-        }
-    )
-    keys = ["run_id", *ID_COLS]
-    agg = t.group_by(keys, use_threads=False).aggregate(
-        [("wv", "sum"), ("w", "sum"), ("ws", "sum"), ("ranks", "sum"), ("iters", "min"),
-         ("wrong", "sum"), ("failed", "sum"), ("unit", "min")]
-    )  # fmt: skip
-    wsum = agg["w_sum"]
+    metric, metric_names, busbw = _metrics(summaries, cutoff_bytes)
+    group, group_names = _groups(summaries, models)
+    keyed = summaries.select(["run_id", "check", "collective", "op", "dtype", "size_bytes",
+                              "world_size", "unit"])  # fmt: skip
+    keyed = keyed.append_column("_m", pa.array(metric)).append_column("_g", pa.array(group))
+    keys = ["run_id", *ID_COLS[:-2], "_m", "_g"]
+    seg, first = group_rows(keyed, keys)
+    ng = len(first)
+    center = np_col(summaries["center"]).astype(float)
+    value = np.where(busbw, np_col(summaries["busbw_scale"]).astype(float) / center, center)
+    w = np_col(summaries["ranks"]).astype(float)
+    ok = np.isfinite(value)
+    wsum = np.bincount(seg, weights=np.where(ok, w, 0.0), minlength=ng)
+    spread = np.nan_to_num(np_col(summaries["spread"]).astype(float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(seg, weights=np.where(ok, value * w, 0.0), minlength=ng) / wsum
+        spread_mean = np.bincount(seg, weights=np.where(ok, spread * w, 0.0), minlength=ng) / wsum
+    iters = np.full(ng, np.iinfo(np.int64).max)
+    np.minimum.at(iters, seg, np_col(summaries["iters"]).astype(np.int64))
+    out = plain(keyed.take(pa.array(first)).drop_columns(["_m", "_g"]))
+
+    def summed(col: str) -> np.ndarray:
+        return np.bincount(seg, weights=np_col(summaries[col]).astype(float), minlength=ng)
+
     return pa.table(
         {
-            **{k: agg[k] for k in keys},
-            "unit": agg["unit_min"],
-            "value": pc.if_else(pc.greater(wsum, 0), pc.divide(agg["wv_sum"], wsum), None),
-            "spread": pc.if_else(pc.greater(wsum, 0), pc.divide(agg["ws_sum"], wsum), None),
-            "ranks": agg["ranks_sum"],
-            "iters": agg["iters_min"],
-            "wrong": agg["wrong_sum"],
-            "failed": agg["failed_sum"],
+            **{c: out[c] for c in ["run_id", *ID_COLS[:-2]]},
+            "metric": pa.array([metric_names[m] for m in metric[first]], pa.string()),
+            "group": pa.array([group_names[g] for g in group[first]], pa.string()),
+            "unit": out["unit"],
+            "value": pa.array(np.where(wsum > 0, mean, np.nan), from_pandas=True),
+            "spread": pa.array(np.where(wsum > 0, spread_mean, np.nan), from_pandas=True),
+            "ranks": pa.array(summed("ranks").astype(np.int64)),
+            "iters": pa.array(iters),
+            "wrong": pa.array(summed("wrong").astype(np.int64)),
+            "failed": pa.array(summed("failed").astype(np.int64)),
         }
     )

@@ -20,10 +20,7 @@ from fleetval.cli.common import (
     open_store,
     parse_pairs,
 )
-from fleetval.compare import compare_runs
-from fleetval.compare_format import format_comparison, trend_json, trend_table
 from fleetval.store import Store
-from fleetval.trend import find_trends
 
 FORMATS = ("table", "json", "markdown", "junit")
 
@@ -87,6 +84,10 @@ def compare(
     Exit 0 the gate passes; 1 a regression, a correctness failure, a missing measurement, a
     fleet outlier or a candidate run that did not pass (and with --strict, a noisy one); 2 bad input.
     """
+    # NOTE: imported here: statistics needs scipy (~0.2 s), which `baseline` does not
+    from fleetval.compare import compare_runs
+    from fleetval.compare_format import format_comparison
+
     fmt = "json" if as_json else fmt
     with bad_input_exits():
         if fmt not in FORMATS:
@@ -143,6 +144,9 @@ def trend(
 
     Exit 0 no step made a metric worse (or every such step recovered), 1 one did, 2 bad input.
     """
+    from fleetval.compare_format import trend_json, trend_table
+    from fleetval.trend import find_trends
+
     fmt = "json" if as_json else fmt
     with bad_input_exits():
         if fmt not in ("table", "json"):

@@ -16,8 +16,6 @@ from rich.table import Table
 
 from fleetval.cli.common import DataOpt, JsonOpt, bad_input_exits, console, open_store
 from fleetval.cli.run_cmd import STATUS_STYLE, print_summary
-from fleetval.compare import fleet_outliers
-from fleetval.compare_format import outlier_text
 from fleetval.results import ENV_COLUMNS
 
 RunArg = Annotated[str, typer.Argument(help="Run id (see `fleetval runs`), or `latest`")]
@@ -68,6 +66,9 @@ def _resolve(store, run: str) -> str:
 
 def show(run: RunArg, data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """One run: its environment per node, its steps and their verdicts, fleet outliers."""
+    from fleetval.compare import fleet_outliers  # NOTE: scipy, only for the command using it
+    from fleetval.compare_format import outlier_text
+
     with bad_input_exits():
         store = open_store(data)
         record = store.run(_resolve(store, run))
