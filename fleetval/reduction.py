@@ -279,7 +279,11 @@ def _dict(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
     col = one_chunk(column)
     if not pa.types.is_dictionary(col.type):
         col = pc.dictionary_encode(col)
-    return np_col(pc.fill_null(col.indices, -1)).astype(np.int64), col.dictionary.to_pylist()
+    names = col.dictionary.to_pylist()
+    if col.null_count == len(col):  # NOTE: e.g. `metric` of timed rows: skip the fill
+        return np.full(len(col), -1, np.int64), names
+    idx = col.indices if col.null_count == 0 else pc.fill_null(col.indices, -1)
+    return np_col(idx).astype(np.int64), names
 
 
 def _groups(summaries: pa.Table, models: pa.Table | None) -> tuple[np.ndarray, list[str]]:
