@@ -20,6 +20,7 @@ outliers, and candidate runs whose own status is not `pass`; with `strict`, also
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -257,6 +258,9 @@ def _results(
     sign = np.array([1.0 if s.direction == Direction.HIGHER else -1.0 for s in specs])
     t = np.array([settings.threshold_for(k["metric"]) for k in j.keys], dtype=float)
     stat = st.verdicts(sign * j.change, j.q, t, settings.fdr)
+    cols = {name: _nums(arr) for name, arr in (
+        ("bm", j.med[:, 0]), ("cm", j.med[:, 1]), ("ch", j.change), ("lo", j.lo), ("hi", j.hi),
+        ("p", j.p), ("q", j.q), ("sd", j.sd))}  # fmt: skip
     out = []
     for i, k in enumerate(j.keys):
         verdict, reason = _one_verdict(i, j, specs[i], Verdict(stat[i]), t[i])
@@ -267,14 +271,14 @@ def _results(
                 direction=specs[i].direction,
                 unit=specs[i].unit or (k["unit"] or ""),
                 threshold_pct=float(t[i]),
-                baseline_median=_num(j.med[i, 0]),
-                candidate_median=_num(j.med[i, 1]),
-                change_pct=_num(j.change[i]),
-                ci_low_pct=_num(j.lo[i]),
-                ci_high_pct=_num(j.hi[i]),
-                p_value=_num(j.p[i]),
-                q_value=_num(j.q[i]),
-                run_sd_pct=_num(j.sd[i]),
+                baseline_median=cols["bm"][i],
+                candidate_median=cols["cm"][i],
+                change_pct=cols["ch"][i],
+                ci_low_pct=cols["lo"][i],
+                ci_high_pct=cols["hi"][i],
+                p_value=cols["p"][i],
+                q_value=cols["q"][i],
+                run_sd_pct=cols["sd"][i],
                 n_baseline=int(j.runs[i, 0]),
                 n_candidate=int(j.runs[i, 1]),
                 wrong=int(j.wrong[i]),
@@ -284,8 +288,9 @@ def _results(
     return out
 
 
-def _num(x: float) -> float | None:
-    return None if x is None or not np.isfinite(x) else float(x)
+def _nums(x: np.ndarray) -> list[float | None]:
+    """Floats as Python numbers, None where not finite (NaN and inf are not JSON)."""
+    return [v if math.isfinite(v) else None for v in np.asarray(x, dtype=float).tolist()]
 
 
 def _one_verdict(
