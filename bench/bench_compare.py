@@ -117,12 +117,21 @@ def measure(root: str, candidate: str, per: str) -> dict[str, float]:
     """Run in a fresh process so peak RSS is the comparison's, not the generator's."""
     from fleetval.compare import compare_runs
 
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     result = compare_runs(Store(root), "rocm6.1", [candidate], per=per)  # type: ignore[arg-type]
     wall = time.perf_counter() - start
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime  # on a shared machine: the floor
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (Linux)
     counts = {v.value: n for v, n in result.counts().items() if n}
-    return {"wall_s": wall, "peak_gib": peak, "identities": len(result.results), **counts}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "peak_gib": peak,
+        "identities": len(result.results),
+        **counts,
+    }
 
 
 def main() -> None:
@@ -158,14 +167,15 @@ def main() -> None:
         results = [json.loads(subprocess.check_output(cmd)) for _ in range(args.repeat)]
     best = min(results, key=lambda r: r["wall_s"])
     print(
-        f"| rows | runs | per | samples/row | wall s (best of {args.repeat}) | peak RSS GiB | verdicts |"
+        f"| rows | runs | per | samples/row | wall s (best of {args.repeat}) | CPU s | peak RSS GiB | verdicts |"
     )
-    print("|---:|---:|---|---:|---:|---:|---|")
+    print("|---:|---:|---|---:|---:|---:|---:|---|")
     verdicts = ", ".join(
-        f"{k} {int(v)}" for k, v in best.items() if k not in ("wall_s", "peak_gib")
+        f"{k} {int(v)}" for k, v in best.items() if k not in ("wall_s", "cpu_s", "peak_gib")
     )
     print(
         f"| {rows:,} | {args.runs} | {args.per} | {args.iters} | {best['wall_s']:.2f} "
+        f"| {best['cpu_s']:.2f} "
         f"| {max(r['peak_gib'] for r in results):.2f} | {verdicts} |"
     )
 
