@@ -1,54 +1,54 @@
-"""End to end on real runs of the shipped `smoke` suite: clean runs pass the gate; a run
-with one rank delayed 30 ms fails it and the output names that rank."""
+"""End to end on real runs of the shipped `smoke` suite, as a user runs it (fresh processes,
+the embedded local Ray): clean runs pass the gate; a run with one rank delayed 30 ms fails
+it and the output names that rank. RESULTS.md has the 10-repeat figure."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from fleetval.cli import app
 from fleetval.suite import load_suite
 
-pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
-runner = CliRunner()
+pytestmark = pytest.mark.slow
 
 
-def _run(data: str, suite: str, label: str) -> str:
-    res = runner.invoke(app, ["run", suite, "--data", data, "--label", label, "--json"])
-    assert res.exit_code == 0, res.output
-    return json.loads(res.output)["run_id"]
-
-
-def _compare(data: str, run_id: str, *extra: str) -> tuple[int, str]:
-    res = runner.invoke(
-        app, ["compare", "--baseline", "first", "--run", run_id, "--data", data, *extra]
+def _cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    cmd = [sys.executable, "-m", "fleetval.cli", *args]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False
     )
-    return res.exit_code, res.output
+
+
+def _run(data: str, suite: str) -> str:
+    proc = _cli("run", suite, "--data", data, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)["run_id"]
 
 
 def test_clean_smoke_runs_pass_and_a_late_rank_fails_by_name(tmp_path: Path) -> None:
     data = str(tmp_path / "data")
-    first = _run(data, "smoke", "try=0")
-    res = runner.invoke(app, ["baseline", "set", "first", "--run", first, "--data", data])
-    assert res.exit_code == 0, res.output
-    for i in (1, 2):  # RESULTS.md: 10 of 10 repeats (bench_gate.py's smoke section)
-        code, out = _compare(data, _run(data, "smoke", f"try={i}"), "--json")
-        doc = json.loads(out)
-        assert code == 0 and doc["gate"] == [], out
-        assert doc["summary"]["regression"] == 0 and doc["summary"]["missing"] == 0
+    first = _run(data, "smoke")
+    assert _cli("baseline", "set", "first", "--run", first, "--data", data).returncode == 0
+    clean = _cli("compare", "-b", "first", "--run", _run(data, "smoke"), "--json", "--data", data)
+    doc = json.loads(clean.stdout)
+    assert clean.returncode == 0 and doc["gate"] == [], clean.stdout[-3000:]
+    assert doc["summary"]["regression"] == 0 and doc["summary"]["missing"] == 0
 
     suite = json.loads(load_suite("smoke").to_json())
     suite["faults"] = [{"kind": "delay", "rank": 2, "ms": 30}]
     path = tmp_path / "late.yaml"
     path.write_text(yaml.safe_dump(suite))
-    late = _run(data, str(path), "try=late")
-    code, out = _compare(data, late)
-    assert code == 1, out
-    assert "late rank" in out and "rank 2 (" in out
-    doc = json.loads(_compare(data, late, "--json")[1])
+    late = _run(data, str(path))
+    table = _cli("compare", "-b", "first", "--run", late, "--data", data)
+    assert table.returncode == 1, table.stdout[-3000:]
+    assert "late rank" in table.stdout and "rank 2 (" in table.stdout
+    doc = json.loads(_cli("compare", "-b", "first", "--run", late, "--json", "--data", data).stdout)
     (outlier,) = doc["outliers"]
     assert outlier["rank"] == 2 and outlier["kind"] == "late_rank"
