@@ -3,8 +3,10 @@
 A fleet of NODES x 8 GPUs runs a bandwidth sweep (4 collectives x 2 dtypes x 30 sizes,
 8 B .. 4 GiB, ITERS per-iteration samples per row) every night; the baseline is a filter
 (`rocm_version=6.1.*`) matching every nightly run but the last, which is the candidate.
-Every row of the store takes part in the comparison. Statistics included: per-iteration
-medians over ranks, bootstrap CI, Mann-Whitney U, fleet outliers, environment diff.
+Runs are written through the store, so each has its summaries (one row per identity and
+node, made when the run is written); compare reads those for every run, and the
+candidate's rows (with their samples) for its fleet outliers. Statistics included: run
+values, moderated t per identity, Benjamini-Hochberg, late ranks, environment diff.
 
     python bench/bench_compare.py                      # 41 runs x 245,760 rows = 10.1 M rows
     python bench/bench_compare.py --runs 5 --per node  # smaller, per-node matching
@@ -31,7 +33,7 @@ import pyarrow.parquet as pq
 
 from fleetval.baselines import Baselines
 from fleetval.results import RESULTS_SCHEMA
-from fleetval.store import RunRecord, Store, parquet_options
+from fleetval.store import RunRecord, Store
 
 COLLECTIVES = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
 DTYPES = ["float32", "bfloat16"]
@@ -99,9 +101,7 @@ def generate(root: Path, runs: int, nodes: int, iters: int) -> tuple[Store, str,
         started = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=i)
         run_id = f"{started:%Y%m%d}-020000-{i:06x}"
         table = _run_table(run_id, nodes, iters, rng, slow=1 / 0.95 if last else 1.0)
-        path = root / "results" / run_id / "bandwidth.parquet"
-        path.parent.mkdir(parents=True)
-        pq.write_table(table, path, **parquet_options(table.schema))  # the store's own encoding
+        store.write_results_table(run_id, "bandwidth", table)  # rows, then their summary
         rows += len(table)
         env = {"gpu_model": "MI300X", "driver_version": "6.8.5", "rccl_version": "2.20.5"}
         env["rocm_version"] = "6.2.0" if last else "6.1.3"
@@ -117,12 +117,21 @@ def measure(root: str, candidate: str, per: str) -> dict[str, float]:
     """Run in a fresh process so peak RSS is the comparison's, not the generator's."""
     from fleetval.compare import compare_runs
 
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     result = compare_runs(Store(root), "rocm6.1", [candidate], per=per)  # type: ignore[arg-type]
     wall = time.perf_counter() - start
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime  # on a shared machine: the floor
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (Linux)
     counts = {v.value: n for v, n in result.counts().items() if n}
-    return {"wall_s": wall, "peak_gib": peak, "identities": len(result.results), **counts}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "peak_gib": peak,
+        "identities": len(result.results),
+        **counts,
+    }
 
 
 def main() -> None:
@@ -158,14 +167,15 @@ def main() -> None:
         results = [json.loads(subprocess.check_output(cmd)) for _ in range(args.repeat)]
     best = min(results, key=lambda r: r["wall_s"])
     print(
-        f"| rows | runs | per | samples/row | wall s (best of {args.repeat}) | peak RSS GiB | verdicts |"
+        f"| rows | runs | per | samples/row | wall s (best of {args.repeat}) | CPU s | peak RSS GiB | verdicts |"
     )
-    print("|---:|---:|---|---:|---:|---:|---|")
+    print("|---:|---:|---|---:|---:|---:|---:|---|")
     verdicts = ", ".join(
-        f"{k} {int(v)}" for k, v in best.items() if k not in ("wall_s", "peak_gib")
+        f"{k} {int(v)}" for k, v in best.items() if k not in ("wall_s", "cpu_s", "peak_gib")
     )
     print(
         f"| {rows:,} | {args.runs} | {args.per} | {args.iters} | {best['wall_s']:.2f} "
+        f"| {best['cpu_s']:.2f} "
         f"| {max(r['peak_gib'] for r in results):.2f} | {verdicts} |"
     )
 

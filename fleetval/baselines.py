@@ -3,7 +3,9 @@
 A baseline is either explicit run ids (`--run ID...`) or `where` filters over the runs'
 labels and the nodes' environment (`rocm_version=6.1.*`, `driver_version=580.*`,
 `nightly=true`). Filters are resolved at compare time, so a nightly baseline by filter
-stays current; what it resolved to is recorded in every comparison.
+stays current; what it resolved to is recorded in every comparison. Runs with injected
+faults never enter a filter-based baseline unless it says `include_faulty`: their numbers
+are the fault's, not the release's.
 
 Stored beside the data as `<data>/baselines/<NAME>.json` (written atomically: temp file
 + os.replace), so the service and the command line see the same baselines.
@@ -47,6 +49,7 @@ class Baseline:
     run_ids: tuple[str, ...] = ()
     where: dict[str, str] = field(default_factory=dict)
     last: int | None = None  # with `where`: only the newest N matching runs
+    include_faulty: bool = False  # with `where`: also runs with injected faults
     description: str = ""
     created_at: str = ""
 
@@ -54,6 +57,7 @@ class Baseline:
         if self.run_ids:
             return "runs " + ", ".join(self.run_ids)
         text = " ".join(f"{k}={v}" for k, v in sorted(self.where.items()))
+        text += " (faulty runs included)" if self.include_faulty else ""
         return text + (f" (newest {self.last})" if self.last else "")
 
     def to_json(self) -> str:
@@ -119,6 +123,7 @@ class Baselines:
         where: dict[str, str] | None = None,
         last: int | None = None,
         description: str = "",
+        include_faulty: bool = False,
     ) -> ResolvedBaseline:
         """Create or replace a baseline after proving it resolves to at least one run."""
         if bool(run_ids) == bool(where):
@@ -132,6 +137,7 @@ class Baselines:
             run_ids=tuple(dict.fromkeys(run_ids or ())),
             where=dict(where or {}),
             last=last,
+            include_faulty=include_faulty,
             description=description,
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         )
@@ -157,7 +163,7 @@ def resolve(
                 "`fleetval runs` lists them"
             )
         return ResolvedBaseline(baseline=baseline, run_ids=baseline.run_ids)
-    matched = select_runs(store, baseline.where, runs)
+    matched = select_runs(store, baseline.where, runs, include_faulty=baseline.include_faulty)
     if not matched:
         raise BaselineError(
             f"baseline {baseline.name!r}: no run matches {baseline.describe()} "
@@ -169,9 +175,14 @@ def resolve(
 
 
 def select_runs(
-    store: Store, where: dict[str, str], runs: list[RunRecord] | None = None
+    store: Store,
+    where: dict[str, str],
+    runs: list[RunRecord] | None = None,
+    *,
+    include_faulty: bool = False,
 ) -> list[str]:
-    """Run ids (oldest first) matching every filter; values are fnmatch globs."""
+    """Run ids (oldest first) matching every filter; values are fnmatch globs. Runs with
+    injected faults are left out unless `include_faulty`."""
     runs = store.runs() if runs is None else runs
     label_keys = {k for r in runs for k in r.labels}
     env = {k: v for k, v in where.items() if k in ENV_COLUMNS}
@@ -188,6 +199,8 @@ def select_runs(
         if "status" not in where and run.status not in _USABLE_STATUS:
             continue
         if env_ok is not None and run.run_id not in env_ok:
+            continue
+        if run.injected and not include_faulty:
             continue
         if all(_run_matches(run, k, v) for k, v in where.items() if k not in env):
             out.append(run.run_id)

@@ -10,11 +10,12 @@ from dataclasses import asdict
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from fleetval.compare import Comparison, MetricComparison, Outlier
+from fleetval.compare import Comparison, MetricComparison, Outlier, human_bytes
 from fleetval.trend import TrendReport
 from fleetval.vocab import Verdict
 
@@ -43,9 +44,10 @@ def _ci(r: MetricComparison) -> str:
     return f"[{r.ci_low_pct:+.2f}, {r.ci_high_pct:+.2f}]"
 
 
-def summary_line(c: Comparison) -> str:
+def summary_line(c: Comparison, strict: bool = False) -> str:
     counts = ", ".join(f"{n} {v.value}" for v, n in c.counts().items() if n)
-    head = "REGRESSION" if c.worst_exit_code else "no regression"
+    reasons = c.gate_reasons(strict)
+    head = f"GATE FAILS ({'; '.join(reasons)})" if reasons else "gate passes"
     return f"{head}: {counts} ({len(c.candidate_runs)} candidate vs {len(c.baseline_runs)} baseline runs)"
 
 
@@ -56,8 +58,15 @@ def _env_lines(c: Comparison) -> list[str]:
     ]
 
 
-def to_rich(c: Comparison, *, all_rows: bool = False) -> Group:
-    """Verdicts (unchanged rows folded unless all_rows), environment diff, outliers."""
+def _size(r: MetricComparison) -> str:
+    return human_bytes(r.identity.size_bytes) if r.identity.size_bytes is not None else ""
+
+
+def to_rich(
+    c: Comparison, *, all_rows: bool = False, strict: bool = False, width: int = 80
+) -> Group:
+    """Verdicts grouped by what was measured (check, collective, op, dtype, world size,
+    group), so the identity shows in any terminal width; unchanged rows folded unless all_rows."""
     parts: list[Any] = [
         Text(
             f"baseline {c.baseline}: {c.baseline_selection} -> {len(c.baseline_runs)} runs",
@@ -67,38 +76,40 @@ def to_rich(c: Comparison, *, all_rows: bool = False) -> Group:
     ]
     if c.env_diff:
         parts.append(Text("environment changed: " + "; ".join(_env_lines(c)), style="yellow"))
-    table = Table(show_lines=False)
-    numeric = ("baseline", "candidate", "change", "p", "n")
-    for col in ("verdict", "measurement", "baseline", "candidate", "change", "95% CI", "p", "n"):
-        # NOTE: only the measurement wraps: numbers stay on one line in a narrow terminal
-        table.add_column(
-            col,
-            justify="right" if col in numeric else "left",
-            no_wrap=col != "measurement",
-            min_width=30 if col == "measurement" else None,
-        )
     shown = [r for r in c.results if all_rows or r.verdict != Verdict.UNCHANGED]
+    wide = width >= 110
+    families: dict[str, list[MetricComparison]] = {}
     for r in shown:
-        table.add_row(
-            Text(r.verdict.value, style=_STYLE[r.verdict]),
-            r.identity.label(),
-            _num(r.baseline_median),
-            _num(r.candidate_median),
-            _pct(r.change_pct),
-            _ci(r),
-            _num(r.p_value, ".2g"),
-            f"{r.n_baseline}/{r.n_candidate}",
-        )
-    folded = len(c.results) - len(shown)
-    if shown:
+        families.setdefault(r.identity.family(), []).append(r)
+    for family, rows in families.items():
+        table = Table(title=family, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+                      pad_edge=False)  # fmt: skip
+        cols = ["verdict", "size", "metric", *(["baseline", "candidate"] if wide else []),
+                "change", "interval", "q", "runs"]  # fmt: skip
+        for col in cols:
+            table.add_column(col, justify="left" if col in ("verdict", "metric") else "right",
+                             no_wrap=True)  # fmt: skip
+        for r in rows:
+            cells = [Text(r.verdict.value, style=_STYLE[r.verdict]), _size(r), r.identity.metric]
+            if wide:
+                cells += [_num(r.baseline_median), _num(r.candidate_median)]
+            cells += [
+                _pct(r.change_pct),
+                _ci(r),
+                _num(r.q_value, ".2g"),
+                f"{r.n_baseline}+{r.n_candidate}",
+            ]
+            table.add_row(*cells)
         parts.append(table)
+    folded = len(c.results) - len(shown)
     if folded:
         parts.append(
             Text(f"{folded} unchanged (within threshold) not shown; --all shows them", style="dim")
         )
     parts += [outlier_text(o) for o in c.outliers]
     parts += [Text(n, style="dim") for n in c.notes]
-    parts.append(Text(summary_line(c), style="bold red" if c.worst_exit_code else "bold green"))
+    bad = c.exit_code(strict)
+    parts.append(Text(summary_line(c, strict), style="bold red" if bad else "bold green"))
     return Group(*parts)
 
 
@@ -112,16 +123,25 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def outlier_text(o: Outlier) -> Text:
+def outlier_line(o: Outlier) -> str:
     """One fleet outlier in a line: who, on what, how far from its peers."""
-    return Text(
+    if o.kind == "late_rank":
+        return (
+            f"late rank in {o.run_id}: {o.unit} in {o.identity.check} {o.identity.collective} "
+            f"n={o.identity.world_size}: the others wait for it {o.value:.0f}% of the collective's "
+            f"time (peers {o.peer_median:.0f}%)"
+        )
+    return (
         f"outlier in {o.run_id}: {o.unit} {o.identity.label()} {o.value:.4g} vs peers "
-        f"{o.peer_median:.4g} ({o.deviation_pct:+.1f}%, robust z {o.robust_z:.1f})",
-        style="yellow",
+        f"{o.peer_median:.4g} ({o.deviation_pct:+.1f}%, robust z {o.robust_z:.1f})"
     )
 
 
-def to_json(c: Comparison) -> str:
+def outlier_text(o: Outlier) -> Text:
+    return Text(outlier_line(o), style="yellow")
+
+
+def to_json(c: Comparison, *, strict: bool = False) -> str:
     """Everything in the comparison, stable keys; verdicts as their string values."""
     data = {
         "baseline": c.baseline,
@@ -131,7 +151,10 @@ def to_json(c: Comparison) -> str:
         "per": c.per,
         "settings": c.settings.model_dump(mode="json"),
         "summary": {v.value: n for v, n in c.counts().items()},
-        "exit_code": c.worst_exit_code,
+        "exit_code": c.exit_code(strict),
+        "strict": strict,
+        "gate": c.gate_reasons(strict),
+        "failed_candidates": list(c.failed_candidates),
         "results": [asdict(r) for r in c.results],
         "env_diff": [asdict(e) for e in c.env_diff],
         "outliers": [asdict(o) for o in c.outliers],
@@ -144,13 +167,13 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def to_markdown(c: Comparison, *, all_rows: bool = False) -> str:
+def to_markdown(c: Comparison, *, all_rows: bool = False, strict: bool = False) -> str:
     """A CI step summary: the verdict first, then what moved and why."""
-    icon = "❌" if c.worst_exit_code else "✅"
+    icon = "❌" if c.exit_code(strict) else "✅"
     lines = [
         f"## {icon} fleetval compare vs `{c.baseline}`",
         "",
-        f"**{summary_line(c)}**",
+        f"**{summary_line(c, strict)}**",
         "",
         f"- baseline: {c.baseline_selection} → {len(c.baseline_runs)} runs",
         f"- candidate: {', '.join(f'`{r}`' for r in c.candidate_runs)} (matched per {c.per})",
@@ -161,36 +184,34 @@ def to_markdown(c: Comparison, *, all_rows: bool = False) -> str:
     if shown:
         lines += [
             "",
-            "| verdict | measurement | baseline | candidate | change | 95% CI | p | why |",
+            "| verdict | measurement | baseline | candidate | change | interval | q | why |",
             "|---|---|---:|---:|---:|---|---:|---|",
         ]
         for r in shown:
             lines.append(
                 f"| {r.verdict.value} | {_md_cell(r.identity.label())} | {_num(r.baseline_median)} "
                 f"| {_num(r.candidate_median)} | {_pct(r.change_pct)} | {_ci(r)} "
-                f"| {_num(r.p_value, '.2g')} | {_md_cell(r.reason)} |"
+                f"| {_num(r.q_value, '.2g')} | {_md_cell(r.reason)} |"
             )
     if len(shown) < len(c.results):
         lines += ["", f"{len(c.results) - len(shown)} measurements unchanged (within threshold)."]
     if c.outliers:
         lines += ["", "### Fleet outliers", ""]
-        lines += [
-            f"- `{o.unit}` in `{o.run_id}`: {_md_cell(o.identity.label())} {o.value:.4g} vs peers "
-            f"{o.peer_median:.4g} ({o.deviation_pct:+.1f}%)"
-            for o in c.outliers
-        ]
+        lines += [f"- {_md_cell(outlier_line(o))}" for o in c.outliers]
     return "\n".join(lines) + "\n"
 
 
-def to_junit(c: Comparison) -> str:
-    """One test case per comparison; regressions and correctness failures are failures."""
-    bad = (Verdict.REGRESSION, Verdict.FAILED)
+def to_junit(c: Comparison, *, strict: bool = False) -> str:
+    """One test case per comparison; what fails the gate is a failure (noisy only if strict)."""
+    bad = (Verdict.REGRESSION, Verdict.FAILED, Verdict.MISSING) + (
+        (Verdict.NOISY,) if strict else ()
+    )
     suite = ET.Element(
         "testsuite",
         name=f"fleetval compare vs {c.baseline}",
         tests=str(len(c.results)),
         failures=str(sum(r.verdict in bad for r in c.results)),
-        skipped=str(sum(r.verdict in (Verdict.MISSING, Verdict.NEW) for r in c.results)),
+        skipped=str(sum(r.verdict == Verdict.NEW for r in c.results)),
         errors="0",
     )
     props = ET.SubElement(suite, "properties")
@@ -212,42 +233,71 @@ def to_junit(c: Comparison) -> str:
         text = f"{r.verdict.value}: {r.reason}"
         if r.verdict in bad:
             ET.SubElement(case, "failure", message=text, type=r.verdict.value).text = text
-        elif r.verdict in (Verdict.MISSING, Verdict.NEW):
+        elif r.verdict == Verdict.NEW:
             ET.SubElement(case, "skipped", message=text)
         else:
             ET.SubElement(case, "system-out").text = text
+    for o in c.outliers:
+        case = ET.SubElement(suite, "testcase", classname="fleetval.outliers", name=o.unit)
+        ET.SubElement(case, "failure", message=outlier_line(o), type=o.kind).text = outlier_line(o)
+    for run_id in c.failed_candidates:
+        case = ET.SubElement(suite, "testcase", classname="fleetval.run", name=run_id)
+        ET.SubElement(case, "failure", message="the candidate run did not pass", type="run")
+    suite.set("tests", str(len(c.results) + len(c.outliers) + len(c.failed_candidates)))
+    suite.set(
+        "failures",
+        str(sum(r.verdict in bad for r in c.results) + len(c.outliers) + len(c.failed_candidates)),
+    )
     suites = ET.Element("testsuites")
     suites.append(suite)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def format_comparison(c: Comparison, fmt: str, *, all_rows: bool = False) -> str | Group:
+def format_comparison(
+    c: Comparison, fmt: str, *, all_rows: bool = False, strict: bool = False, width: int = 80
+) -> str | Group:
     """The comparison in one of: table (a rich renderable), json, markdown, junit."""
     if fmt == "table":
-        return to_rich(c, all_rows=all_rows)
+        return to_rich(c, all_rows=all_rows, strict=strict, width=width)
     if fmt == "json":
-        return to_json(c)
+        return to_json(c, strict=strict)
     if fmt == "markdown":
-        return to_markdown(c, all_rows=all_rows)
+        return to_markdown(c, all_rows=all_rows, strict=strict)
     if fmt == "junit":
-        return to_junit(c)
+        return to_junit(c, strict=strict)
     raise ValueError(f"--format must be table, json, markdown or junit, not {fmt!r}")
 
 
 def trend_table(report: TrendReport) -> Group:
-    """Change points, each with the run where the step happened."""
-    table = Table()
-    for col in ("measurement", "step at run", "before", "after", "change", ""):
-        table.add_column(col)
+    """Change points, each with the run where the step happened and what changed there."""
+    table = Table(box=box.SIMPLE_HEAD)
+    for col in (
+        "measurement",
+        "step at run",
+        "before",
+        "after",
+        "change",
+        "status",
+        "versions changed",
+    ):
+        table.add_column(col, overflow="fold")
     for t in report.trends:
         for p in t.change_points:
             style = "red" if p.worse else ("green" if p.worse is False else "")
+            if p.worse:
+                status = f"recovered at {p.recovered_at}" if p.recovered_at else "worse"
+            else:
+                status = "better" if p.worse is False else ""
+            env = "; ".join(
+                f"{e.key} {','.join(e.baseline)}->{','.join(e.candidate)}" for e in p.env_changes
+            )
             table.add_row(
                 t.identity.label(), p.run_id, f"{p.before:.4g}", f"{p.after:.4g}",
-                Text(f"{p.change_pct:+.2f}%", style=style), "worse" if p.worse else "",
+                Text(f"{p.change_pct:+.2f}%", style=style), status, env,
             )  # fmt: skip
     head = Text(
-        f"{report.series} series over {len(report.runs)} runs; {len(report.trends)} with a step"
+        f"{report.series} series over {len(report.runs)} runs; {len(report.trends)} with a step "
+        f"(threshold {report.threshold_pct:g}%)"
     )
     return Group(head, table) if report.trends else Group(head)
 

@@ -5,6 +5,7 @@ compare:
   threshold_pct: 5          # default for every metric
   metrics: {busbw_gbps: 3, latency_us: 10}
   latency_cutoff_bytes: 64KiB   # smaller messages are judged on latency, larger on busbw
+  fdr: 0.01                 # false-discovery rate across measurements
 ```
 """
 
@@ -24,11 +25,15 @@ class CompareSettings(BaseModel):
     threshold_pct: PositiveFloat = 5.0  # a change smaller than this is never a regression
     metrics: dict[str, PositiveFloat] = Field(default_factory=dict)  # per-metric thresholds (%)
     latency_cutoff_bytes: ByteSize = ByteSize(64 * 1024)
-    alpha: float = Field(default=0.01, gt=0, lt=0.5)  # rank-test significance level
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)  # bootstrap CI level
-    bootstrap: int = Field(default=1000, ge=100, le=20000)  # bootstrap draws per identity
-    outlier_z: PositiveFloat = 3.5  # robust z (median/MAD) beyond which a node is an outlier
+    # false-discovery rate across identities (Benjamini-Hochberg): on clean data a compare
+    # of hundreds of identities fails about fdr / 2 of the time (regressions are one side)
+    fdr: float = Field(default=0.01, gt=0, lt=0.5)
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)  # level of the reported interval
+    outlier_z: PositiveFloat = 3.5  # robust z (median/MAD) beyond which a unit is an outlier
     min_peers: int = Field(default=4, ge=3)  # units needed before outliers are judged
+    # a rank arriving this late (percent of the collective's time, median over sizes) is a
+    # straggler: the others wait for it
+    late_pct: PositiveFloat = 20.0
 
     def threshold_for(self, metric: str) -> float:
         return self.metrics.get(metric, self.threshold_pct)

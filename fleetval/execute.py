@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleetval import status
+from fleetval.checks import declared_metrics
 from fleetval.cluster import ClusterUnreachable, check_reachable, cluster_shape, connect
 from fleetval.job import JobAborted, job_ranks
 from fleetval.outcome import Culprit, Event, EventSink, RunCancelled, RunState, StepOutcome
@@ -159,6 +160,7 @@ def recording(
             suite_json=suite.to_json(),
             summary=summary(state.outcomes),
             message=message,
+            metrics=declared_metrics(s.check for s in suite.steps),
         )
         store.write_run(state.record)
 

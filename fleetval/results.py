@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: summaries/ table; runs.metrics (declarations of the checks run)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,8 +142,37 @@ RUNS_SCHEMA = pa.schema(
         ("suite_json", pa.string()),  # the validated suite, so a run can be reproduced
         ("summary", pa.string()),  # JSON: per-step status and failure culprits
         ("message", pa.string()),
+        ("metrics", pa.string()),  # JSON list: the metric declarations of the checks run
     ],
     metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "runs"},
+)
+
+
+# One run reduced per identity and node, written beside each results part: compare and
+# trend read these, not the samples. `center` is the run's robust value for the identity
+# on that node (see fleetval/reduction.py for how each kind is reduced).
+SUMMARIES_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("check", pa.string()),
+        ("collective", pa.string()),
+        ("op", pa.string()),
+        ("dtype", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("world_size", pa.int32()),
+        ("metric", pa.string()),  # the row's own metric; null for timed collectives
+        ("unit", pa.string()),
+        ("node", pa.string()),
+        ("kind", pa.string()),  # timed | value | correct
+        ("ranks", pa.int32()),  # result rows reduced into this one
+        ("iters", pa.int32()),  # iterations (timed) or devices (value) behind `center`
+        ("center", pa.float64()),  # timed: median over iterations of the ranks' mean time, us
+        ("spread", pa.float64()),  # within-run spread: 1.4826 MAD / center
+        ("busbw_scale", pa.float64()),  # busbw = busbw_scale / time (GB/s x us)
+        ("wrong", pa.int64()),
+        ("failed", pa.int32()),  # rows with status fail or wrong elements
+    ],
+    metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "summaries"},
 )
 
 

@@ -5,6 +5,7 @@ Layout (any Arrow reader can glob it; see docs/schema.md):
     runs/<run_id>.parquet               one row, written when the run ends
     nodes/<run_id>.parquet              one row per node
     results/<run_id>/<part>.parquet     one file per finished step
+    summaries/<run_id>/<part>.parquet   the same step reduced per identity and node
 
 Every file is written once, atomically (temp file + rename), and never rewritten, so a
 crash leaves no torn file and results measured before it stay readable. A run that has
@@ -20,19 +21,22 @@ import secrets
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fleetval.metrics import MetricDecl
+from fleetval.reduction import summarize
 from fleetval.results import (
     NODES_SCHEMA,
     RESULTS_SCHEMA,
     RUNS_SCHEMA,
     SCHEMA_VERSION,
+    SUMMARIES_SCHEMA,
     Row,
     rows_to_table,
 )
@@ -69,6 +73,7 @@ class RunRecord:
     suite_json: str = ""
     summary: dict[str, Any] = field(default_factory=dict)
     message: str = ""
+    metrics: list[MetricDecl] = field(default_factory=list)  # declared by the checks run
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -76,6 +81,7 @@ class RunRecord:
             "labels": list(self.labels.items()),
             "faults": json.dumps(self.faults),
             "summary": json.dumps(self.summary, default=str),
+            "metrics": json.dumps([m.to_dict() for m in self.metrics]),
         }
 
     @classmethod
@@ -86,8 +92,14 @@ class RunRecord:
                 "labels": dict(rec["labels"] or []),
                 "faults": json.loads(rec["faults"] or "[]"),
                 "summary": json.loads(rec["summary"] or "{}"),
+                "metrics": [MetricDecl.from_dict(m) for m in json.loads(rec["metrics"] or "[]")],
             }
         )
+
+    @property
+    def injected(self) -> bool:
+        """Faults were injected into this run: its numbers are not a release's."""
+        return bool(self.faults)
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, replace: bool = False) -> Path:
@@ -124,6 +136,55 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     return {"compression": "zstd", "use_dictionary": strings, "use_byte_stream_split": floats}
 
 
+def read_parquet(
+    files: list[Path],
+    schema: pa.Schema,
+    *,
+    columns: list[str] | None = None,
+    dictionary: tuple[str, ...] = (),
+) -> pa.Table:
+    """Files of one table as `schema` (columns an older file lacks are null), projected to
+    `columns`, the `dictionary` string columns kept dictionary-encoded.
+
+    NOTE: file by file with pyarrow.parquet, not pyarrow.dataset: importing the dataset
+    module imports pandas (~0.4 s), and the store-reading commands must start fast.
+    """
+    fields = [
+        pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in dictionary else f
+        for f in schema
+    ]
+    target = pa.schema(fields)
+    if columns is not None:
+        target = pa.schema([target.field(c) for c in columns])
+    tables = []
+    for f in files:
+        pf = pq.ParquetFile(f, read_dictionary=[c for c in dictionary if c in target.names])
+        have = set(pf.schema_arrow.names)
+        t = pf.read(columns=[c for c in target.names if c in have], use_threads=True)
+        for col in target:
+            if col.name not in have:
+                t = t.append_column(col, pa.nulls(len(t), col.type))
+        tables.append(t.select(target.names).cast(target))
+    if not tables:  # NOTE: not schema.empty_table(), which imports pandas
+        return pa.Table.from_batches([], schema=target)
+    return pa.concat_tables(tables)
+
+
+def _pylist(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows as dicts; timestamps converted here, since pyarrow imports pandas (~0.4 s) to
+    convert a zoned timestamp column."""
+    stamps = [f.name for f in table.schema if pa.types.is_timestamp(f.type)]
+    micros = {c: pc.cast(table[c], pa.int64()).to_pylist() for c in stamps}
+    rows = table.drop_columns(stamps).to_pylist()
+    for c, values in micros.items():
+        for row, us in zip(rows, values, strict=True):
+            row[c] = None if us is None else _EPOCH + timedelta(microseconds=us)
+    return rows
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _write_table(table: pa.Table, path: Path) -> Path:
     options = parquet_options(table.schema)
     return atomic_write(path, lambda f: pq.write_table(table, f, **options))
@@ -144,9 +205,19 @@ class Store:
     # -- writing -----------------------------------------------------------------------
 
     def write_results(self, run_id: str, part: str, rows: list[Row]) -> Path:
+        return self.write_results_table(run_id, part, rows_to_table(rows))
+
+    def write_results_table(self, run_id: str, part: str, table: pa.Table) -> Path:
+        """A step's rows, then their summary (compare and trend read summaries, not samples).
+
+        NOTE: results first: a crash between the two leaves a part without a summary, which
+        `summaries` recomputes from the results; never a summary without its rows.
+        """
         _check_name("run", run_id)
         path = self.root / "results" / run_id / f"{_check_name('part', part)}.parquet"
-        return _write_table(rows_to_table(rows), path)
+        _write_table(table, path)
+        _write_table(summarize(table), self.root / "summaries" / run_id / f"{part}.parquet")
+        return path
 
     def write_nodes(self, run_id: str, nodes: list[dict[str, Any]]) -> Path:
         recs = [{**n, "run_id": run_id} for n in nodes]
@@ -167,14 +238,12 @@ class Store:
     # -- reading -----------------------------------------------------------------------
 
     def _read(self, files: list[Path], schema: pa.Schema) -> pa.Table:
-        if not files:
-            return schema.empty_table()
-        return ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table()
+        return read_parquet(files, schema)
 
     def runs(self) -> list[RunRecord]:
         """All runs, oldest first; runs cut off before their record was written are `incomplete`."""
         table = self._read(sorted((self.root / "runs").glob("*.parquet")), RUNS_SCHEMA)
-        records = {r["run_id"]: RunRecord.from_record(r) for r in table.to_pylist()}
+        records = {r["run_id"]: RunRecord.from_record(r) for r in _pylist(table)}
         for d in (self.root / "results").glob("*"):
             if d.is_dir() and d.name not in records:
                 started = datetime.fromtimestamp(d.stat().st_mtime, UTC)
@@ -211,19 +280,28 @@ class Store:
         base = self.root / "results"
         dirs = [base / _check_name("run", r) for r in run_ids] if run_ids is not None else [base]
         files = sorted(f for d in dirs for f in d.rglob("*.parquet"))
-        schema = pa.schema(
-            [
-                pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in dictionary else f
-                for f in RESULTS_SCHEMA
-            ]
-        )
-        if not files:
-            return schema.empty_table().select(columns or schema.names)
-        fmt = ds.ParquetFileFormat(
-            read_options=ds.ParquetReadOptions(dictionary_columns=list(dictionary))
-        )
-        dataset = ds.dataset([str(f) for f in files], schema=schema, format=fmt)
-        return dataset.to_table(columns=columns, batch_size=1 << 24)
+        return read_parquet(files, RESULTS_SCHEMA, columns=columns, dictionary=dictionary)
+
+    def summaries(self, run_ids: list[str]) -> pa.Table:
+        """Run summaries (SUMMARIES_SCHEMA) of the given runs, dictionary-encoded strings.
+
+        A results part without its summary (a store written before summaries existed, or a
+        crash between the two writes) is summarised from its rows here.
+        """
+        files, parts = [], []
+        for run_id in run_ids:
+            base = self.root / "summaries" / _check_name("run", run_id)
+            for part in sorted((self.root / "results" / run_id).glob("*.parquet")):
+                summary = base / part.name
+                if summary.exists():
+                    files.append(summary)
+                else:
+                    parts.append(summarize(read_parquet([part], RESULTS_SCHEMA)))
+        strings = tuple(f.name for f in SUMMARIES_SCHEMA if pa.types.is_string(f.type))
+        table = read_parquet(files, SUMMARIES_SCHEMA, dictionary=strings)
+        if parts:
+            table = pa.concat_tables([table, *(t.cast(table.schema) for t in parts)])
+        return table.unify_dictionaries().combine_chunks()
 
     def nodes(self, run_ids: list[str] | None = None) -> pa.Table:
         base = self.root / "nodes"

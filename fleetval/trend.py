@@ -1,35 +1,31 @@
 """Trends: change points in a metric's nightly history, each named by the run where it stepped.
 
-Every run contributes one value per identity: the median of its samples (per-iteration
-busbw or latency, or per-device values), reduced exactly as `compare` reduces a run. The
-series per identity is standardised by a robust noise estimate (MAD of successive
-differences, so a step does not inflate it) and segmented with PELT (ruptures, L2 cost);
-a change point is kept when the step between the segment medians is at least the
-threshold, so nightly jitter never shows up as a step.
+Every run contributes one value per identity: its run value from the stored summaries
+(`reduction.run_values`, exactly what compare judges). The series per identity is
+standardised by a robust noise estimate (MAD of successive differences, so a step does not
+inflate it) and segmented with PELT (ruptures, L2 cost); a change point is kept when the
+step between the segment medians is at least the threshold (the newest run's suite
+`compare:` section, or --threshold), so nightly jitter never shows up as a step.
+
+A worse step that a later step brings back within the threshold of the level before it
+is reported as recovered and does not fail; each step names the environment versions that
+changed between the run before it and the run at it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
-import ruptures as rpt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from fleetval.baselines import select_runs
-from fleetval.compare import (
-    ID_COLS,
-    CompareError,
-    Direction,
-    Identity,
-    Per,
-    _node_models,
-    _prepare,
-    _reduce_run,
-    _runs_in_order,
-    metric_spec,
-)
-from fleetval.compare_settings import CompareSettings
+from fleetval.compare import CompareError, EnvChange, Per, declarations, environment_diff
+from fleetval.compare_settings import CompareSettings, settings_from_suite_json
+from fleetval.metrics import Direction, infer
+from fleetval.reduction import ID_COLS, Identity, run_values
 from fleetval.store import Store
 
 
@@ -43,6 +39,8 @@ class ChangePoint:
     after: float  # median of the new segment
     change_pct: float
     worse: bool | None  # by the metric's direction; None when it has none
+    recovered_at: str | None = None  # a later run where the level came back (worse steps only)
+    env_changes: tuple[EnvChange, ...] = ()  # versions that changed between the runs around it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,11 +58,14 @@ class TrendReport:
     runs: tuple[str, ...]
     series: int  # identities with a history long enough to segment
     trends: tuple[Trend, ...]  # those with at least one change point
+    threshold_pct: float = 5.0
 
     @property
     def worst_exit_code(self) -> int:
-        """1 when some step made a metric worse, else 0."""
-        return int(any(c.worse for t in self.trends for c in t.change_points))
+        """1 when some step made a metric worse and it has not recovered, else 0."""
+        return int(
+            any(c.worse and c.recovered_at is None for t in self.trends for c in t.change_points)
+        )
 
 
 def change_points(
@@ -82,54 +83,76 @@ def change_points(
     z = ((x - np.median(x)) / sigma).reshape(-1, 1)
     # NOTE: a BIC-like penalty on unit-variance data: 3 log n keeps pure noise unsegmented
     pen = penalty if penalty is not None else 3.0 * math.log(n)
+    import ruptures as rpt  # NOTE: imports scipy.stats (~0.3 s): only when there is a series
+
     breaks = rpt.Pelt(model="l2", min_size=min_size, jump=1).fit(z).predict(pen=pen)
     return [b for b in breaks if b < n]
 
 
 def _series_points(
-    ident: Identity, runs: list[str], values: np.ndarray, threshold_pct: float
+    runs: list[str], values: np.ndarray, threshold_pct: float, direction: Direction
 ) -> tuple[ChangePoint, ...]:
-    direction = metric_spec(ident.metric).direction
     bounds = [0, *change_points(values), len(values)]
-    out = []
+    points: list[ChangePoint] = []
     for k in range(1, len(bounds) - 1):
         before = float(np.median(values[bounds[k - 1] : bounds[k]]))
         after = float(np.median(values[bounds[k] : bounds[k + 1]]))
         change = (after / before - 1) * 100 if before else math.inf
         if abs(change) < threshold_pct:
             continue
-        worse = None if direction is None else (change < 0) == (direction == Direction.HIGHER)
-        out.append(
+        worse = (
+            None if direction == Direction.NONE else (change < 0) == (direction == Direction.HIGHER)
+        )
+        points.append(
             ChangePoint(
                 index=bounds[k], run_id=runs[bounds[k]], before=before, after=after,
                 change_pct=change, worse=worse,
+                recovered_at=_recovery(runs, values, bounds, k, before, threshold_pct) if worse else None,
             )
         )  # fmt: skip
-    return tuple(out)
+    return tuple(points)
+
+
+def _recovery(
+    runs: list[str], values: np.ndarray, bounds: list[int], k: int, before: float, t: float
+) -> str | None:
+    """The first later segment whose median is back within t% of the level before step k."""
+    for j in range(k + 1, len(bounds) - 1):
+        level = float(np.median(values[bounds[j] : bounds[j + 1]]))
+        if before and abs(level / before - 1) * 100 < t:
+            return runs[bounds[j]]
+    return None
 
 
 def history(
     store: Store, run_ids: list[str], *, per: Per = "sku", settings: CompareSettings | None = None
 ) -> dict[Identity, tuple[list[str], list[float]]]:
-    """Per identity: the runs (oldest first) that measured it and each run's median."""
+    """Per identity: the runs (oldest first) that measured it and each run's value."""
     settings = settings or CompareSettings()
-    models = _node_models(store.nodes(run_ids))
+    models = store.nodes(run_ids).select(["run_id", "node", "gpu_model"])
+    values = run_values(
+        store.summaries(run_ids),
+        models=models if per == "sku" else None,
+        cutoff_bytes=int(settings.latency_cutoff_bytes),
+    )
+    values = values.filter(pc.is_finite(values["value"]))
+    order = {r: i for i, r in enumerate(run_ids)}
     out: dict[Identity, tuple[list[str], list[float]]] = {}
-    for _, run_id, raw in _runs_in_order(store, [(0, r) for r in run_ids]):
-        chunk = _reduce_run(
-            _prepare(raw, models.get(run_id, {}), per, int(settings.latency_cutoff_bytes))
-        )
-        order = np.lexsort((chunk.samples, chunk.elem_group))
-        v, g = chunk.samples[order], chunk.elem_group[order]
-        n = np.bincount(g, minlength=len(chunk.keys))
-        s = np.cumsum(n) - n
-        for i, key in enumerate(chunk.keys.select(ID_COLS).to_pylist()):
-            if n[i]:
-                med = (v[s[i] + (n[i] - 1) // 2] + v[s[i] + n[i] // 2]) / 2
-                runs, vals = out.setdefault(Identity(**key), ([], []))
-                runs.append(run_id)
-                vals.append(float(med))
+    recs = sorted(values.to_pylist(), key=lambda r: order[r["run_id"]])
+    for rec in recs:
+        runs, vals = out.setdefault(Identity(**{c: rec[c] for c in ID_COLS}), ([], []))
+        runs.append(rec["run_id"])
+        vals.append(float(rec["value"]))
     return out
+
+
+def _trend_settings(store: Store, runs: list[str], threshold_pct: float | None) -> CompareSettings:
+    """The newest run's suite `compare:` section; --threshold replaces its thresholds."""
+    newest = store.run(runs[-1])
+    settings = settings_from_suite_json(newest.suite_json)
+    if threshold_pct is not None:
+        settings = settings.model_copy(update={"threshold_pct": threshold_pct, "metrics": {}})
+    return settings
 
 
 def find_trends(
@@ -152,14 +175,14 @@ def find_trends(
         runs = runs[-last:]
     if not runs:
         raise CompareError("no run matches; `fleetval runs` lists them")
-    settings = CompareSettings()
-    if threshold_pct is not None:
-        settings = settings.model_copy(update={"threshold_pct": threshold_pct})
     unknown = set(select or {}) - set(ID_COLS)
     if unknown:
         raise CompareError(
             f"unknown selector {', '.join(sorted(unknown))}; use {', '.join(ID_COLS)}"
         )
+    settings = _trend_settings(store, runs, threshold_pct)
+    decls = declarations([store.run(r) for r in runs])
+    nodes = store.nodes(runs)
     trends, series = [], 0
     for ident, (rs, vals) in sorted(
         history(store, runs, per=per, settings=settings).items(), key=lambda kv: kv[0].label()
@@ -167,9 +190,18 @@ def find_trends(
         if any(str(getattr(ident, k)) != v for k, v in (select or {}).items()):
             continue
         series += 1
-        points = _series_points(ident, rs, np.array(vals), settings.threshold_for(ident.metric))
+        direction = (decls.get(ident.metric) or infer(ident.metric, None)).direction
+        points = _series_points(rs, np.array(vals), settings.threshold_for(ident.metric), direction)
+        points = tuple(_with_env(p, rs, store, nodes) for p in points)
         if points:
             trends.append(
                 Trend(identity=ident, run_ids=tuple(rs), values=tuple(vals), change_points=points)
             )
-    return TrendReport(runs=tuple(runs), series=series, trends=tuple(trends))
+    return TrendReport(
+        runs=tuple(runs), series=series, trends=tuple(trends), threshold_pct=settings.threshold_pct
+    )
+
+
+def _with_env(p: ChangePoint, runs: list[str], store: Store, nodes: pa.Table) -> ChangePoint:
+    before, at = runs[p.index - 1], runs[p.index]
+    return replace(p, env_changes=environment_diff(store, [before], [at], nodes=nodes))

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, PositiveFloat
 
+from fleetval.metrics import MetricDecl
 from fleetval.results import Row
 from fleetval.vocab import FaultKind
 
@@ -202,6 +203,7 @@ class Check:
 
     params: type[StepSpec]
     run: Callable[[CheckContext, Any], list[Row]]
+    metrics: tuple[MetricDecl, ...] = ()  # what its rows measure; recorded with every run
 
     @property
     def doc(self) -> str:

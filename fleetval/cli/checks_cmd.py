@@ -8,11 +8,7 @@ from pydantic import TypeAdapter
 from pydantic.fields import FieldInfo
 from rich.table import Table
 
-from fleetval.checks import CHECKS
-from fleetval.checks.base import StepSpec
 from fleetval.cli.common import console
-
-COMMON_KEYS = set(StepSpec.model_fields)
 
 
 def _default(field: FieldInfo) -> str:
@@ -27,12 +23,16 @@ def _default(field: FieldInfo) -> str:
 
 def checks() -> None:
     """List the checks a suite step can name, with their parameters and defaults."""
+    from fleetval.checks import CHECKS  # NOTE: imports torch: only this command pays for it
+    from fleetval.checks.base import StepSpec
+
+    common = set(StepSpec.model_fields)
     table = Table(title="checks (a suite step's `check:`)", show_lines=True)
     for col in ("check", "what it proves", "parameters: default"):
         table.add_column(col)
     for name, check in CHECKS.items():
         fields = check.params.model_fields
-        params = [f"{key}: {_default(f)}" for key, f in fields.items() if key not in COMMON_KEYS]
+        params = [f"{key}: {_default(f)}" for key, f in fields.items() if key not in common]
         table.add_row(name, check.doc, "\n".join(params))
     console.print(table)
-    console.print(f"every step also takes: {', '.join(sorted(COMMON_KEYS - {'check'}))}")
+    console.print(f"every step also takes: {', '.join(sorted(common - {'check'}))}")

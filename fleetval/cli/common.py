@@ -35,6 +35,9 @@ AddressOpt = Annotated[
 ]
 
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for tools instead of a table")]
+
+
 def open_store(data: Path | None) -> Store:
     return Store(data or default_data_dir())
 

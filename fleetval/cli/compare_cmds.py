@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,11 +11,16 @@ import typer
 from rich.table import Table
 
 from fleetval.baselines import BaselineError, Baselines, resolve
-from fleetval.cli.common import DataOpt, Exit, bad_input_exits, console, open_store, parse_pairs
-from fleetval.compare import compare_runs
-from fleetval.compare_format import format_comparison, trend_json, trend_table
+from fleetval.cli.common import (
+    DataOpt,
+    Exit,
+    JsonOpt,
+    bad_input_exits,
+    console,
+    open_store,
+    parse_pairs,
+)
 from fleetval.store import Store
-from fleetval.trend import find_trends
 
 FORMATS = ("table", "json", "markdown", "junit")
 
@@ -67,9 +73,22 @@ def compare(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the report to FILE")
     ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Also fail on noisy measurements")
+    ] = False,
+    as_json: JsonOpt = False,
     data: DataOpt = None,
 ) -> None:
-    """Regression verdicts of a run against a baseline. Exit 0 none, 1 regression or failure, 2 bad input."""
+    """Regression verdicts of runs against a baseline.
+
+    Exit 0 the gate passes; 1 a regression, a correctness failure, a missing measurement, a
+    fleet outlier or a candidate run that did not pass (and with --strict, a noisy one); 2 bad input.
+    """
+    # NOTE: imported here: statistics needs scipy (~0.2 s), which `baseline` does not
+    from fleetval.compare import compare_runs
+    from fleetval.compare_format import format_comparison
+
+    fmt = "json" if as_json else fmt
     with bad_input_exits():
         if fmt not in FORMATS:
             raise ValueError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -83,15 +102,18 @@ def compare(
             per=per,
             threshold_pct=threshold,  # type: ignore[arg-type]
         )
-    rendered = format_comparison(result, fmt, all_rows=all_rows)
+    rendered = format_comparison(
+        result, fmt, all_rows=all_rows, strict=strict, width=console.size.width
+    )
     if isinstance(rendered, str):
         _emit(rendered, output)
     elif output:
-        output.write_text(format_comparison(result, "markdown", all_rows=all_rows))  # type: ignore[arg-type]
+        md = format_comparison(result, "markdown", all_rows=all_rows, strict=strict)
+        output.write_text(md)  # type: ignore[arg-type]
         console.print(rendered)
     else:
         console.print(rendered)
-    raise typer.Exit(result.worst_exit_code)
+    raise typer.Exit(result.exit_code(strict))
 
 
 def trend(
@@ -115,12 +137,17 @@ def trend(
     ] = None,
     per: PerOpt = "sku",
     fmt: Annotated[str, typer.Option("--format", "-f", help="table or json")] = "table",
+    as_json: JsonOpt = False,
     data: DataOpt = None,
 ) -> None:
     """Change points in the nightly history of each measurement, naming the run where it stepped.
 
-    Exit 0 no step made a metric worse, 1 one did, 2 bad input.
+    Exit 0 no step made a metric worse (or every such step recovered), 1 one did, 2 bad input.
     """
+    from fleetval.compare_format import trend_json, trend_table
+    from fleetval.trend import find_trends
+
+    fmt = "json" if as_json else fmt
     with bad_input_exits():
         if fmt not in ("table", "json"):
             raise ValueError(f"--format must be table or json, not {fmt!r}")
@@ -161,13 +188,17 @@ def baseline_set(
         int | None, typer.Option("--last", help="With --where: only the newest N runs")
     ] = None,
     description: Annotated[str, typer.Option("--description", help="Free text")] = "",
+    include_faulty: Annotated[
+        bool,
+        typer.Option("--include-faulty", help="With --where: also runs with injected faults"),
+    ] = False,
     data: DataOpt = None,
 ) -> None:
     """Create or replace a baseline; it must resolve to at least one run now."""
     with bad_input_exits():
         resolved = Baselines(open_store(data)).set(
             name, run_ids=run, where=parse_pairs(where or [], "--where") or None, last=last,
-            description=description,
+            description=description, include_faulty=include_faulty,
         )  # fmt: skip
     console.print(
         f"baseline [bold]{name}[/bold]: {resolved.baseline.describe()} -> {len(resolved.run_ids)} runs "
@@ -177,26 +208,38 @@ def baseline_set(
 
 
 @baseline_app.command("list")
-def baseline_list(data: DataOpt = None) -> None:
+def baseline_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """Every baseline with what it resolves to now."""
     store = open_store(data)
+    records = store.runs()
     table = Table("name", "selection", "runs now", "created", "description")
+    out = []
     for b in Baselines(store).list():
         try:
-            runs = str(len(resolve(store, b).run_ids))
+            run_ids, error = list(resolve(store, b, runs=records).run_ids), ""
         except BaselineError as err:
-            runs = f"[red]{err}[/red]"
+            run_ids, error = [], str(err)
+        out.append({**json.loads(b.to_json()), "resolved": run_ids, "error": error})
+        runs = f"[red]{error}[/red]" if error else str(len(run_ids))
         table.add_row(b.name, b.describe(), runs, b.created_at, b.description)
-    console.print(table)
+    if as_json:
+        typer.echo(json.dumps(out))
+    else:
+        console.print(table)
 
 
 @baseline_app.command("show")
-def baseline_show(name: Annotated[str, typer.Argument()], data: DataOpt = None) -> None:
+def baseline_show(
+    name: Annotated[str, typer.Argument()], data: DataOpt = None, as_json: JsonOpt = False
+) -> None:
     """A baseline's definition and the runs it resolves to now."""
     with bad_input_exits():
         store = open_store(data)
         resolved = Baselines(store).resolve(name)
     b = resolved.baseline
+    if as_json:
+        typer.echo(json.dumps({**json.loads(b.to_json()), "resolved": list(resolved.run_ids)}))
+        return
     console.print(f"[bold]{b.name}[/bold]: {b.describe()}  {b.description}", highlight=False)
     table = Table("run", "suite", "status", "started", "labels")
     by_id = {r.run_id: r for r in store.runs()}

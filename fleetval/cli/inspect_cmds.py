@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import asdict
 from enum import StrEnum
 from typing import Annotated
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import typer
 from rich.table import Table
 
-from fleetval.checks.ddp import scaling_efficiency
-from fleetval.cli.common import DataOpt, bad_input_exits, console, open_store
+from fleetval.cli.common import DataOpt, JsonOpt, bad_input_exits, console, open_store
 from fleetval.cli.run_cmd import STATUS_STYLE, print_summary
-from fleetval.compare import fleet_outliers
-from fleetval.compare_format import outlier_text
 from fleetval.results import ENV_COLUMNS
 
 RunArg = Annotated[str, typer.Argument(help="Run id (see `fleetval runs`), or `latest`")]
@@ -27,10 +27,13 @@ class Format(StrEnum):
     CSV = "csv"
 
 
-def runs(data: DataOpt = None) -> None:
+def runs(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """List stored runs, oldest first."""
     with bad_input_exits():
         records = open_store(data).runs()
+    if as_json:
+        typer.echo(json.dumps([_run_json(r) for r in records], default=str))
+        return
     table = Table(title="runs")
     table.add_column("run", no_wrap=True)
     for col in ("suite", "status", "started", "labels", "faults"):
@@ -50,18 +53,35 @@ def runs(data: DataOpt = None) -> None:
     console.print(table)
 
 
+def _run_json(r) -> dict:
+    """A run record for tools: everything but the stored suite text."""
+    out = {k: v for k, v in r.__dict__.items() if k != "suite_json"}
+    out["metrics"] = [m.to_dict() for m in r.metrics]
+    return out
+
+
 def _resolve(store, run: str) -> str:
     return store.latest_run().run_id if run == "latest" else store.run(run).run_id
 
 
-def show(run: RunArg, data: DataOpt = None) -> None:
-    """One run: its environment per node, its steps and their verdicts."""
+def show(run: RunArg, data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """One run: its environment per node, its steps and their verdicts, fleet outliers."""
+    from fleetval.compare import fleet_outliers  # NOTE: scipy, only for the command using it
+    from fleetval.compare_format import outlier_text
+
     with bad_input_exits():
         store = open_store(data)
         record = store.run(_resolve(store, run))
         nodes = store.nodes([record.run_id]).to_pylist()
-        rows = store.results([record.run_id]).to_pylist()
         outliers = fleet_outliers(store, record.run_id)
+    if as_json:
+        data_out = {
+            "run": _run_json(record),
+            "nodes": nodes,
+            "outliers": [asdict(o) for o in outliers],
+        }
+        typer.echo(json.dumps(data_out, default=str))
+        return
     if record.faults:
         console.print(f"[yellow]faults injected:[/yellow] {json.dumps(record.faults)}")
     env = Table(title="environment")
@@ -72,13 +92,20 @@ def show(run: RunArg, data: DataOpt = None) -> None:
         env.add_row(field, *(_cell(n.get(field)) for n in nodes))
     console.print(env)
     print_summary(record)
-    _print_scaling(rows)
+    if any(s["check"] == "ddp_scaling" for s in record.summary.get("steps", [])):
+        _print_scaling(store.results([record.run_id], columns=_SCALING_COLS).to_pylist())
     for o in outliers:  # far below its peers in this run: flagged with no baseline needed
         console.print(outlier_text(o))
 
 
+_SCALING_COLS = ["step", "check", "world_size", "rank", "metric", "value", "status"]
+
+
 def _print_scaling(rows: list[dict]) -> None:
     """Weak-scaling efficiency of each ddp_scaling step, when the run has one."""
+    # NOTE: the ddp module imports torch; only runs with a ddp_scaling step pay for it
+    from fleetval.checks.ddp import scaling_efficiency
+
     for step in sorted({r["step"] for r in rows if r["check"] == "ddp_scaling"}):
         table = Table(title=f"weak scaling: {step}")
         for col in ("world size", "throughput (samples/s)", "efficiency T_n / (n x T_1)"):
@@ -89,49 +116,94 @@ def _print_scaling(rows: list[dict]) -> None:
         console.print(table)
 
 
+_ITEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8}
+
+
+def _filtered(table: pa.Table, filters: dict[str, object]) -> pa.Table:
+    """Rows matching every given filter (string columns compare exactly, rank as an int)."""
+    for col, value in filters.items():
+        if value is not None:
+            table = table.filter(pc.fill_null(pc.equal(table[col], value), False))
+    return table
+
+
+def nccl_summary(table: pa.Table) -> pa.Table:
+    """nccl-tests style: per step, collective, op, dtype and size, over the ranks that ran it:
+    count (elements), time (mean of the ranks' medians, us) with min/avg/max, algbw and busbw
+    (means), #wrong (sum)."""
+    timed = table.filter(pc.is_valid(table["time_us_median"]))
+    keys = ["step", "collective", "op", "dtype", "size_bytes", "world_size"]
+    agg = timed.group_by(keys, use_threads=False).aggregate(
+        [("time_us_median", "min"), ("time_us_median", "mean"), ("time_us_median", "max"),
+         ("algbw_gbps", "mean"), ("busbw_gbps", "mean"), ("wrong", "sum"), ("rank", "count")]
+    )  # fmt: skip
+    item = [_ITEM_BYTES.get(d or "", 1) for d in agg["dtype"].to_pylist()]
+    count = pc.divide(agg["size_bytes"], pa.array(item, pa.int64()))
+    out = pa.table(
+        {
+            "step": agg["step"], "size": agg["size_bytes"], "count": count, "type": agg["dtype"],
+            "redop": agg["op"], "collective": agg["collective"], "ranks": agg["rank_count"],
+            "time_us": agg["time_us_median_mean"], "algbw_gbps": agg["algbw_gbps_mean"],
+            "busbw_gbps": agg["busbw_gbps_mean"], "wrong": agg["wrong_sum"],
+            "time_min_us": agg["time_us_median_min"], "time_avg_us": agg["time_us_median_mean"],
+            "time_max_us": agg["time_us_median_max"],
+        }
+    )  # fmt: skip
+    return out.sort_by([("step", "ascending"), ("collective", "ascending"),
+                        ("type", "ascending"), ("size", "ascending")])  # fmt: skip
+
+
 def results(
     run: RunArg,
     data: DataOpt = None,
     fmt: Annotated[Format, typer.Option("--format", help="table, json or csv")] = Format.TABLE,
+    as_json: JsonOpt = False,
+    step: Annotated[str | None, typer.Option("--step", help="Only this step")] = None,
+    check: Annotated[str | None, typer.Option("--check", help="Only this check")] = None,
+    collective: Annotated[
+        str | None, typer.Option("--collective", help="Only this collective")
+    ] = None,
+    rank: Annotated[int | None, typer.Option("--rank", help="Only this rank")] = None,
+    node: Annotated[str | None, typer.Option("--node", help="Only this node")] = None,
+    summary: Annotated[
+        bool, typer.Option("--summary", help="nccl-tests style: one line per size, over ranks")
+    ] = False,
 ) -> None:
-    """The measurement rows of a run."""
+    """The measurement rows of a run, filtered; --summary: one nccl-tests line per size."""
     with bad_input_exits():
         store = open_store(data)
         table = store.results([_resolve(store, run)])
+    filters = {"step": step, "check": check, "collective": collective, "rank": rank, "node": node}
+    table = _filtered(table, filters)
+    fmt = Format.JSON if as_json else fmt
+    if summary:
+        table = nccl_summary(table)
+    elif fmt == Format.CSV:
+        table = table.drop_columns(["samples_us"])  # CSV holds no lists: JSON and Parquet keep them
     if fmt == Format.CSV:
-        # CSV holds no lists: the per-iteration samples stay in --format json and Parquet.
         buf = io.BytesIO()
-        pacsv.write_csv(table.drop_columns(["samples_us"]), buf)
+        pacsv.write_csv(table, buf)
         typer.echo(buf.getvalue().decode(), nl=False)
         return
     rows = table.to_pylist()
     if fmt == Format.JSON:
         typer.echo(json.dumps(rows, default=str))
         return
-    out = Table(title=f"results {rows[0]['run_id'] if rows else run}")
-    cols = (
-        "job",
-        "step",
-        "collective",
-        "op",
-        "dtype",
-        "size_bytes",
-        "world_size",
-        "rank",
-        "node",
-        "time_us_median",
-        "busbw_gbps",
-        "metric",
-        "value",
-        "wrong",
-        "status",
-        "message",
-    )
+    cols = tuple(table.column_names) if summary else _RESULT_COLS
+    out = Table(title=f"results {run}" + (" (nccl-tests summary)" if summary else ""))
     for c in cols:
-        out.add_column(c)
+        out.add_column(
+            c, justify="right" if c not in ("step", "collective", "type", "redop") else "left"
+        )
     for r in rows:
         out.add_row(*(_cell(r.get(c)) for c in cols))
     console.print(out)
+
+
+_RESULT_COLS = (
+    "job", "step", "collective", "op", "dtype", "size_bytes", "world_size", "rank", "node",
+    "time_us_median", "busbw_gbps", "metric", "value", "wrong", "status", "message",
+)  # fmt: skip
 
 
 def _cell(v: object) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,10 +17,11 @@ from fleetval.cli.common import (
     open_store,
     parse_pairs,
 )
-from fleetval.execute import Event, run_suite
 from fleetval.status import exit_status
 from fleetval.store import RunRecord
-from fleetval.suite import load_suite
+
+if TYPE_CHECKING:
+    from fleetval.execute import Event
 
 STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
 
@@ -38,6 +39,11 @@ def run(
     ] = False,
 ) -> None:
     """Run a validation suite and store its results (exit 0 pass or warn, 1 fail, 2 bad input)."""
+    # NOTE: imported here: torch and ray cost seconds, and the store-reading commands
+    # (runs, show, compare, ...) must start without them
+    from fleetval.execute import run_suite
+    from fleetval.suite import load_suite
+
     with bad_input_exits():
         spec = load_suite(suite)
         labels = parse_pairs(label, "--label")
@@ -54,6 +60,8 @@ def run(
 
 
 def _run_with_progress(spec, store, address, labels) -> RunRecord:
+    from fleetval.execute import run_suite
+
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -80,7 +88,9 @@ def _run_with_progress(spec, store, address, labels) -> RunRecord:
 
 
 def _record_json(record: RunRecord) -> dict:
-    return {k: v for k, v in record.__dict__.items() if k != "suite_json"}
+    out = {k: v for k, v in record.__dict__.items() if k != "suite_json"}
+    out["metrics"] = [m.to_dict() for m in record.metrics]
+    return out
 
 
 def print_summary(record: RunRecord) -> None:

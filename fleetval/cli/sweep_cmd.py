@@ -9,8 +9,6 @@ import typer
 from rich.table import Table
 
 from fleetval.cli.common import AddressOpt, DataOpt, Exit, bad_input_exits, console, open_store
-from fleetval.suite import load_suite
-from fleetval.sweep import sweep as run_sweep
 
 
 def sweep(
@@ -28,6 +26,9 @@ def sweep(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Fleet sweep: node groups bisected until the slow node is isolated."""
+    from fleetval.suite import load_suite  # NOTE: torch and ray only for commands that run
+    from fleetval.sweep import sweep as run_sweep
+
     with bad_input_exits():
         record, found = run_sweep(
             load_suite(suite), open_store(data), address=address, threshold=threshold

@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fleetval.cli import compare_cmds
+from fleetval.cli import compare_cmds, inspect_cmds
 from fleetval.results import Row
 from fleetval.store import RunRecord, Store
 
@@ -21,6 +21,9 @@ app = typer.Typer()
 app.command("compare")(compare_cmds.compare)
 app.command("trend")(compare_cmds.trend)
 app.add_typer(compare_cmds.baseline_app, name="baseline")
+app.command("runs")(inspect_cmds.runs)
+app.command("show")(inspect_cmds.show)
+app.command("results")(inspect_cmds.results)
 runner = CliRunner()
 
 
@@ -89,7 +92,7 @@ def test_compare_exit_codes(data: Path) -> None:
     assert _cli(data, "baseline", "set", "rocm6.1", "--where", "rocm_version=6.1.*").exit_code == 0
     clean = _cli(data, "compare", "--baseline", "rocm6.1", "--run", ids[3])
     assert clean.exit_code == 0, clean.output
-    assert "no regression" in clean.output and "rocm_version" in clean.output
+    assert "gate passes" in clean.output and "rocm_version" in clean.output
     regressed = _cli(data, "compare", "--baseline", "rocm6.1", "--latest")
     assert regressed.exit_code == 1 and "regression" in regressed.output
     assert _cli(data, "compare", "--baseline", "nope", "--latest").exit_code == 2
@@ -122,3 +125,32 @@ def test_trend_command(data: Path) -> None:
     res = _cli(data, "trend", "--format", "json")
     assert res.exit_code in (0, 1) and json.loads(res.stdout)["series"] == 2
     assert _cli(data, "trend", "--select", "colour=red").exit_code == 2
+
+
+def test_listing_commands_speak_json(data: Path) -> None:
+    ids = _ids(data)
+    runs = json.loads(_cli(data, "runs", "--json").stdout)
+    assert [r["run_id"] for r in runs] == ids and "suite_json" not in runs[0]
+    assert _cli(data, "baseline", "set", "rocm6.1", "--where", "rocm_version=6.1.*").exit_code == 0
+    (listed,) = json.loads(_cli(data, "baseline", "list", "--json").stdout)
+    assert listed["name"] == "rocm6.1" and listed["resolved"] == ids[:3]
+    assert json.loads(_cli(data, "baseline", "show", "rocm6.1", "--json").stdout)["resolved"]
+    shown = json.loads(_cli(data, "show", ids[0], "--json").stdout)
+    assert shown["run"]["run_id"] == ids[0] and shown["outliers"] == []
+    doc = json.loads(_cli(data, "compare", "-b", "rocm6.1", "--latest", "--json").stdout)
+    assert doc["gate"] == ["1 regression"]
+    assert "series" in json.loads(_cli(data, "trend", "--json").stdout)
+
+
+def test_results_filters_and_nccl_summary(data: Path) -> None:
+    run = _ids(data)[0]
+    rows = json.loads(_cli(data, "results", run, "--json", "--rank", "1").stdout)
+    assert rows and {r["rank"] for r in rows} == {1}
+    assert json.loads(_cli(data, "results", run, "--json", "--node", "nowhere").stdout) == []
+    summary = json.loads(_cli(data, "results", run, "--summary", "--json").stdout)
+    ranks = len({r["rank"] for r in json.loads(_cli(data, "results", run, "--json").stdout)})
+    line = summary[0]
+    assert line["ranks"] == ranks and line["count"] == line["size"] // 4  # float32
+    assert line["time_min_us"] <= line["time_avg_us"] <= line["time_max_us"]
+    table = _cli(data, "results", run, "--summary")
+    assert table.exit_code == 0 and "busbw_gbps" in table.output

@@ -16,13 +16,24 @@ from fleetval.trend import change_points, find_trends
 STEP_AT = 37
 
 
-def _nightly(store: Store, nights: int, rng: np.random.Generator, step: float) -> list[str]:
-    """60 nights of a 4-rank all_reduce at 16 MiB; from night STEP_AT on, `step` x the time."""
+def _nightly(
+    store: Store,
+    nights: int,
+    rng: np.random.Generator,
+    step: float,
+    *,
+    recover_at: int | None = None,
+    suite_json: str = "",
+) -> list[str]:
+    """60 nights of a 4-rank all_reduce at 16 MiB; from night STEP_AT on, `step` x the time
+    (until `recover_at`); RCCL 2.21 from STEP_AT on."""
     ids = []
     for night in range(nights):
         started = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=night)
         run_id = f"{started:%Y%m%d}-020000-{night:06x}"
-        slow = step if night >= STEP_AT else 1.0
+        stepped = night >= STEP_AT and (recover_at is None or night < recover_at)
+        slow = step if stepped else 1.0
+        rccl = "2.21" if night >= STEP_AT else "2.20"
         base = (10 + (16 << 20) / 1e4) * slow * (1 + 0.01 * rng.standard_normal())  # night-to-night
         shared = 1 + 0.025 * rng.standard_normal(20)
         rows = []
@@ -35,7 +46,10 @@ def _nightly(store: Store, nights: int, rng: np.random.Generator, step: float) -
                     time_us_median=med, busbw_gbps=(16 << 20) / med / 1e3 * 1.5, samples_us=tuple(t))
             )  # fmt: skip
         store.write_results(run_id, "bandwidth", rows)
-        store.write_nodes(run_id, [{"node": f"node-{n}", "gpu_model": "MI300X"} for n in range(2)])
+        nodes = [
+            {"node": f"node-{n}", "gpu_model": "MI300X", "rccl_version": rccl} for n in range(2)
+        ]
+        store.write_nodes(run_id, nodes)
         store.write_run(
             RunRecord(
                 run_id=run_id,
@@ -43,6 +57,7 @@ def _nightly(store: Store, nights: int, rng: np.random.Generator, step: float) -
                 status="pass",
                 started_at=started,
                 labels={"kind": "nightly"},
+                suite_json=suite_json,
             )
         )
         ids.append(run_id)
@@ -79,3 +94,28 @@ def test_change_points_on_pure_noise_and_on_a_step() -> None:
     assert false_steps <= 5
     x = np.r_[100 + rng.standard_normal(30), 90 + rng.standard_normal(30)]
     assert change_points(x) == [30]
+
+
+def test_a_step_that_recovered_names_the_version_and_does_not_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+    store = Store(tmp_path)
+    ids = _nightly(store, 60, np.random.default_rng(3), step=1 / 0.9, recover_at=50)
+    report = find_trends(store, where={"kind": "nightly"})
+    (trend,) = report.trends
+    worse, back = trend.change_points
+    assert worse.worse and worse.recovered_at == back.run_id and back.worse is False
+    assert abs(ids.index(back.run_id) - 50) <= 1 and report.worst_exit_code == 0
+    (env,) = worse.env_changes
+    assert (env.key, env.baseline, env.candidate) == ("rccl_version", ("2.20",), ("2.21",))
+
+
+def test_the_suites_threshold_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 7% step under a suite threshold of 10% is jitter; --threshold still overrides."""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+    store = Store(tmp_path)
+    suite = '{"name": "nightly", "compare": {"threshold_pct": 10}}'
+    _nightly(store, 60, np.random.default_rng(0), step=1 / 0.93, suite_json=suite)
+    assert find_trends(store, where={"kind": "nightly"}).trends == ()
+    assert find_trends(store, where={"kind": "nightly"}, threshold_pct=5).worst_exit_code == 1
