@@ -105,7 +105,7 @@ class Comparison:
     env_diff: tuple[EnvChange, ...] = ()
     outliers: tuple[Outlier, ...] = ()
     notes: tuple[str, ...] = ()
-    failed_candidates: tuple[str, ...] = ()  # candidate runs whose own status is not pass
+    failed_candidates: tuple[str, ...] = ()  # candidate runs that neither passed nor warned
 
     def counts(self) -> dict[Verdict, int]:
         out = dict.fromkeys(Verdict, 0)
@@ -430,7 +430,8 @@ def compare_runs(
         o for c in candidates for o in run_outliers(store, records[c], settings, decls, models)
     ]
     notes += _side_notes(len(base_runs), len(candidates))
-    failed = tuple(c for c in candidates if records[c].status != "pass")
+    # NOTE: `warn` (late ranks) passes here: the outliers judge lateness against the fleet
+    failed = tuple(c for c in candidates if records[c].status not in ("pass", "warn"))
     return Comparison(
         baseline=baseline,
         baseline_selection=resolved.baseline.describe(),
