@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -94,10 +94,17 @@ def _record_json(record: RunRecord) -> dict:
 
 
 def print_summary(record: RunRecord) -> None:
-    table = Table(title=f"run {record.run_id} ({record.suite})")
+    print_steps(record.run_id, record.suite, record.summary.get("steps", []))
+    style = STATUS_STYLE.get(record.status, "")
+    console.print(f"run [bold]{record.run_id}[/bold]: [{style}]{record.status}[/{style}]")
+
+
+def print_steps(run_id: str, suite: str, steps: list[dict[str, Any]]) -> None:
+    """The steps of a run (as stored in its summary, or as the service returns them)."""
+    table = Table(title=f"run {run_id} ({suite})")
     for col in ("job", "world", "step", "check", "status", "seconds", "message"):
         table.add_column(col)
-    for s in record.summary.get("steps", []):
+    for s in steps:
         style = STATUS_STYLE.get(s["status"], "")
         table.add_row(
             str(s["job"]),
@@ -109,12 +116,10 @@ def print_summary(record: RunRecord) -> None:
             s["message"],
         )
     console.print(table)
-    for s in record.summary.get("steps", []):
-        for c in s.get("culprits", []):  # who broke or slowed the step, down to the device
+    for s in steps:
+        for c in s.get("culprits") or []:  # who broke or slowed the step, down to the device
             device = f" device {c['device_id']}" if c.get("device_id") else ""
             console.print(
                 f"  culprit: job {s['job']} {s['step']}: rank {c['rank']} on {c['node']}{device}"
                 f" ({c['reason']}): {c['detail']}"
             )
-    style = STATUS_STYLE.get(record.status, "")
-    console.print(f"run [bold]{record.run_id}[/bold]: [{style}]{record.status}[/{style}]")

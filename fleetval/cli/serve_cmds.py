@@ -17,7 +17,6 @@ import httpx
 import typer
 import yaml
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from fleetval.cli.common import (
     AddressOpt,
@@ -28,11 +27,10 @@ from fleetval.cli.common import (
     err_console,
     parse_pairs,
 )
+from fleetval.cli.run_cmd import STATUS_STYLE, print_steps
 from fleetval.status import exit_status
 from fleetval.store import default_data_dir
-from fleetval.suite import parse_suite
 
-STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
 GRACE_S = 10  # a stopping server waits this long for open requests (event streams)
 RECONNECTS = 5  # the event stream is resumed (Last-Event-ID) this often before giving up
 
@@ -108,6 +106,8 @@ def _suite_body(suite: str) -> str | dict[str, Any]:
     path = Path(suite)
     if not path.is_file():
         return suite
+    from fleetval.suite import parse_suite  # NOTE: the checks import torch; only needed here
+
     data = yaml.safe_load(path.read_text())
     parse_suite(data, str(path))  # bad input exits 2 before the server is asked
     return data
@@ -195,21 +195,7 @@ def _follow(client: httpx.Client, run_id: str, timeout_s: float) -> None:
 
 
 def _print_summary(run: dict[str, Any]) -> None:
-    table = Table(title=f"run {run['run_id']} ({run['suite']})")
-    for col in ("job", "world", "step", "check", "status", "seconds", "message"):
-        table.add_column(col)
-    for s in run["steps"]:
-        style = STATUS_STYLE.get(s["status"], "")
-        table.add_row(
-            str(s["job"]),
-            str(s["world_size"]),
-            s["step"],
-            s["check"],
-            f"[{style}]{s['status']}[/{style}]",
-            f"{s['seconds']:.1f}",
-            s["message"],
-        )
-    console.print(table)
+    print_steps(run["run_id"], run["suite"], run["steps"])
     style = STATUS_STYLE.get(run["status"], "")
     message = f" {run['message']}" if run.get("message") else ""
     console.print(f"run [bold]{run['run_id']}[/bold]: [{style}]{run['status']}[/{style}]{message}")
