@@ -225,13 +225,20 @@ def _correctness(inp: _Inputs, cfg: CorrectnessGate) -> _Outcome:
     return _Outcome(True, f"{_n(len(judged), 'correctness row')} pass, none wrong", evidence)
 
 
+# NOTE: a sign-off is `compare --strict`: a change beyond the threshold that the runs cannot
+# prove (noisy, e.g. one run a side) or a measurement the candidate lacks (missing) blocks it
+# until more runs settle it or someone waives it. Failed rows belong to the correctness gate,
+# late ranks to the health gate.
+SIGNOFF_FAILS = (Verdict.REGRESSION, Verdict.NOISY, Verdict.MISSING)
+
+
 def _regression(inp: _Inputs, cfg: RegressionGate) -> _Outcome:
     cmp = inp.comparison
     if cmp is None:
         return _Outcome(None, inp.compare_problem or "no baseline named", [])
     evidence = []
     for m in cmp.results:
-        if m.verdict not in (Verdict.REGRESSION, Verdict.NOISY):
+        if m.verdict not in SIGNOFF_FAILS:
             continue
         i = m.identity
         ci = (
@@ -240,9 +247,12 @@ def _regression(inp: _Inputs, cfg: RegressionGate) -> _Outcome:
             else ""
         )
         text = (f"{m.verdict.value}: {i.label()}: {m.change_pct:+.1f}%{ci}, "
-                f"{m.baseline_median:.4g} -> {m.candidate_median:.4g} {m.unit}")  # fmt: skip
+                f"{m.baseline_median:.4g} -> {m.candidate_median:.4g} {m.unit}"
+                if m.change_pct is not None and m.baseline_median is not None
+                and m.candidate_median is not None
+                else f"{m.verdict.value}: {i.label()}: {m.reason or 'not in the candidate'}")  # fmt: skip
         evidence.append(
-            Evidence(ok=m.verdict != Verdict.REGRESSION, text=text, check=i.check,
+            Evidence(ok=False, text=text, check=i.check,
                      collective=i.collective, dtype=i.dtype, size_bytes=i.size_bytes,
                      world_size=i.world_size, value=m.candidate_median,
                      expected=m.baseline_median, unit=m.unit)
@@ -251,10 +261,11 @@ def _regression(inp: _Inputs, cfg: RegressionGate) -> _Outcome:
     said = ", ".join(f"{n} {v}" for v, n in counts.items())
     judged = sum(counts.get(v.value, 0) for v in (Verdict.UNCHANGED, Verdict.IMPROVEMENT,
                                                      Verdict.NOISY, Verdict.REGRESSION))  # fmt: skip
-    regressions = [e for e in evidence if not e.ok]
-    if regressions:
+    if evidence:
         return _Outcome(
-            False, f"{_n(len(regressions), 'regression')} vs {cmp.baseline}: {said}", evidence
+            False,
+            f"{_n(len(evidence), 'measurement')} not shown unchanged vs {cmp.baseline}: {said}",
+            evidence,
         )
     if not judged:
         return _Outcome(None, f"nothing judged against {cmp.baseline}: {said}", evidence)
@@ -446,7 +457,8 @@ _EVALUATORS: dict[GateName, Callable[[_Inputs, Any], _Outcome]] = {
 _REQUIRES: dict[GateName, Callable[[Any], str]] = {
     GateName.COMPLETED: lambda _: "the run finished (not cancelled, cut off or errored)",
     GateName.CORRECTNESS: lambda c: f"every {', '.join(c.checks)} row passes; no wrong element in any row",
-    GateName.REGRESSION: lambda c: "no regression vs the baseline beyond the thresholds"
+    GateName.REGRESSION: lambda c: "every measurement shown unchanged (or better) vs the baseline, "
+    "beyond the thresholds: regressions, unproven (noisy) changes and missing ones fail"
     + (f" ({c.threshold_pct:g}%)" if c.threshold_pct else " (the suite's compare section)"),
     GateName.BUSBW: lambda c: "busbw at the largest bandwidth-bound size >= the GPU model's minimum"
     + (f" x {c.fraction:g}" if c.fraction != 1 else ""),

@@ -126,8 +126,20 @@ steps:
     )
     data = tmp_path / "data"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetval.cli", "run", suite, "--data", str(data), "--address", ray_session.address],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "fleetval.cli",
+            "run",
+            suite,
+            "--data",
+            str(data),
+            "--address",
+            ray_session.address,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 90
     while not list(data.glob("results/*/job0-first.parquet")):

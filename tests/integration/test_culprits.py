@@ -40,7 +40,11 @@ def test_delayed_rank_is_named_with_its_node(tmp_path):
     assert [r["rank"] for r in failing] == [2]
     assert f"rank 2 on {failing[0]['node']} arrives last" in failing[0]["message"]
     assert failing[0]["value"] >= 0.9  # last in (nearly) every iteration
-    assert all('"stragglers": [2]' in r["details"] for r in got)
+    scored = [r for r in got if r["metric"] == "straggler_last_fraction"]
+    assert len(scored) == 4 and all('"stragglers": [2]' in r["details"] for r in scored)
+    # The same late rank is also the step's (non-aborting) culprit, named from the samples.
+    late = [r for r in got if r["metric"] == "step_outcome"]
+    assert [(r["rank"], r["status"]) for r in late] == [(2, "warn")], late
 
 
 def test_clean_run_names_nobody(tmp_path):

@@ -315,7 +315,9 @@ def test_cancel_event_stops_the_run_tears_down_and_records_cancelled(tmp_path):
             threading.Timer(1.0, cancel.set).start()
 
     started = time.monotonic()
-    record = run_suite(spec, store, run_id="20990101-000000-cafe01", cancel=cancel, on_event=on_event)
+    record = run_suite(
+        spec, store, run_id="20990101-000000-cafe01", cancel=cancel, on_event=on_event
+    )
     assert record.run_id == "20990101-000000-cafe01"
     assert record.status == "cancelled", record
     assert time.monotonic() - started < 30

@@ -108,16 +108,17 @@ def test_straggler_and_regression_are_named(runs):
     # The straggler: rank 1 and the node it ran on.
     late = g[GateName.HEALTH].failing
     assert g[GateName.HEALTH].status == GateStatus.FAIL
-    assert [(e.rank, e.node, e.check) for e in late] == [
-        (1, node_of(store, runs["slow"], 1), "straggler")
-    ]
+    # Named by the straggler check and, from the samples, in every timed step it slowed.
+    assert {(e.rank, e.node) for e in late} == {(1, node_of(store, runs["slow"], 1))}
+    assert "straggler" in {e.check for e in late}
     # The regression: all_reduce at each swept size, at world size 2.
     reg = g[GateName.REGRESSION]
     assert reg.status == GateStatus.FAIL
     hit = {(e.collective, e.size_bytes, e.world_size) for e in reg.failing}
     assert ("all_reduce", 65536, 2) in hit
     for e in reg.failing:  # slower: less busbw, more latency (small sizes are judged on it)
-        assert e.value < e.expected if e.unit == "GB/s" else e.value > e.expected
+        if e.value is not None:  # missing measurements (the steps the fault cut) have none
+            assert e.value < e.expected if e.unit == "GB/s" else e.value > e.expected
     incidents = [(i.kind, i.rank) for i in s.views.incidents]
     assert ("straggler", 1) in incidents
 
