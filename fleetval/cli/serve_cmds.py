@@ -11,9 +11,8 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
 import yaml
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -30,6 +29,9 @@ from fleetval.cli.common import (
 from fleetval.cli.run_cmd import STATUS_STYLE, print_steps
 from fleetval.status import exit_status
 from fleetval.store import default_data_dir
+
+if TYPE_CHECKING:
+    import httpx
 
 GRACE_S = 10  # a stopping server waits this long for open requests (event streams)
 RECONNECTS = 5  # the event stream is resumed (Last-Event-ID) this often before giving up
@@ -126,6 +128,8 @@ def _detail(r: httpx.Response) -> str:
 
 
 def _call(client: httpx.Client, method: str, url: str, **kw: Any) -> httpx.Response:
+    import httpx
+
     try:
         r = client.request(method, url, **kw)
     except httpx.HTTPError as err:
@@ -137,6 +141,8 @@ def _call(client: httpx.Client, method: str, url: str, **kw: Any) -> httpx.Respo
 
 def _events(client: httpx.Client, run_id: str, deadline: float) -> Any:
     """The run's events, resuming after a dropped connection, until run_end or the deadline."""
+    import httpx
+
     last, drops = "0", 0
     while time.monotonic() < deadline:
         try:
@@ -235,6 +241,8 @@ def submit(
     ] = False,
 ) -> None:
     """Submit a suite to a service (what CI calls). Exit 0 pass, 1 fail, 2 bad input."""
+    import httpx  # NOTE: here, so the other commands start without it
+
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     with bad_input_exits(), httpx.Client(base_url=server, headers=headers, timeout=30) as client:
         body = {
