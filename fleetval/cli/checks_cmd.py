@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from pydantic import TypeAdapter
-from pydantic.fields import FieldInfo
 from rich.table import Table
 
 from fleetval.cli.common import console
 
+if TYPE_CHECKING:
+    from pydantic.fields import FieldInfo
+
 
 def _default(field: FieldInfo) -> str:
     """The default as a suite would spell it (YAML-ish JSON), or `required`."""
+    from pydantic import TypeAdapter  # NOTE: here: the other commands start without pydantic
+
     if field.is_required():
         return "required"
     value = TypeAdapter(field.annotation).dump_python(
