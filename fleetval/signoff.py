@@ -188,7 +188,7 @@ def _evidence(r: dict[str, Any], ok: bool, text: str, **extra: Any) -> Evidence:
 def _completed(inp: _Inputs, _: object) -> _Outcome:
     rec = inp.record
     steps = rec.summary.get("steps", [])
-    if rec.status in ("pass", "fail"):
+    if rec.status in ("pass", "warn", "fail"):  # what it found is the other gates' to judge
         text = f"run finished ({rec.status}) with {len(steps)} steps"
         return _Outcome(True, text, [Evidence(ok=True, text=text)])
     text = f"run {rec.status}: {rec.message or 'no message'}; {len(steps)} steps recorded"

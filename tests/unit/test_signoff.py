@@ -278,6 +278,13 @@ def test_cancelled_run_fails_completed(tmp_path):
     assert g.status == GateStatus.FAIL and "cancelled" in g.summary
 
 
+def test_a_run_that_warned_completed(tmp_path):
+    """Warnings (late ranks) are the health gate's to judge, not a run cut short."""
+    store = Store(tmp_path)
+    run = write_run(store, "r1", _correct_rows("r1"), status="warn")
+    assert gate(build_signoff(store, run), GateName.COMPLETED).status == GateStatus.PASS
+
+
 def test_gates_section_is_validated_with_field_paths():
     base = {"name": "x", "steps": [{"check": "collectives"}]}
     with pytest.raises(SuiteError) as err:
