@@ -88,7 +88,15 @@ class Executor:
         self.ray_error = ""
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._main, name="fleetval-executor", daemon=True)
+        # NOTE: when the lock is free now, recover before the app serves its first request,
+        # so a restarted service never shows a run its predecessor died in as `running`.
+        lock = self._try_lock()
+        if lock is not None:
+            self.active = True
+            self.recover()
+        self._thread = threading.Thread(
+            target=self._main, args=(lock,), name="fleetval-executor", daemon=True
+        )
         self._thread.start()
 
     def wake(self) -> None:
@@ -103,13 +111,14 @@ class Executor:
 
     # -- the thread ----------------------------------------------------------------------
 
-    def _main(self) -> None:
-        lock = self._acquire_lock()
-        if lock is None:
-            return
-        try:
+    def _main(self, lock: Any) -> None:
+        if lock is None:  # a standby worker: wait for the active one to go
+            lock = self._acquire_lock()
+            if lock is None:
+                return
             self.active = True
             self.recover()
+        try:
             self._connect()
             while not self._stopping.is_set():
                 sub = self.db.claim_next()
@@ -131,15 +140,23 @@ class Executor:
             self.active = False
             lock.close()  # releases the lock for a standby worker
 
-    def _acquire_lock(self) -> Any:
+    def _try_lock(self) -> Any:
+        """The executor lock's open file if this process got it, else None (never waits)."""
+        self.store.root.mkdir(parents=True, exist_ok=True)
         f = (self.store.root / LOCK_NAME).open("a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except BlockingIOError:
+            f.close()
+            return None
+
+    def _acquire_lock(self) -> Any:
         while not self._stopping.is_set():
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return f
-            except BlockingIOError:
-                self._stopping.wait(IDLE_POLL_S)
-        f.close()
+            lock = self._try_lock()
+            if lock is not None:
+                return lock
+            self._stopping.wait(IDLE_POLL_S)
         return None
 
     def _connect(self) -> None:
