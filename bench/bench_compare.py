@@ -32,11 +32,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fleetval.baselines import Baselines
-from fleetval.results import RESULTS_SCHEMA
 from fleetval.store import RunRecord, Store
 
-COLLECTIVES = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
-DTYPES = ["float32", "bfloat16"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.storegen import COLLECTIVES, DTYPES, bandwidth_table  # found from the repo root
+
 SIZES = [1 << e for e in range(3, 33)]  # 8 B .. 4 GiB: 30 sizes
 GPUS_PER_NODE = 8
 
@@ -44,51 +44,18 @@ GPUS_PER_NODE = 8
 def _run_table(
     run_id: str, nodes: int, iters: int, rng: np.random.Generator, slow: float
 ) -> pa.Table:
-    """One run's rows, built column-wise (Row objects for 10 M rows would dominate the bench)."""
+    """One run's rows (columns built by the test store generator: Row objects would dominate)."""
     world = nodes * GPUS_PER_NODE
     idents = [(c, d, s) for c in COLLECTIVES for d in DTYPES for s in SIZES]
     n = len(idents) * world
     coll = np.repeat([c for c, _, _ in idents], world)
-    dtype = np.repeat([d for _, d, _ in idents], world)
     size = np.repeat(np.array([s for _, _, s in idents], dtype=np.int64), world)
-    rank = np.tile(np.arange(world, dtype=np.int32), len(idents))
     base = 8.0 + size / 4e4  # microseconds: latency floor + ~40 GB/s
     shared = 1 + 0.025 * rng.standard_normal((len(idents), 1, iters))  # per-iteration noise
     jitter = 1 + 0.005 * rng.standard_normal((len(idents), world, iters))
     samples = (base.reshape(len(idents), world, 1) * shared * jitter).reshape(n, iters)
     samples[(coll == "all_reduce") & (size == 1 << 24)] *= slow  # the planted regression
-    med = np.median(samples, axis=1)
-    factor = np.array([COLLECTIVES[c] for c in coll]) * (world - 1) / world
-    algbw = size / med / 1e3
-    offsets = pa.array(np.arange(0, n * iters + 1, iters, dtype=np.int32))
-    cols = {
-        "run_id": pa.array([run_id] * n),
-        "job": pa.array(np.zeros(n, np.int32)),
-        "step": pa.array(["bandwidth"] * n),
-        "check": pa.array(["bandwidth"] * n),
-        "collective": pa.array(coll),
-        "op": pa.array(np.where(np.isin(coll, ["all_reduce", "reduce_scatter"]), "sum", None)),
-        "dtype": pa.array(dtype),
-        "size_bytes": pa.array(size),
-        "world_size": pa.array(np.full(n, world, np.int32)),
-        "rank": pa.array(rank),
-        "local_rank": pa.array(rank % GPUS_PER_NODE),
-        "node": pa.array(np.char.add("node-", (rank // GPUS_PER_NODE).astype(str))),
-        "device": pa.array(np.char.add("cuda:", (rank % GPUS_PER_NODE).astype(str))),
-        "iters": pa.array(np.full(n, iters, np.int32)),
-        "time_us_median": pa.array(med),
-        "time_us_p99": pa.array(samples.max(axis=1)),
-        "algbw_gbps": pa.array(algbw),
-        "busbw_gbps": pa.array(algbw * factor),
-        "wrong": pa.array(np.zeros(n, np.int64)),
-        "status": pa.array(["pass"] * n),
-        "message": pa.array([""] * n),
-        "samples_us": pa.ListArray.from_arrays(offsets, pa.array(samples.ravel())),
-        "details": pa.array(["{}"] * n),
-    }
-    return pa.table({f.name: cols.get(f.name, pa.nulls(n, f.type)) for f in RESULTS_SCHEMA}).cast(
-        RESULTS_SCHEMA
-    )
+    return bandwidth_table(run_id, idents, world, GPUS_PER_NODE, samples)
 
 
 def generate(root: Path, runs: int, nodes: int, iters: int) -> tuple[Store, str, int]:

@@ -87,7 +87,7 @@ class GenStore:
         shared = 1 + m.iter_sd * rng.standard_normal((ni, 1, m.iters))
         jitter = 1 + m.rank_sd * rng.standard_normal((ni, world, m.iters))
         samples = ((base * level)[:, None, None] * shared * jitter).reshape(ni * world, m.iters)
-        table = _table(run_id, idents, world, m.ranks_per_node, samples)
+        table = bandwidth_table(run_id, idents, world, m.ranks_per_node, samples)
         self.store.write_results_table(run_id, "bandwidth", table)
         fp = {"gpu_model": "MI300X", "rocm_version": "6.1.3", "driver_version": "6.8.5"}
         nodes = [{"node": f"node-{j}", **fp, **(env or {})} for j in range(m.nodes)]
@@ -107,7 +107,7 @@ class GenStore:
         return ids
 
 
-def _table(
+def bandwidth_table(
     run_id: str, idents: list[tuple[str, str, int]], world: int, per_node: int, samples: np.ndarray
 ) -> pa.Table:
     """The bandwidth check's rows, built column-wise (Row objects would dominate a bench)."""
