@@ -156,10 +156,6 @@ def isolate(
     return result
 
 
-def _best(a: float | None, b: float | None) -> float | None:
-    return max((s for s in (a, b) if s is not None), default=None)
-
-
 def _pairwise(
     members: list[Member], run: MeasureTogether, threshold: float, result: Isolation
 ) -> Isolation:
