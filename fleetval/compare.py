@@ -209,17 +209,13 @@ def _judge_values(
     v = values["value"].to_numpy(zero_copy_only=False).astype(float)
     ok = np.isfinite(v) & (v > 0)
     n, mean, ss = st.moments(ident[ok], side[ok], np.log(v[ok]), nid)
-    df = np.maximum(n[:, 0] - 1, 0) + np.maximum(n[:, 1] - 1, 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        s2 = np.where(df > 0, ss.sum(axis=1) / df, np.nan)
     fam_names = [f"{k['check']}\x1f{k['metric']}" for k in keys]
     _, family = np.unique(fam_names, return_inverse=True)
-    s2_post, df_post = st.moderated_variance(s2, df, family)
-    diff, p, lo, hi = st.t_tests(n, mean, s2_post, df_post, settings.confidence)
+    tests = st.tests(n, mean, ss, family, settings.confidence)
     directed = np.array(
         [_decl(decls, k["metric"], k["unit"]).direction != Direction.NONE for k in keys], bool
     )
-    p = np.where(directed, p, np.nan)
+    p = np.where(directed, tests.p, np.nan)
     med, _ = segment_median(v[ok], (ident * 2 + side)[ok], 2 * nid)
     seg = ident * 2 + side
     fail = values["failed"].to_numpy(zero_copy_only=False).astype(float)
@@ -229,12 +225,12 @@ def _judge_values(
         keys=keys,
         runs=np.bincount(seg, minlength=2 * nid).reshape(nid, 2),
         med=med.reshape(nid, 2),
-        change=np.expm1(diff) * 100,
-        lo=np.expm1(lo) * 100,
-        hi=np.expm1(hi) * 100,
+        change=np.expm1(tests.diff) * 100,
+        lo=np.expm1(tests.lo) * 100,
+        hi=np.expm1(tests.hi) * 100,
         p=p,
         q=st.bh_adjust(p),
-        sd=np.sqrt(s2_post) * 100,
+        sd=tests.sd * 100,
         wrong=np.bincount(ident[cand], weights=np.nan_to_num(wrong[cand]), minlength=nid),
         failed=np.bincount(ident[cand], weights=np.nan_to_num(fail[cand]), minlength=nid) > 0,
     )
@@ -255,7 +251,7 @@ def _results(
     j: _Judged, settings: CompareSettings, decls: dict[str, MetricDecl]
 ) -> list[MetricComparison]:
     specs = [_decl(decls, k["metric"], k["unit"]) for k in j.keys]
-    sign = np.array([1.0 if s.direction == Direction.HIGHER else -1.0 for s in specs])
+    sign = np.array([s.direction.sign for s in specs], float)
     t = np.array([settings.threshold_for(k["metric"]) for k in j.keys], dtype=float)
     stat = st.verdicts(sign * j.change, j.q, t, settings.fdr)
     cols = {name: _nums(arr) for name, arr in (
