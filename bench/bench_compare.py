@@ -6,7 +6,7 @@ A fleet of NODES x 8 GPUs runs a bandwidth sweep (4 collectives x 2 dtypes x 30 
 Runs are written through the store, so each has its summaries (one row per identity and
 node, made when the run is written); compare reads those for every run, and the
 candidate's rows (with their samples) for its fleet outliers. Statistics included: run
-values, moderated t per identity, Benjamini-Hochberg, late ranks, environment diff.
+values, the family-prior test per identity, Benjamini-Hochberg, late ranks, environment diff.
 
     python bench/bench_compare.py                      # 41 runs x 245,760 rows = 10.1 M rows
     python bench/bench_compare.py --runs 5 --per node  # smaller, per-node matching

@@ -6,9 +6,9 @@ Front to back:
    suite's `compare:` section (or --threshold).
 2. Every run's stored summaries become one value per identity (`reduction.run_values`):
    runs are the unit of replication, iterations only describe a run.
-3. Per identity, the log run values of each side give a difference of means and a
-   moderated pooled run-to-run variance (`statistics`); with one candidate run that is the
-   prediction interval for a new run from the baseline's own spread.
+3. Per identity, the log run values of each side give a difference of means, judged by
+   the run-to-run variances its family of identities shows (`statistics`); with one
+   candidate run that is the prediction interval for a new run from the baseline's spread.
 4. Benjamini-Hochberg across identities, then `statistics.verdicts`, THE rule. Correctness
    and presence come first: wrong elements or failed rows in the candidate are FAILED, an
    identity the candidate lacks is MISSING.
@@ -70,9 +70,9 @@ class MetricComparison:
     change_pct: float | None = None  # geometric-mean ratio of run values, candidate/baseline - 1
     ci_low_pct: float | None = None  # interval at settings.confidence (a prediction interval
     ci_high_pct: float | None = None  # when the candidate is one run)
-    p_value: float | None = None  # two-sided, from the moderated t on run values
+    p_value: float | None = None  # two-sided, from the run values (statistics.tests)
     q_value: float | None = None  # Benjamini-Hochberg across the identities tested
-    run_sd_pct: float | None = None  # run-to-run spread used (moderated), percent
+    run_sd_pct: float | None = None  # run-to-run spread used (posterior), percent
     n_baseline: int = 0  # runs per side
     n_candidate: int = 0
     wrong: int = 0  # wrong elements in the candidate
