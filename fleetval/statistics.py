@@ -25,9 +25,9 @@ So the evidence about a release is the spread of run values, never the iteration
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
-from scipy import special
 
 from fleetval.vocab import Verdict
 
@@ -35,6 +35,14 @@ MIN_FAMILY = 20  # identities with a variance of their own before a family's pri
 GRID = 40  # variances in the prior's grid
 FIT_SAMPLE = 4000  # identities the prior is fitted on (a 1-D distribution: plenty)
 EM_STEPS = 500
+
+
+def _special() -> ModuleType:
+    """scipy.special, imported when a comparison is judged: it costs ~0.25 s, more than a
+    store-reading command's whole start, and most of them never judge."""
+    from scipy import special
+
+    return special
 
 
 def moments(ident: np.ndarray, side: np.ndarray, x: np.ndarray, nid: int) -> tuple[np.ndarray, ...]:
@@ -128,6 +136,7 @@ def tests(
             p[idx], half[idx] = _student(diff[idx], s2[idx] * c[idx] ** 2, df[idx], confidence)
             continue
         w = prior.posterior(s2[idx], df[idx])
+        special = _special()
         scale = np.sqrt(prior.grid)[None, :] * c[idx, None]
         p[idx] = 2 * (w * special.ndtr(-np.abs(diff[idx, None]) / scale)).sum(axis=1)
         half[idx] = _mixture_quantile(w, scale, 0.5 + confidence / 2)
@@ -139,6 +148,7 @@ def _student(
     diff: np.ndarray, var: np.ndarray, df: np.ndarray, confidence: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Two-sided p and the interval's half width from the identity's own variance only."""
+    special = _special()
     with np.errstate(invalid="ignore", divide="ignore"):
         se = np.sqrt(var)
         t = np.where(se > 0, diff / se, np.where(diff == 0, 0.0, np.inf))
@@ -148,6 +158,7 @@ def _student(
 def _mixture_quantile(w: np.ndarray, scale: np.ndarray, level: float) -> np.ndarray:
     """x with sum_k w_k Phi(x / scale_k) = level, per row: Newton's method from the normal
     with the mixture's variance (the CDF is smooth and increasing; a few steps suffice)."""
+    special = _special()
     x = special.ndtri(level) * np.sqrt((w * scale**2).sum(axis=1))
     for _ in range(6):
         u = x[:, None] / scale
