@@ -50,10 +50,11 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def imported(args: list[str]) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """Run `fleetval ARGS` as a fresh process; its result and the packages it imported."""
-    checkout = str(Path(fleetval.__file__).resolve().parents[1])  # the code under test
-    path = os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")]))
+    checkout = Path(fleetval.__file__).resolve().parents[1]  # the code under test
+    path = os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "fleetval.cli", *args],
+        cwd=checkout,  # NOTE: `python -m` puts the working directory first on the path
         env={**os.environ, "PYTHONPATH": path},
         capture_output=True,
         text=True,
