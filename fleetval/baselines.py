@@ -20,8 +20,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from fleetval.results import ENV_COLUMNS as RESULT_ENV_COLUMNS
-from fleetval.store import SAFE_NAME, RunRecord, Store, atomic_write
+from fleetval.catalog import ENV_COLUMNS as RESULT_ENV_COLUMNS
+from fleetval.catalog import SAFE_NAME, Catalog, RunRecord, atomic_write
 
 # Environment columns of the nodes table a filter may name. A run matches a filter on
 # one of these when EVERY node of the run matches: a baseline should be homogeneous.
@@ -88,7 +88,7 @@ def check_name(name: str) -> str:
 class Baselines:
     """The baselines of one data directory."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Catalog) -> None:
         self.store = store
         self.dir = store.root / "baselines"
 
@@ -150,7 +150,7 @@ class Baselines:
 
 
 def resolve(
-    store: Store, baseline: Baseline, *, runs: list[RunRecord] | None = None
+    store: Catalog, baseline: Baseline, *, runs: list[RunRecord] | None = None
 ) -> ResolvedBaseline:
     """The runs a baseline stands for now; every run id must exist and filters must match."""
     runs = store.runs() if runs is None else runs
@@ -175,7 +175,7 @@ def resolve(
 
 
 def select_runs(
-    store: Store,
+    store: Catalog,
     where: dict[str, str],
     runs: list[RunRecord] | None = None,
     *,
@@ -212,11 +212,10 @@ def _run_matches(run: RunRecord, key: str, pattern: str) -> bool:
     return value is not None and fnmatchcase(str(value), pattern)
 
 
-def _runs_matching_env(store: Store, env: dict[str, str]) -> set[str]:
+def _runs_matching_env(store: Catalog, env: dict[str, str]) -> set[str]:
     """Runs whose every node matches every environment filter."""
-    nodes = store.nodes().select(["run_id", *env]).to_pylist()
     ok: dict[str, bool] = {}
-    for rec in nodes:
+    for rec in store.node_rows():
         match = all(rec[k] is not None and fnmatchcase(str(rec[k]), p) for k, p in env.items())
         ok[rec["run_id"]] = ok.get(rec["run_id"], True) and match
     return {run for run, good in ok.items() if good}

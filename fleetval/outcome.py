@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fleetval.store import RunRecord, Store
-
-if TYPE_CHECKING:  # NOTE: the suite imports the checks (torch); readers of outcomes need neither
+if TYPE_CHECKING:  # NOTE: the suite imports the checks (torch), the store pyarrow; readers
+    # of outcomes (exit statuses) need neither
+    from fleetval.store import RunRecord, Store
     from fleetval.suite import Suite
 
 

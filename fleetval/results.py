@@ -14,6 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 
+# What a node runs and is: environment columns of NODES_SCHEMA (defined in the catalog,
+# which filters on them without pyarrow).
+from fleetval.catalog import ENV_COLUMNS as ENV_COLUMNS
+
 SCHEMA_VERSION = 2  # 2: summaries/ table; runs.metrics (declarations of the checks run)
 
 
@@ -117,12 +121,6 @@ NODES_SCHEMA = pa.schema(
     metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "nodes"},
 )
 
-# What a node runs and is: the columns a baseline filter or an environment diff speaks of.
-ENV_COLUMNS = (
-    "gpu_model", "driver_version", "cuda_version", "rocm_version", "hip_version",
-    "nccl_version", "rccl_version", "torch_version", "ray_version", "python_version",
-    "kernel", "cpu_model", "hostname",
-)  # fmt: skip
 # What a node's fingerprint reports (the driver adds run_id, node and ray_node_id).
 FINGERPRINT_COLUMNS = tuple(
     n for n in NODES_SCHEMA.names if n not in ("run_id", "node", "ray_node_id")

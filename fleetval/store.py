@@ -4,6 +4,7 @@ Layout (any Arrow reader can glob it; see docs/schema.md):
 
     runs/<run_id>.parquet               one row, written when the run ends
     nodes/<run_id>.parquet              one row per node
+    index/{runs,nodes}/<run_id>.json    JSON copies of runs/ and nodes/ (fleetval.catalog)
     results/<run_id>/<part>.parquet     one file per finished step
     summaries/<run_id>/<part>.parquet   the same step reduced per identity and node
 
@@ -14,22 +15,21 @@ results but no runs/ record was cut off; it is listed as `incomplete`.
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import secrets
-import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fleetval.metrics import MetricDecl
+# NOTE: what needs no pyarrow lives in fleetval.catalog (runs and nodes are listed from its
+# JSON index); the names the store's users know are re-exported here
+from fleetval.catalog import Catalog, RunRecord, atomic_write
+from fleetval.catalog import StoreError as StoreError
+from fleetval.catalog import check_name as _check_name
+from fleetval.catalog import default_data_dir as default_data_dir
+from fleetval.catalog import new_run_id as new_run_id
 from fleetval.reduction import summarize
 from fleetval.results import (
     NODES_SCHEMA,
@@ -40,85 +40,6 @@ from fleetval.results import (
     Row,
     rows_to_table,
 )
-
-DEFAULT_DATA = "fleetval-data"
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-class StoreError(ValueError):
-    """Bad input to the store: an unknown run, an unsafe name, a file that exists already."""
-
-
-def default_data_dir() -> Path:
-    return Path(os.environ.get("FLEETVAL_DATA") or DEFAULT_DATA)
-
-
-def new_run_id(now: datetime | None = None) -> str:
-    """Sortable by start time, unique without coordination: 20261122-183000-3f9a1c."""
-    now = now or datetime.now(UTC)
-    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunRecord:
-    run_id: str
-    suite: str
-    status: str  # pass / fail / cancelled / error; "incomplete" when read back without a record
-    started_at: datetime
-    finished_at: datetime | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    submitter: str = ""
-    backend: str = ""
-    faults: list[dict[str, Any]] = field(default_factory=list)
-    suite_json: str = ""
-    summary: dict[str, Any] = field(default_factory=dict)
-    message: str = ""
-    metrics: list[MetricDecl] = field(default_factory=list)  # declared by the checks run
-
-    def to_record(self) -> dict[str, Any]:
-        return {
-            **self.__dict__,
-            "labels": list(self.labels.items()),
-            "faults": json.dumps(self.faults),
-            "summary": json.dumps(self.summary, default=str),
-            "metrics": json.dumps([m.to_dict() for m in self.metrics]),
-        }
-
-    @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> RunRecord:
-        return cls(
-            **{
-                **rec,
-                "labels": dict(rec["labels"] or []),
-                "faults": json.loads(rec["faults"] or "[]"),
-                "summary": json.loads(rec["summary"] or "{}"),
-                "metrics": [MetricDecl.from_dict(m) for m in json.loads(rec["metrics"] or "[]")],
-            }
-        )
-
-    @property
-    def injected(self) -> bool:
-        """Faults were injected into this run: its numbers are not a release's."""
-        return bool(self.faults)
-
-
-def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, replace: bool = False) -> Path:
-    """Temp file in the same directory, fsync, rename: readers see the old file or the new
-    one, never a torn one. Without `replace`, an existing file is refused (written once)."""
-    if path.exists() and not replace:
-        raise StoreError(f"{path} exists already; stored files are never rewritten")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def parquet_options(schema: pa.Schema) -> dict[str, Any]:
@@ -170,7 +91,7 @@ def read_parquet(
     return pa.concat_tables(tables)
 
 
-def _pylist(table: pa.Table) -> list[dict[str, Any]]:
+def table_rows(table: pa.Table) -> list[dict[str, Any]]:
     """Rows as dicts; timestamps converted here, since pyarrow imports pandas (~0.4 s) to
     convert a zoned timestamp column."""
     stamps = [f.name for f in table.schema if pa.types.is_timestamp(f.type)]
@@ -190,17 +111,9 @@ def _write_table(table: pa.Table, path: Path) -> Path:
     return atomic_write(path, lambda f: pq.write_table(table, f, **options))
 
 
-def _check_name(kind: str, name: str) -> str:
-    if not SAFE_NAME.match(name):
-        raise StoreError(f"{kind} {name!r}: use letters, digits, '.', '_' and '-' only")
-    return name
-
-
-class Store:
-    """One data directory. Cheap to construct; every read scans the files on disk."""
-
-    def __init__(self, root: Path | str) -> None:
-        self.root = Path(root)
+class Store(Catalog):
+    """One data directory: the Parquet tables, and (Catalog) its runs and nodes listed from
+    the JSON index. Cheap to construct; every read scans the files on disk."""
 
     # -- writing -----------------------------------------------------------------------
 
@@ -222,7 +135,7 @@ class Store:
     def write_nodes(self, run_id: str, nodes: list[dict[str, Any]]) -> Path:
         recs = [{**n, "run_id": run_id} for n in nodes]
         table = pa.Table.from_pylist(recs, schema=NODES_SCHEMA)
-        return _write_table(table, self.root / "nodes" / f"{_check_name('run', run_id)}.parquet")
+        return self._write_indexed("nodes", run_id, table)
 
     def write_artifact(self, run_id: str, name: str, data: bytes) -> Path:
         """A run's raw evidence (e.g. an NCCL Flight Recorder dump) under artifacts/<run_id>/."""
@@ -231,42 +144,20 @@ class Store:
 
     def write_run(self, record: RunRecord) -> Path:
         table = pa.Table.from_pylist([record.to_record()], schema=RUNS_SCHEMA)
-        return _write_table(
-            table, self.root / "runs" / f"{_check_name('run', record.run_id)}.parquet"
-        )
+        return self._write_indexed("runs", record.run_id, table)
+
+    def _write_indexed(self, name: str, run_id: str, table: pa.Table) -> Path:
+        """A one-file-per-run table's Parquet file, then its index entry: the rows as they
+        read back from that file (a crash between the two leaves the file unindexed, and
+        its first reader indexes it)."""
+        path = _write_table(table, self.root / name / f"{_check_name('run', run_id)}.parquet")
+        self.write_index(name, run_id, table_rows(table))
+        return path
 
     # -- reading -----------------------------------------------------------------------
 
     def _read(self, files: list[Path], schema: pa.Schema) -> pa.Table:
         return read_parquet(files, schema)
-
-    def runs(self) -> list[RunRecord]:
-        """All runs, oldest first; runs cut off before their record was written are `incomplete`."""
-        table = self._read(sorted((self.root / "runs").glob("*.parquet")), RUNS_SCHEMA)
-        records = {r["run_id"]: RunRecord.from_record(r) for r in _pylist(table)}
-        for d in (self.root / "results").glob("*"):
-            if d.is_dir() and d.name not in records:
-                started = datetime.fromtimestamp(d.stat().st_mtime, UTC)
-                records[d.name] = RunRecord(
-                    run_id=d.name,
-                    suite="?",
-                    status="incomplete",
-                    started_at=started,
-                    message="no run record: the run was cut off; its finished steps are kept",
-                )
-        return sorted(records.values(), key=lambda r: r.run_id)
-
-    def run(self, run_id: str) -> RunRecord:
-        for r in self.runs():
-            if r.run_id == run_id:
-                return r
-        raise StoreError(f"no run {run_id!r} in {self.root}; `fleetval runs` lists them")
-
-    def latest_run(self) -> RunRecord:
-        runs = self.runs()
-        if not runs:
-            raise StoreError(f"no runs in {self.root}")
-        return runs[-1]
 
     def results(
         self,

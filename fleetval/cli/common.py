@@ -1,4 +1,9 @@
-"""What every command shares: the data-directory option, exit statuses, error printing."""
+"""What every command shares: the data-directory option, exit statuses, error printing.
+
+Command modules import only typer, rich and pyarrow-free fleetval modules at import time:
+`fleetval --help` and every command build all of them. What a command needs beyond that
+(pyarrow, numpy, scipy, torch, ray, yaml, httpx) it imports inside the command.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import IntEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from fleetval.store import Store, default_data_dir
+from fleetval.catalog import Catalog, default_data_dir
+
+if TYPE_CHECKING:
+    from fleetval.store import Store
 
 console = Console()
 err_console = Console(stderr=True)
@@ -38,7 +46,15 @@ AddressOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for tools instead of a table")]
 
 
+def open_catalog(data: Path | None) -> Catalog:
+    """The data directory's runs and nodes, listed without pyarrow (runs, baseline ...)."""
+    return Catalog(data or default_data_dir())
+
+
 def open_store(data: Path | None) -> Store:
+    """The data directory with its Parquet tables (imports pyarrow)."""
+    from fleetval.store import Store
+
     return Store(data or default_data_dir())
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -17,10 +17,13 @@ from fleetval.cli.common import (
     JsonOpt,
     bad_input_exits,
     console,
+    open_catalog,
     open_store,
     parse_pairs,
 )
-from fleetval.store import Store
+
+if TYPE_CHECKING:
+    from fleetval.catalog import Catalog
 
 FORMATS = ("table", "json", "markdown", "junit")
 
@@ -41,7 +44,7 @@ def _emit(text: str, output: Path | None) -> None:
         sys.stdout.write(text)
 
 
-def _candidates(store: Store, runs: list[str] | None, latest: bool) -> list[str]:
+def _candidates(store: Catalog, runs: list[str] | None, latest: bool) -> list[str]:
     if runs and latest:
         raise ValueError("give --run ID... or --latest, not both")
     if not runs:
@@ -196,7 +199,7 @@ def baseline_set(
 ) -> None:
     """Create or replace a baseline; it must resolve to at least one run now."""
     with bad_input_exits():
-        resolved = Baselines(open_store(data)).set(
+        resolved = Baselines(open_catalog(data)).set(
             name, run_ids=run, where=parse_pairs(where or [], "--where") or None, last=last,
             description=description, include_faulty=include_faulty,
         )  # fmt: skip
@@ -210,7 +213,7 @@ def baseline_set(
 @baseline_app.command("list")
 def baseline_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """Every baseline with what it resolves to now."""
-    store = open_store(data)
+    store = open_catalog(data)
     records = store.runs()
     table = Table("name", "selection", "runs now", "created", "description")
     out = []
@@ -234,7 +237,7 @@ def baseline_show(
 ) -> None:
     """A baseline's definition and the runs it resolves to now."""
     with bad_input_exits():
-        store = open_store(data)
+        store = open_catalog(data)
         resolved = Baselines(store).resolve(name)
     b = resolved.baseline
     if as_json:
@@ -254,6 +257,6 @@ def baseline_show(
 def baseline_delete(name: Annotated[str, typer.Argument()], data: DataOpt = None) -> None:
     """Delete a baseline (its runs stay)."""
     with bad_input_exits():
-        Baselines(open_store(data)).delete(name)
+        Baselines(open_catalog(data)).delete(name)
     console.print(f"deleted baseline {name}")
     raise typer.Exit(Exit.OK)

@@ -1,4 +1,7 @@
-"""`fleetval runs`, `show RUN`, `results RUN`: read the store, print it."""
+"""`fleetval runs`, `show RUN`, `results RUN`: read the store, print it.
+
+`runs` lists the catalog (JSON); pyarrow is imported inside the functions that read rows.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +9,26 @@ import io
 import json
 from dataclasses import asdict
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 import typer
 from rich.table import Table
 
-from fleetval.cli.common import DataOpt, JsonOpt, bad_input_exits, console, open_store
+from fleetval.catalog import ENV_COLUMNS
+from fleetval.cli.common import (
+    DataOpt,
+    JsonOpt,
+    bad_input_exits,
+    console,
+    open_catalog,
+    open_store,
+)
 from fleetval.cli.run_cmd import STATUS_STYLE, print_summary
-from fleetval.results import ENV_COLUMNS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from fleetval.catalog import Catalog, RunRecord
 
 RunArg = Annotated[str, typer.Argument(help="Run id (see `fleetval runs`), or `latest`")]
 
@@ -30,7 +42,7 @@ class Format(StrEnum):
 def runs(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """List stored runs, oldest first."""
     with bad_input_exits():
-        records = open_store(data).runs()
+        records = open_catalog(data).runs()
     if as_json:
         typer.echo(json.dumps([_run_json(r) for r in records], default=str))
         return
@@ -53,14 +65,14 @@ def runs(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     console.print(table)
 
 
-def _run_json(r) -> dict:
+def _run_json(r: RunRecord) -> dict:
     """A run record for tools: everything but the stored suite text."""
     out = {k: v for k, v in r.__dict__.items() if k != "suite_json"}
     out["metrics"] = [m.to_dict() for m in r.metrics]
     return out
 
 
-def _resolve(store, run: str) -> str:
+def _resolve(store: Catalog, run: str) -> str:
     return store.latest_run().run_id if run == "latest" else store.run(run).run_id
 
 
@@ -121,6 +133,8 @@ _ITEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32":
 
 def _filtered(table: pa.Table, filters: dict[str, object]) -> pa.Table:
     """Rows matching every given filter (string columns compare exactly, rank as an int)."""
+    import pyarrow.compute as pc
+
     for col, value in filters.items():
         if value is not None:
             table = table.filter(pc.fill_null(pc.equal(table[col], value), False))
@@ -131,6 +145,9 @@ def nccl_summary(table: pa.Table) -> pa.Table:
     """nccl-tests style: per step, collective, op, dtype and size, over the ranks that ran it:
     count (elements), time (mean of the ranks' medians, us) with min/avg/max, algbw and busbw
     (means), #wrong (sum)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     timed = table.filter(pc.is_valid(table["time_us_median"]))
     keys = ["step", "collective", "op", "dtype", "size_bytes", "world_size"]
     agg = timed.group_by(keys, use_threads=False).aggregate(
@@ -181,9 +198,7 @@ def results(
     elif fmt == Format.CSV:
         table = table.drop_columns(["samples_us"])  # CSV holds no lists: JSON and Parquet keep them
     if fmt == Format.CSV:
-        buf = io.BytesIO()
-        pacsv.write_csv(table, buf)
-        typer.echo(buf.getvalue().decode(), nl=False)
+        typer.echo(_csv(table), nl=False)
         return
     rows = table.to_pylist()
     if fmt == Format.JSON:
@@ -198,6 +213,14 @@ def results(
     for r in rows:
         out.add_row(*(_cell(r.get(c)) for c in cols))
     console.print(out)
+
+
+def _csv(table: pa.Table) -> str:
+    import pyarrow.csv as pacsv
+
+    buf = io.BytesIO()
+    pacsv.write_csv(table, buf)
+    return buf.getvalue().decode()
 
 
 _RESULT_COLS = (

@@ -6,7 +6,6 @@ import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from fleetval.cli.common import (
@@ -18,9 +17,9 @@ from fleetval.cli.common import (
     parse_pairs,
 )
 from fleetval.status import exit_status
-from fleetval.store import RunRecord
 
 if TYPE_CHECKING:
+    from fleetval.catalog import RunRecord
     from fleetval.execute import Event
 
 STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
@@ -60,6 +59,14 @@ def run(
 
 
 def _run_with_progress(spec, store, address, labels) -> RunRecord:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     from fleetval.execute import run_suite
 
     columns = (

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from fleetval.catalog import default_data_dir
 from fleetval.cli.common import (
     AddressOpt,
     DataOpt,
@@ -28,7 +27,6 @@ from fleetval.cli.common import (
 )
 from fleetval.cli.run_cmd import STATUS_STYLE, print_steps
 from fleetval.status import exit_status
-from fleetval.store import default_data_dir
 
 if TYPE_CHECKING:
     import httpx
@@ -108,6 +106,8 @@ def _suite_body(suite: str) -> str | dict[str, Any]:
     path = Path(suite)
     if not path.is_file():
         return suite
+    import yaml
+
     from fleetval.suite import parse_suite  # NOTE: the checks import torch; only needed here
 
     data = yaml.safe_load(path.read_text())
@@ -168,6 +168,8 @@ def _events(client: httpx.Client, run_id: str, deadline: float) -> Any:
 
 
 def _follow(client: httpx.Client, run_id: str, timeout_s: float) -> None:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     deadline = time.monotonic() + timeout_s
     if not console.is_terminal:  # CI logs: one plain line per step
         for e in _events(client, run_id, deadline):

@@ -1,0 +1,107 @@
+"""The run catalog's JSON index reads back exactly what the Parquet files hold."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from fleetval import catalog
+from fleetval.catalog import ENV_COLUMNS, TIMESTAMPS, Catalog
+from fleetval.metrics import BUSBW, LATENCY
+from fleetval.results import NODES_SCHEMA, RUNS_SCHEMA, Row
+from fleetval.store import RunRecord, Store
+
+
+def _store(root: Path) -> Store:
+    """Two finished runs (one with every record field set) and one cut off before its record."""
+    store = Store(root)
+    start = datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    full = RunRecord(
+        run_id="20260301-123015-aaaaaa", suite="smoke", status="fail", started_at=start,
+        finished_at=start + timedelta(minutes=3), labels={"rocm": "6.1", "nightly": "true"},
+        submitter="ci", backend="nccl", faults=[{"kind": "delay", "rank": 1, "ms": 20}],
+        suite_json='{"name": "smoke"}', summary={"steps": [{"step": "bw", "status": "fail"}]},
+        message="1 step failed", metrics=[BUSBW, LATENCY],
+    )  # fmt: skip
+    bare = RunRecord(
+        run_id="20260302-000000-bbbbbb", suite="smoke", status="pass", started_at=start
+    )
+    for record in (full, bare):
+        store.write_results(record.run_id, "bw", [Row(run_id=record.run_id)])
+        store.write_nodes(
+            record.run_id,
+            [
+                {"node": "n0", "gpu_model": "MI300X", "gpu_count": 8, "gpu_ids": ["a", "b"]},
+                {"node": "n1", "rocm_version": "6.1.3", "extra": '{"x": 1}'},
+            ],
+        )
+        store.write_run(record)
+    store.write_results("20260303-000000-cccccc", "bw", [Row(run_id="20260303-000000-cccccc")])
+    return store
+
+
+def _from_parquet(store: Store) -> tuple[list[RunRecord], list[dict]]:
+    """What the store reads with no index at all (a store written before it)."""
+    unindexed = Store(store.root.parent / "copy")
+    shutil.copytree(store.root, unindexed.root, ignore=shutil.ignore_patterns("index"))
+    return unindexed.runs(), unindexed.node_rows()
+
+
+def test_the_index_reads_back_what_parquet_holds(tmp_path: Path) -> None:
+    store = _store(tmp_path / "data")
+    runs, nodes = store.runs(), store.node_rows()
+    assert (runs, nodes) == _from_parquet(store)
+    assert runs[0].started_at == datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    assert runs[0].labels == {"rocm": "6.1", "nightly": "true"}
+    assert runs[0].metrics == [BUSBW, LATENCY]
+    assert [r.status for r in runs] == ["fail", "pass", "incomplete"]
+    assert nodes == store.nodes().to_pylist()
+    ids = ["20260302-000000-bbbbbb", "20260301-123015-aaaaaa"]
+    assert store.node_rows(ids) == store.nodes(ids).to_pylist()  # in the order asked
+
+
+def test_a_store_without_index_is_read_from_parquet_and_indexed(tmp_path: Path) -> None:
+    store = _store(tmp_path / "data")
+    expected = store.runs()
+    shutil.rmtree(store.root / "index")
+    assert Catalog(store.root).runs() == expected
+    assert sorted(p.name for p in (store.root / "index" / "runs").iterdir()) == [
+        "20260301-123015-aaaaaa.json",
+        "20260302-000000-bbbbbb.json",
+    ]
+    assert Catalog(store.root).runs() == expected  # now from the entries just written
+
+
+def test_a_read_only_store_is_read_from_parquet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path / "data")
+    expected = store.runs(), store.node_rows()
+    shutil.rmtree(store.root / "index")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(catalog, "atomic_write", refuse)
+    assert (store.runs(), store.node_rows()) == expected
+    assert not (store.root / "index").exists()
+
+
+def test_a_run_is_listed_only_while_its_parquet_file_exists(tmp_path: Path) -> None:
+    store = _store(tmp_path / "data")
+    (store.root / "runs" / "20260302-000000-bbbbbb.parquet").unlink()
+    (store.root / "nodes" / "20260302-000000-bbbbbb.parquet").unlink()
+    statuses = {r.run_id: r.status for r in store.runs()}
+    assert statuses["20260302-000000-bbbbbb"] == "incomplete"  # its results are kept; no record
+    assert {n["run_id"] for n in store.node_rows()} == {"20260301-123015-aaaaaa"}
+
+
+def test_catalog_constants_match_the_schemas() -> None:
+    for name, schema in (("runs", RUNS_SCHEMA), ("nodes", NODES_SCHEMA)):
+        stamps = tuple(f.name for f in schema if pa.types.is_timestamp(f.type))
+        assert TIMESTAMPS[name] == stamps
+    assert set(ENV_COLUMNS) <= set(NODES_SCHEMA.names)
