@@ -36,7 +36,6 @@ from fleetval.outliers import Outlier, late_ranks, slow_devices
 from fleetval.reduction import (
     DICT_COLS,
     ID_COLS,
-    READ_COLS,
     Identity,
     group_rows,
     human_bytes,
@@ -172,9 +171,8 @@ def _models(store: Store, runs: list[str]) -> pa.Table:
 
 
 def _sku_of(models: pa.Table, run_id: str) -> dict[str, str]:
-    return {
-        r["node"]: r["gpu_model"] or "unknown" for r in models.to_pylist() if r["run_id"] == run_id
-    }
+    mine = models.filter(pc.equal(models["run_id"], run_id))
+    return {r["node"]: r["gpu_model"] or "unknown" for r in mine.to_pylist()}
 
 
 # -- the statistics per identity ---------------------------------------------------------------
@@ -350,9 +348,9 @@ def environment_diff(
     )
 
 
-def _read_run(store: Store, run_id: str) -> pa.Table:
-    table = store.results([run_id], columns=READ_COLS, dictionary=DICT_COLS)
-    return table.unify_dictionaries().combine_chunks()
+# what `slow_devices` reads of a run's rows: the per-device measurements, not the samples
+_DEVICE_COLS = ["check", "metric", "unit", "value", "dtype", "size_bytes", "world_size", "rank",
+                "node", "device_id"]  # fmt: skip
 
 
 def run_outliers(
@@ -362,14 +360,18 @@ def run_outliers(
     decls: dict[str, MetricDecl],
     models: pa.Table,
 ) -> list[Outlier]:
-    """Late ranks and slow devices of one run (reads that run's rows)."""
-    table = _read_run(store, record.run_id)
-    if not len(table):
-        return []
+    """Late ranks and slow devices of one run: its ranks' stored lateness, and its rows that
+    carry a metric (the per-device measurements); never its per-iteration samples."""
     sku_of = _sku_of(models, record.run_id)
-    return late_ranks(record.run_id, table, sku_of, settings) + slow_devices(
-        record.run_id, table, sku_of, decls, settings
+    late = late_ranks(record.run_id, store.lateness(record.run_id), sku_of, settings)
+    rows = store.results(
+        [record.run_id],
+        columns=_DEVICE_COLS,
+        dictionary=tuple(c for c in DICT_COLS if c in _DEVICE_COLS),
+        having="metric",
     )
+    rows = rows.unify_dictionaries().combine_chunks()
+    return late + slow_devices(record.run_id, rows, sku_of, decls, settings)
 
 
 def fleet_outliers(
