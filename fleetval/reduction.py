@@ -312,7 +312,7 @@ class Identity:
         return " ".join(p for p in parts if p)
 
 
-def _dict(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
+def dict_codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
     """A column's dictionary codes (null: -1) and its dictionary values."""
     col = one_chunk(column)
     if not pa.types.is_dictionary(col.type):
@@ -327,10 +327,10 @@ def _dict(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
 def _groups(summaries: pa.Table, models: pa.Table | None) -> tuple[np.ndarray, list[str]]:
     """Per row the group's code and the group names: the node itself (models None), else
     its GPU model in that run ("unknown" if none); looked up per (run, node) pair."""
-    node, nodes = _dict(summaries["node"])
+    node, nodes = dict_codes(summaries["node"])
     if models is None:
         return node, [n or "" for n in nodes]
-    run, runs = _dict(summaries["run_id"])
+    run, runs = dict_codes(summaries["run_id"])
     names = sorted({m or "unknown" for m in models["gpu_model"].to_pylist()} | {"unknown"})
     lookup = np.full((len(runs) + 1) * (len(nodes) + 1), names.index("unknown"), np.int64)
     run_at, node_at = {r: i for i, r in enumerate(runs)}, {n: i for i, n in enumerate(nodes)}
@@ -346,8 +346,8 @@ def _metrics(summaries: pa.Table, cutoff_bytes: int) -> tuple[np.ndarray, list[s
 
     Timed rows are size-aware: busbw_gbps at or above the cutoff (when busbw is known),
     latency_us below; correctness rows `correct`; value rows keep their own metric."""
-    kind, kinds = _dict(summaries["kind"])
-    own, owns = _dict(summaries["metric"])
+    kind, kinds = dict_codes(summaries["kind"])
+    own, owns = dict_codes(summaries["metric"])
     code_of = {k: i for i, k in enumerate(kinds)}
     timed = kind == code_of.get(KIND_TIMED, -2)
     size = np_col(summaries["size_bytes"]).astype(float)
