@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, overload
 
 import numpy as np
@@ -38,6 +39,7 @@ from fleetval.reduction import (
     DICT_COLS,
     ID_COLS,
     Identity,
+    arrow,
     dict_codes,
     group_rows,
     human_bytes,
@@ -182,7 +184,7 @@ def _models(store: Store, runs: list[str]) -> pa.Table:
 
 
 def _sku_of(models: pa.Table, run_id: str) -> dict[str, str]:
-    mine = models.filter(pc.equal(models["run_id"], run_id))
+    mine = models.filter(pc.is_in(models["run_id"], value_set=arrow([run_id])))
     return {r["node"]: r["gpu_model"] or "unknown" for r in mine.to_pylist()}
 
 
@@ -219,7 +221,7 @@ class _Judged:
     specs: list[tuple[MetricDecl, str]]  # (declaration, unit shown) per (metric, unit) seen
     threshold: np.ndarray
     runs: np.ndarray  # [I, 2] runs present per side
-    med: np.ndarray  # [I, 2]
+    run_values: tuple[np.ndarray, np.ndarray]  # usable run values, and their identity x 2 + side
     change: np.ndarray  # percent
     lo: np.ndarray
     hi: np.ndarray
@@ -230,11 +232,17 @@ class _Judged:
     verdict: np.ndarray  # index into _VERDICTS
     why: np.ndarray  # _FAILED .. _TESTED
 
+    @cached_property
+    def med(self) -> np.ndarray:
+        """[I, 2] median run value per side: shown, never judged, so made when first read."""
+        med, _ = segment_median(*self.run_values, 2 * len(self.runs))
+        return med.reshape(-1, 2)
+
 
 def _judge_values(
     values: pa.Table, candidates: list[str], settings: CompareSettings, decls: dict[str, MetricDecl]
 ) -> _Judged:
-    in_cand = pc.is_in(values["run_id"], value_set=pa.array(candidates, pa.string()))
+    in_cand = pc.is_in(values["run_id"], value_set=arrow(candidates, pa.string()))
     side = np_col(in_cand).astype(np.int64)
     ident, first = group_rows(values, ID_COLS)
     nid = len(first)
@@ -272,7 +280,6 @@ def _judge_values(
     stat = st.verdicts(np.where(higher, change, -change), q, threshold, settings.fdr)
 
     seg = ident * 2 + side
-    med, _ = segment_median(v[ok], seg[ok], 2 * nid)
     runs = np.bincount(seg, minlength=2 * nid).reshape(nid, 2)
     cand = side == 1
 
@@ -290,11 +297,11 @@ def _judge_values(
     verdict = np.array([_CODE[Verdict(x)] for x in stat.tolist()], np.int64)
     for w, ruled in _RULED.items():
         verdict[why == w] = _CODE[ruled]
-    take = pa.array(first)
+    take = arrow(first)
     return _Judged(
         codes=codes, names=names, size=values["size_bytes"].take(take).to_pylist(),
         world=values["world_size"].take(take).to_pylist(), spec=spec, specs=specs,
-        threshold=threshold, runs=runs, med=med.reshape(nid, 2), change=change,
+        threshold=threshold, runs=runs, run_values=(v[ok], seg[ok]), change=change,
         lo=np.expm1(lo) * 100, hi=np.expm1(hi) * 100, p=p, q=q, sd=np.sqrt(s2_post) * 100,
         wrong=wrong, verdict=verdict, why=why,
     )  # fmt: skip
@@ -457,7 +464,7 @@ def environment_diff(
     nodes = store.nodes(baseline_runs + candidate_runs) if nodes is None else nodes
 
     def values(runs: list[str]) -> dict[str, tuple[str, ...]]:
-        t = nodes.filter(pc.is_in(nodes["run_id"], value_set=pa.array(runs, pa.string())))
+        t = nodes.filter(pc.is_in(nodes["run_id"], value_set=arrow(runs, pa.string())))
         return {c: tuple(sorted({str(v) for v in t[c].to_pylist() if v})) for c in ENV_DIFF_COLUMNS}
 
     b, c = values(baseline_runs), values(candidate_runs)

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleetval.metrics import MetricDecl
-from fleetval.reduction import LATENESS_READ_COLS, rank_lateness, summarize
+from fleetval.reduction import LATENESS_READ_COLS, arrow, np_col, rank_lateness, summarize
 from fleetval.results import (
     LATENESS_SCHEMA,
     NODES_SCHEMA,
@@ -370,8 +370,8 @@ class Store:
         if not out:
             return pa.Table.from_batches([], schema=LATENESS_SCHEMA)
         table = pa.concat_tables(out)
-        rank, world = (pc.fill_null(table[c], -1).to_numpy() for c in ("rank", "world_size"))
-        return table.take(pa.array(np.lexsort((world, rank))))
+        rank, world = (np_col(table[c], null=-1) for c in ("rank", "world_size"))
+        return table.take(arrow(np.lexsort((world, rank))))
 
     @staticmethod
     def _lateness_from_rows(parts: list[Path]) -> pa.Table:
