@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from fleetval.compare_settings import CompareSettings
 from fleetval.metrics import Direction, MetricDecl, infer
-from fleetval.reduction import Identity, group_rows, np_col, plain, segment_median
+from fleetval.reduction import Identity, arrow, group_rows, np_col, plain, segment_median
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,22 +97,20 @@ def slow_devices(
     if metric.null_count == len(metric):
         return []
     pairs = pa.table({"m": metric, "u": pc.cast(table["unit"], pa.string())})
-    kinds = {
-        (r["m"], r["u"]) for r in pairs.group_by(["m", "u"]).aggregate([]).to_pylist() if r["m"]
-    }
+    _, first = group_rows(pairs, ["m", "u"])
+    kinds = {(r["m"], r["u"]) for r in pairs.take(arrow(first)).to_pylist() if r["m"]}
     decls = {m: decls.get(m) or infer(m, u) for m, u in sorted(kinds, key=str)} | {
         m: d for m, d in decls.items() if m not in {k for k, _ in kinds}
     }
     judged = [m for m, d in decls.items() if not d.shared and d.direction != Direction.NONE]
     value = np_col(table["value"]).astype(float)
-    keep = np.isfinite(value) & np_col(
-        pc.fill_null(pc.is_in(metric, pa.array(judged, pa.string())), False)
-    )
+    in_judged = np_col(pc.is_in(metric, value_set=arrow(judged, pa.string())), null=0) > 0
+    keep = np.isfinite(value) & in_judged
     if not keep.any():
         return []
-    t, value = table.filter(pa.array(keep)), value[keep]
+    t, value = table.filter(arrow(keep)), value[keep]
     nodes = pc.cast(t["node"], pa.string())
-    sku = pa.array([sku_of.get(n, "unknown") for n in nodes.to_pylist()], pa.string())
+    sku = arrow([sku_of.get(n, "unknown") for n in nodes.to_pylist()], pa.string())
     t = t.append_column("_sku", sku)
     cols = ["check", "metric", "dtype", "size_bytes", "world_size", "_sku"]
     seg, first = group_rows(t, cols)

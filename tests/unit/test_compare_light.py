@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from fleetval.compare import compare_runs
+from fleetval.results import Row
 from tests.storegen import FleetModel, GenStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,14 +28,20 @@ out = {}
 for per in ("sku", "node"):
     c = compare_runs(store, "base", ids[-1:], per=per)
     out[per] = {v.value: n for v, n in c.counts().items() if n}
-fleet_outliers(store, ids[-1])
-print(json.dumps({"pandas": "pandas" in sys.modules, "counts": out}))
+slow = [o.unit for o in fleet_outliers(store, ids[-1])]
+print(json.dumps({"pandas": "pandas" in sys.modules, "counts": out, "slow": slow}))
 """
 
 
 def test_compare_does_not_import_pandas(tmp_path: Path) -> None:
     g = GenStore(tmp_path / "s", FleetModel(sizes=(1 << 10, 1 << 20)), 0)
     ids = [*g.baseline(5), g.run(drop={4: 0.3})]
+    devices = [  # per-device values too, one GPU slow: the outlier check reads these rows
+        Row(run_id=ids[-1], check="microbench", metric="gemm_tflops", unit="TFLOP/s",
+            rank=i, node=f"node-{i % 2}", device_id=f"GPU-{i}", value=700.0 - 200 * (i == 5) + i)
+        for i in range(8)
+    ]  # fmt: skip
+    g.store.write_results(ids[-1], "job0-microbench", devices)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(g.store.root), *ids],
@@ -45,3 +52,4 @@ def test_compare_does_not_import_pandas(tmp_path: Path) -> None:
     here = compare_runs(g.store, "base", ids[-1:], per="sku")
     assert got["counts"]["sku"] == {v.value: n for v, n in here.counts().items() if n}
     assert got["counts"]["sku"].get("regression") == 1
+    assert got["slow"] == ["node-1/GPU-5"]
