@@ -265,7 +265,7 @@ def _judge_values(
     thresholds = [settings.threshold_for(m) if m is not None else 0.0 for m in metrics]
     threshold = np.array(thresholds, dtype=float)[codes["metric"]]
 
-    v = np_col(values["value"]).astype(float)
+    v = np_col(values["value"]).astype(float, copy=False)
     ok = np.isfinite(v) & (v > 0)
     n, mean, ss = st.moments(ident[ok], side[ok], np.log(v[ok]), nid)
     df = np.maximum(n[:, 0] - 1, 0) + np.maximum(n[:, 1] - 1, 0)
@@ -387,32 +387,61 @@ class Results(Sequence[MetricComparison]):
             made = self._made[k] = self._make(int(self._order[k]))
         return made
 
-    def _make(self, i: int) -> MetricComparison:
+    @cached_property
+    def _py(self) -> dict[str, list]:
+        """The judged arrays as Python lists (indexing those is what making a result costs)."""
         j = self._j
-        ident = {c: j.names[c][j.codes[c][i]] for c in _STRING_IDS}
-        decl, unit = j.specs[j.spec[i]]
-        num = {name: _none_if_not_finite(float(arr[i])) for name, arr in (
-            ("baseline_median", j.med[:, 0]), ("candidate_median", j.med[:, 1]),
-            ("change_pct", j.change), ("ci_low_pct", j.lo), ("ci_high_pct", j.hi),
-            ("p_value", j.p), ("q_value", j.q), ("run_sd_pct", j.sd))}  # fmt: skip
+        arrays = {
+            "baseline_median": j.med[:, 0], "candidate_median": j.med[:, 1],
+            "change_pct": j.change, "ci_low_pct": j.lo, "ci_high_pct": j.hi, "p_value": j.p,
+            "q_value": j.q, "run_sd_pct": j.sd, "threshold": j.threshold, "wrong": j.wrong,
+            "n_baseline": j.runs[:, 0], "n_candidate": j.runs[:, 1], "verdict": j.verdict,
+            "why": j.why, "spec": j.spec, **{c: j.codes[c] for c in _STRING_IDS},
+        }  # fmt: skip
+        return {name: arr.tolist() for name, arr in arrays.items()}
+
+    def _make(self, i: int) -> MetricComparison:
+        j, py = self._j, self._py
+        names, (decl, unit) = j.names, j.specs[py["spec"][i]]
+        num = [_none_if_not_finite(py[name][i]) for name in _SHOWN]
         return MetricComparison(
-            identity=Identity(**ident, size_bytes=j.size[i], world_size=j.world[i]),
-            verdict=_VERDICTS[j.verdict[i]],
+            identity=Identity(
+                check=names["check"][py["check"][i]],
+                collective=names["collective"][py["collective"][i]],
+                op=names["op"][py["op"][i]],
+                dtype=names["dtype"][py["dtype"][i]],
+                size_bytes=j.size[i],
+                world_size=j.world[i],
+                metric=names["metric"][py["metric"][i]],
+                group=names["group"][py["group"][i]],
+            ),
+            verdict=_VERDICTS[py["verdict"][i]],
             direction=decl.direction,
             unit=unit,
-            threshold_pct=float(j.threshold[i]),
-            **num,
-            n_baseline=int(j.runs[i, 0]),
-            n_candidate=int(j.runs[i, 1]),
-            wrong=int(j.wrong[i]),
-            reason=_reason(j, i),
+            threshold_pct=py["threshold"][i],
+            baseline_median=num[0],
+            candidate_median=num[1],
+            change_pct=num[2],
+            ci_low_pct=num[3],
+            ci_high_pct=num[4],
+            p_value=num[5],
+            q_value=num[6],
+            run_sd_pct=num[7],
+            n_baseline=py["n_baseline"][i],
+            n_candidate=py["n_candidate"][i],
+            wrong=int(py["wrong"][i]),
+            reason=_reason(py, i),
         )
 
 
-def _reason(j: _Judged, i: int) -> str:
-    why, t = j.why[i], float(j.threshold[i])
+_SHOWN = ("baseline_median", "candidate_median", "change_pct", "ci_low_pct", "ci_high_pct",
+          "p_value", "q_value", "run_sd_pct")  # fmt: skip
+
+
+def _reason(py: dict[str, list], i: int) -> str:
+    why, t, wrong = py["why"][i], py["threshold"][i], py["wrong"][i]
     if why == _FAILED:
-        what = f"{int(j.wrong[i])} wrong elements" if j.wrong[i] else "a failed row"
+        what = f"{int(wrong)} wrong elements" if wrong else "a failed row"
         return f"correctness: {what} in the candidate (absolute, whatever the baseline)"
     if why == _MISSING:
         return "measured in the baseline, not in the candidate"
@@ -424,15 +453,15 @@ def _reason(j: _Judged, i: int) -> str:
         return "no direction declared for this metric: judged by status only"
     if why == _UNUSABLE:
         return "no usable value on one side"
-    nb, nc = int(j.runs[i, 0]), int(j.runs[i, 1])
-    change = f"{float(j.change[i]):+.2f}%"
+    nb, nc = py["n_baseline"][i], py["n_candidate"][i]
+    change = f"{py['change_pct'][i]:+.2f}%"
     if why == _ONE_RUN:
         return (
             f"{change}; one run per side: the run-to-run spread is unknown, so no change is "
             f"supported (threshold {t:g}%); a baseline of 5+ runs gives verdicts"
         )
     kind = "prediction interval for one run" if nc == 1 else "interval"
-    lo, hi, sd, q = (float(x[i]) for x in (j.lo, j.hi, j.sd, j.q))
+    lo, hi, sd, q = (py[name][i] for name in ("ci_low_pct", "ci_high_pct", "run_sd_pct", "q_value"))
     return (
         f"{change} {kind} [{lo:+.2f}, {hi:+.2f}], run sd {sd:.2g}%, "
         f"q={q:.2g} ({nb}+{nc} runs), threshold {t:g}%"
