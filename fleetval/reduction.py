@@ -170,25 +170,34 @@ def group_rows(table: pa.Table, cols: list[str]) -> tuple[np.ndarray, np.ndarray
     for c in cols:
         idx, card = _codes(table[c])
         if span * card >= 1 << 62:  # re-densify before the combined code could overflow
-            code, first = _dense(code)
+            code, first = _dense(code, span)
             span = len(first)
         code += idx * span
         span *= card
-    return _dense(code)
+    return _dense(code, span)
 
 
-def _dense(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(code, return_index=True, return_inverse=True)'s inverse and index, at half
-    the cost: an unstable sort, and each group's first row by a minimum."""
+def _dense(code: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(code, return_index=True, return_inverse=True)'s inverse and index (codes
+    in [0, span)), cheaper: a counting pass over the span when it is small, else an
+    unstable sort; each group's first row by a minimum."""
     n = len(code)
-    order = np.argsort(code)
-    ranked = code[order]
-    new = np.empty(n, bool)
-    new[0] = True
-    np.not_equal(ranked[1:], ranked[:-1], out=new[1:])
-    grp = np.empty(n, np.int64)
-    grp[order] = np.cumsum(new) - 1
-    first = np.full(int(grp[order[-1]]) + 1, n, np.int64)
+    if span <= 4 * n:
+        present = np.zeros(span, bool)
+        present[code] = True
+        rank = np.cumsum(present, dtype=np.int32 if span < 1 << 31 else np.int64) - 1
+        grp = rank[code].astype(np.int64)
+        groups = int(rank[-1]) + 1
+    else:
+        order = np.argsort(code)
+        ranked = code[order]
+        new = np.empty(n, bool)
+        new[0] = True
+        np.not_equal(ranked[1:], ranked[:-1], out=new[1:])
+        grp = np.empty(n, np.int64)
+        grp[order] = np.cumsum(new) - 1
+        groups = int(grp[order[-1]]) + 1
+    first = np.full(groups, n, np.int64)
     np.minimum.at(first, grp, np.arange(n))
     return grp, first
 
