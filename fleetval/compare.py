@@ -271,8 +271,7 @@ def _judge_values(
     df = np.maximum(n[:, 0] - 1, 0) + np.maximum(n[:, 1] - 1, 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         s2 = np.where(df > 0, ss.sum(axis=1) / df, np.nan)
-    family = codes["check"] * len(metrics) + codes["metric"]  # one prior per check and metric
-    s2_post, df_post = st.moderated_variance(s2, df, family)
+    s2_post, df_post = st.moderated_variance(s2, df, _families(codes, names))
     diff, p, lo, hi = st.t_tests(n, mean, s2_post, df_post, settings.confidence)
     p = np.where(directed, p, np.nan)
     q = st.bh_adjust(p)
@@ -305,6 +304,19 @@ def _judge_values(
         lo=np.expm1(lo) * 100, hi=np.expm1(hi) * 100, p=p, q=q, sd=np.sqrt(s2_post) * 100,
         wrong=wrong, verdict=verdict, why=why,
     )  # fmt: skip
+
+
+def _families(codes: dict[str, np.ndarray], names: dict[str, list]) -> np.ndarray:
+    """Per identity its family (one variance prior per check and metric): 0..F-1 in the
+    order of "check\x1fmetric" (the labels `statistics.moderated_variance` always had)."""
+    pair = codes["check"] * len(names["metric"]) + codes["metric"]
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    labels = [
+        f"{names['check'][p // len(names['metric'])]}\x1f{names['metric'][p % len(names['metric'])]}"
+        for p in pairs.tolist()
+    ]
+    _, label_rank = np.unique(labels, return_inverse=True)
+    return label_rank[inverse]
 
 
 def _display_order(j: _Judged) -> np.ndarray:
