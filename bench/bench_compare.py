@@ -7,7 +7,8 @@ Runs are written through the store, so each has its summaries (one row per ident
 node) and its ranks' lateness (one row per rank and collective), made when the run is
 written; compare reads the summaries of every run, and the candidate's lateness and
 per-device rows for its fleet outliers: never the samples. Statistics included: run
-values, moderated t per identity, Benjamini-Hochberg, late ranks, environment diff.
+values, the family-prior test per identity, Benjamini-Hochberg, late ranks, environment
+diff.
 
     python bench/bench_compare.py                      # 41 runs x 245,760 rows = 10.1 M rows
     python bench/bench_compare.py --runs 5 --per node  # smaller, per-node matching

@@ -6,9 +6,9 @@ Front to back:
    suite's `compare:` section (or --threshold).
 2. Every run's stored summaries become one value per identity (`reduction.run_values`):
    runs are the unit of replication, iterations only describe a run.
-3. Per identity, the log run values of each side give a difference of means and a
-   moderated pooled run-to-run variance (`statistics`); with one candidate run that is the
-   prediction interval for a new run from the baseline's own spread.
+3. Per identity, the log run values of each side give a difference of means, judged by
+   the run-to-run variances its family of identities shows (`statistics`); with one
+   candidate run that is the prediction interval for a new run from the baseline's spread.
 4. Benjamini-Hochberg across identities, then `statistics.verdicts`, THE rule. Correctness
    and presence come first: wrong elements or failed rows in the candidate are FAILED, an
    identity the candidate lacks is MISSING.
@@ -74,9 +74,9 @@ class MetricComparison:
     change_pct: float | None = None  # geometric-mean ratio of run values, candidate/baseline - 1
     ci_low_pct: float | None = None  # interval at settings.confidence (a prediction interval
     ci_high_pct: float | None = None  # when the candidate is one run)
-    p_value: float | None = None  # two-sided, from the moderated t on run values
+    p_value: float | None = None  # two-sided, from the run values (statistics.tests)
     q_value: float | None = None  # Benjamini-Hochberg across the identities tested
-    run_sd_pct: float | None = None  # run-to-run spread used (moderated), percent
+    run_sd_pct: float | None = None  # run-to-run spread used (posterior), percent
     n_baseline: int = 0  # runs per side
     n_candidate: int = 0
     wrong: int = 0  # wrong elements in the candidate
@@ -259,7 +259,7 @@ def _judge_values(
         metric, unit = metrics[pair // len(units)], units[pair % len(units)]
         decl = _decl(decls, metric, unit)
         specs.append((decl, decl.unit or (unit or "")))
-    higher = np.array([d.direction == Direction.HIGHER for d, _ in specs], bool)[spec]
+    sign = np.array([d.direction.sign for d, _ in specs], float)[spec]
     directed = np.array([d.direction != Direction.NONE for d, _ in specs], bool)[spec]
     correct = np.array([d.name == "correct" for d, _ in specs], bool)[spec]
     thresholds = [settings.threshold_for(m) if m is not None else 0.0 for m in metrics]
@@ -268,15 +268,11 @@ def _judge_values(
     v = np_col(values["value"]).astype(float, copy=False)
     ok = np.isfinite(v) & (v > 0)
     n, mean, ss = st.moments(ident[ok], side[ok], np.log(v[ok]), nid)
-    df = np.maximum(n[:, 0] - 1, 0) + np.maximum(n[:, 1] - 1, 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        s2 = np.where(df > 0, ss.sum(axis=1) / df, np.nan)
-    s2_post, df_post = st.moderated_variance(s2, df, _families(codes, names))
-    diff, p, lo, hi = st.t_tests(n, mean, s2_post, df_post, settings.confidence)
-    p = np.where(directed, p, np.nan)
+    tests = st.tests(n, mean, ss, _families(codes, names), settings.confidence)
+    p = np.where(directed, tests.p, np.nan)
     q = st.bh_adjust(p)
-    change = np.expm1(diff) * 100
-    stat = st.verdicts(np.where(higher, change, -change), q, threshold, settings.fdr)
+    change = np.expm1(tests.diff) * 100
+    stat = st.verdicts(sign * change, q, threshold, settings.fdr)
 
     seg = ident * 2 + side
     runs = np.bincount(seg, minlength=2 * nid).reshape(nid, 2)
@@ -301,14 +297,14 @@ def _judge_values(
         codes=codes, names=names, size=values["size_bytes"].take(take).to_pylist(),
         world=values["world_size"].take(take).to_pylist(), spec=spec, specs=specs,
         threshold=threshold, runs=runs, run_values=(v[ok], seg[ok]), change=change,
-        lo=np.expm1(lo) * 100, hi=np.expm1(hi) * 100, p=p, q=q, sd=np.sqrt(s2_post) * 100,
+        lo=np.expm1(tests.lo) * 100, hi=np.expm1(tests.hi) * 100, p=p, q=q, sd=tests.sd * 100,
         wrong=wrong, verdict=verdict, why=why,
     )  # fmt: skip
 
 
 def _families(codes: dict[str, np.ndarray], names: dict[str, list]) -> np.ndarray:
     """Per identity its family (one variance prior per check and metric): 0..F-1 in the
-    order of "check\x1fmetric" (the labels `statistics.moderated_variance` always had)."""
+    order of "check\x1fmetric" (the labels `statistics.tests` always had)."""
     pair = codes["check"] * len(names["metric"]) + codes["metric"]
     pairs, inverse = np.unique(pair, return_inverse=True)
     labels = [

@@ -21,6 +21,11 @@ class Direction(StrEnum):
     LOWER = "lower"  # times and latencies
     NONE = "none"  # a finding or a count: judged by its status, never as a change
 
+    @property
+    def sign(self) -> int:
+        """+1 where higher is better, -1 where lower is, 0 with no direction."""
+        return {Direction.HIGHER: 1, Direction.LOWER: -1}.get(self, 0)
+
 
 @dataclass(frozen=True, kw_only=True)
 class MetricDecl:

@@ -6,24 +6,35 @@ random effect: placement, clocks, background load) and iterations scatter around
 So the evidence about a release is the spread of run values, never the iterations.
 
 - `moments`: per identity and side, the number of runs, the mean and the squared deviations.
-- `moderated_variance`: the pooled run-to-run variance of each identity, moderated towards
-  its family's typical variance (empirical Bayes, as limma does for genes): with 5 runs an
-  identity's own variance has 4 degrees of freedom, far too few to trust alone; hundreds of
-  identities of the same metric say what a typical one is, and how much they differ.
-- `t_tests`: difference of mean log values over its standard error
-  s * sqrt(1/m + 1/k). With one candidate run (k = 1) this is exactly the prediction
-  interval for one new run from the baseline's run-to-run spread.
+- `VariancePrior`: what run-to-run variances a family of identities (one check's busbw, say)
+  has, fitted to all of them as a grid of variances with weights (a nonparametric
+  empirical-Bayes prior, EM on the scaled chi-square likelihood). With 5 runs an identity's
+  own variance has 4 degrees of freedom, far too few to trust alone at the tail a gate over
+  hundreds of identities needs; its family says what variances are plausible. A grid, not a
+  parametric (inverse chi-square) prior, so a family whose spreads differ a lot still
+  bounds an identity's variance by what the family shows, instead of a heavy tail.
+- `tests`: per identity, the difference d of mean log values and its two-sided p from the
+  posterior predictive given the identity's own variance estimate (w_k its posterior
+  weights): p = 2 sum_k w_k Phi(-|d| / (sigma_k c)), c = sqrt(1/m + 1/k). With one
+  candidate run (k = 1) that is the prediction interval for one new run from the
+  baseline's run-to-run spread. Families too small for a prior fall back to Student's t on
+  the identity's own variance.
 - `verdicts`: THE verdict rule (see its docstring), after Benjamini-Hochberg across identities.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
 
 from fleetval.vocab import Verdict
 
-MAX_PRIOR_DF = 1e6  # "the family's variances are all alike": the prior is as good as known
+MIN_FAMILY = 20  # identities with a variance of their own before a family's prior is fitted
+GRID = 40  # variances in the prior's grid
+FIT_SAMPLE = 4000  # identities the prior is fitted on (a 1-D distribution: plenty)
+EM_STEPS = 500
 
 
 def moments(ident: np.ndarray, side: np.ndarray, x: np.ndarray, nid: int) -> tuple[np.ndarray, ...]:
@@ -37,84 +48,113 @@ def moments(ident: np.ndarray, side: np.ndarray, x: np.ndarray, nid: int) -> tup
     return n.reshape(nid, 2), mean.reshape(nid, 2), ss.reshape(nid, 2)
 
 
-def _trigamma_inverse(x: float) -> float:
-    """y with trigamma(y) = x (Newton's method from y = 0.5 + 1/x, as limma does)."""
-    if x > 1e7:
-        return 1 / np.sqrt(x)
-    if x < 1e-6:
-        return 1 / x
-    y = 0.5 + 1 / x
-    for _ in range(50):
-        tri = special.polygamma(1, y)
-        dif = tri * (1 - tri / x) / special.polygamma(2, y)
-        y += dif
-        if -dif / y < 1e-8:
-            break
-    return float(y)
+@dataclass(frozen=True)
+class VariancePrior:
+    """A family's run-to-run variances: `grid` (variances) with prior `weights`."""
+
+    grid: np.ndarray
+    weights: np.ndarray
+
+    @classmethod
+    def fit(cls, s2: np.ndarray, df: np.ndarray) -> VariancePrior | None:
+        """The grid prior maximising the marginal likelihood of the sample variances (EM).
+
+        None when fewer than MIN_FAMILY identities have a variance of their own.
+        """
+        ok = np.flatnonzero((df > 0) & np.isfinite(s2) & (s2 > 0))
+        if len(ok) < MIN_FAMILY:
+            return None
+        if len(ok) > FIT_SAMPLE:  # evenly spaced, so the fit is deterministic
+            ok = ok[np.linspace(0, len(ok) - 1, FIT_SAMPLE).astype(int)]
+        lo, hi = np.log(s2[ok].min()) - 1.0, np.log(s2[ok].max()) + 1.0
+        grid = np.exp(np.linspace(lo, hi, GRID))
+        lik = _likelihood(s2[ok], df[ok], grid)
+        w = np.full(GRID, 1 / GRID)
+        for _ in range(EM_STEPS):  # EM for mixture weights: w_k <- mean_i posterior_ik
+            step = w * (lik.T @ (1 / (lik @ w))) / len(ok)
+            done = np.abs(step - w).max() < 1e-7
+            w = step
+            if done:
+                break
+        keep = w > 1e-6 * w.max()  # the fit is sparse: a few atoms carry the weight
+        return cls(grid[keep], w[keep] / w[keep].sum())
+
+    def posterior(self, s2: np.ndarray, df: np.ndarray) -> np.ndarray:
+        """[n, len(grid)] posterior weights of each variance given an identity's own estimate
+        (the prior itself where it has none)."""
+        own = df > 0
+        s2 = np.where(own, np.maximum(np.nan_to_num(s2), self.grid[0] * 1e-6), self.grid[0])
+        lik = np.where(own[:, None], _likelihood(s2, np.where(own, df, 1.0), self.grid), 1.0)
+        post = lik * self.weights
+        return post / post.sum(axis=1, keepdims=True)
 
 
-def fit_prior(s2: np.ndarray, df: np.ndarray) -> tuple[float, float]:
-    """Prior variance s0^2 and its degrees of freedom d0 from sample variances (limma fitFDist).
-
-    log s^2 of a scaled chi-square has known mean and variance; the excess variance of the
-    observed log s^2 over that is the spread of the true variances: d0 = 2 trigamma^-1(excess).
-    No excess: the variances are alike and d0 is (practically) infinite.
-    """
-    ok = (df > 0) & (s2 > 0) & np.isfinite(s2)
-    if ok.sum() < 3:
-        return float("nan"), 0.0
-    d, z = df[ok], np.log(s2[ok])
-    e = z - special.digamma(d / 2) + np.log(d / 2)
-    emean = float(e.mean())
-    excess = float(((e - emean) ** 2).sum() / (len(e) - 1) - special.polygamma(1, d / 2).mean())
-    if excess <= 0:
-        return float(np.exp(emean)), MAX_PRIOR_DF
-    d0 = min(2 * _trigamma_inverse(excess), MAX_PRIOR_DF)
-    return float(np.exp(emean + special.digamma(d0 / 2) - np.log(d0 / 2))), d0
+def _likelihood(s2: np.ndarray, df: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """[n, K] likelihood of s2 ~ grid_k chi2_df / df, up to a factor per row."""
+    ll = -(df[:, None] / 2) * (np.log(grid)[None, :] + s2[:, None] / grid[None, :])
+    return np.exp(ll - ll.max(axis=1, keepdims=True))
 
 
-def moderated_variance(
-    s2: np.ndarray, df: np.ndarray, family: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior variance (d0 s0^2 + d s^2) / (d0 + d) and its degrees of freedom d0 + d,
-    with the prior fitted per family (e.g. one check's busbw). Identities with no degrees
-    of freedom of their own get the prior alone; with no prior either, NaN and 0."""
-    post, post_df = np.full(len(s2), np.nan), df.astype(float).copy()
-    s2 = np.where(df > 0, s2, 0.0)
+@dataclass(frozen=True)
+class Tests:
+    """Per identity: change (candidate - baseline mean log value), its two-sided p, the
+    interval at `confidence`, and the run-to-run sd used."""
+
+    diff: np.ndarray
+    p: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    sd: np.ndarray
+
+
+def tests(
+    n: np.ndarray, mean: np.ndarray, ss: np.ndarray, family: np.ndarray, confidence: float
+) -> Tests:
+    """The tests for every identity (see the module's docstring); NaN where a side has no
+    run or no variance is known (nothing to test with)."""
+    df = np.maximum(n[:, 0] - 1, 0) + np.maximum(n[:, 1] - 1, 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s2 = np.where(df > 0, ss.sum(axis=1) / df, np.nan)
+        c = np.sqrt(1 / n[:, 0] + 1 / n[:, 1])
+    diff = mean[:, 1] - mean[:, 0]
+    p, half, sd = np.full(len(diff), np.nan), np.full(len(diff), np.nan), np.sqrt(s2)
+    testable = (n[:, 0] > 0) & (n[:, 1] > 0)
     for f in np.unique(family):
         sel = family == f
-        s0, d0 = fit_prior(s2[sel], df[sel])
-        if d0 == 0:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                post[sel] = np.where(df[sel] > 0, s2[sel], np.nan)
+        prior = VariancePrior.fit(s2[sel], df[sel])
+        idx = np.flatnonzero(sel & testable)
+        if prior is None:
+            idx = idx[df[idx] > 0]
+            p[idx], half[idx] = _student(diff[idx], s2[idx] * c[idx] ** 2, df[idx], confidence)
             continue
-        post[sel] = (d0 * s0 + df[sel] * s2[sel]) / (d0 + df[sel])
-        post_df[sel] = d0 + df[sel]
-    return post, post_df
+        w = prior.posterior(s2[idx], df[idx])
+        scale = np.sqrt(prior.grid)[None, :] * c[idx, None]
+        p[idx] = 2 * (w * special.ndtr(-np.abs(diff[idx, None]) / scale)).sum(axis=1)
+        half[idx] = _mixture_quantile(w, scale, 0.5 + confidence / 2)
+        sd[idx] = np.sqrt((w * prior.grid).sum(axis=1))
+    return Tests(diff, p, diff - half, diff + half, sd)
 
 
-def t_tests(
-    n: np.ndarray, mean: np.ndarray, s2: np.ndarray, df: np.ndarray, confidence: float
-) -> tuple[np.ndarray, ...]:
-    """Per identity: difference of means (candidate - baseline), two-sided p and its interval.
-
-    NaN where a side has no run or no variance is known (nothing to test with).
-    """
-    diff = mean[:, 1] - mean[:, 0]
+def _student(
+    diff: np.ndarray, var: np.ndarray, df: np.ndarray, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two-sided p and the interval's half width from the identity's own variance only."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        se = np.sqrt(s2 * (1 / n[:, 0] + 1 / n[:, 1]))
-        testable = (n[:, 0] > 0) & (n[:, 1] > 0) & (df > 0) & np.isfinite(se)
-        dfs = np.where(testable, df, 1.0)
-        t = np.where(se > 0, diff / se, np.where(diff == 0, 0.0, np.inf * np.sign(diff)))
-        p = 2 * special.stdtr(dfs, -np.abs(t))
-        half = special.stdtrit(dfs, 0.5 + confidence / 2) * se
-    nan = np.full(len(diff), np.nan)
-    return (
-        diff,
-        np.where(testable, p, nan),
-        np.where(testable, diff - half, nan),
-        np.where(testable, diff + half, nan),
-    )
+        se = np.sqrt(var)
+        t = np.where(se > 0, diff / se, np.where(diff == 0, 0.0, np.inf))
+    return 2 * special.stdtr(df, -np.abs(t)), special.stdtrit(df, 0.5 + confidence / 2) * se
+
+
+def _mixture_quantile(w: np.ndarray, scale: np.ndarray, level: float) -> np.ndarray:
+    """x with sum_k w_k Phi(x / scale_k) = level, per row: Newton's method from the normal
+    with the mixture's variance (the CDF is smooth and increasing; a few steps suffice)."""
+    x = special.ndtri(level) * np.sqrt((w * scale**2).sum(axis=1))
+    for _ in range(6):
+        u = x[:, None] / scale
+        cdf = (w * special.ndtr(u)).sum(axis=1)
+        pdf = (w * np.exp(-u * u / 2) / scale).sum(axis=1) / np.sqrt(2 * np.pi)
+        x = np.maximum(x - (cdf - level) / pdf, x / 2)
+    return x
 
 
 def bh_adjust(p: np.ndarray) -> np.ndarray:

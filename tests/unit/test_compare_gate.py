@@ -61,13 +61,66 @@ def test_bh_matches_scipy() -> None:
     assert np.allclose(q[ok], false_discovery_control(p[ok])) and np.isnan(q[~ok]).all()
 
 
-def test_prior_is_practically_known_when_the_family_shares_one_spread() -> None:
+def _null_family(rng: np.random.Generator, sd: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+    """moments() of log run values: 5 baseline and k candidate runs per identity, no change."""
+    x0 = rng.standard_normal((len(sd), 5)) * sd[:, None]
+    x1 = rng.standard_normal((len(sd), k)) * sd[:, None]
+    n = np.c_[np.full(len(sd), 5.0), np.full(len(sd), float(k))]
+    mean = np.c_[x0.mean(1), x1.mean(1)]
+    ss = np.c_[((x0 - mean[:, :1]) ** 2).sum(1), ((x1 - mean[:, 1:]) ** 2).sum(1)]
+    return n, mean, ss
+
+
+def test_prior_finds_the_one_spread_a_family_shares() -> None:
     rng = np.random.default_rng(0)
     s2 = 0.02**2 * rng.chisquare(4, 500) / 4
-    s0, d0 = st.fit_prior(s2, np.full(500, 4.0))
-    assert d0 > 50 and s0 == pytest.approx(0.02**2, rel=0.1)
-    spread = (0.005 + 0.035 * rng.random(500)) ** 2 * rng.chisquare(4, 500) / 4
-    assert st.fit_prior(spread, np.full(500, 4.0))[1] < 20  # unlike spreads: a weak prior
+    prior = st.VariancePrior.fit(s2, np.full(500, 4.0))
+    assert prior is not None
+    mean_var = float((prior.weights * prior.grid).sum())
+    assert mean_var == pytest.approx(0.02**2, rel=0.15)
+    assert prior.weights[np.abs(np.log(prior.grid / 0.02**2)) < 0.5].sum() > 0.8
+
+
+def test_prior_bounds_a_noisy_variance_by_what_the_family_shows() -> None:
+    """Spreads 1..4%: an identity whose 4-df estimate says 7% is judged near 4%, not 7%."""
+    rng = np.random.default_rng(1)
+    sd = rng.uniform(0.01, 0.04, 500)
+    s2 = sd**2 * rng.chisquare(4, 500) / 4
+    prior = st.VariancePrior.fit(s2, np.full(500, 4.0))
+    assert prior is not None
+    post = prior.posterior(np.array([0.07**2]), np.array([4.0]))
+    assert 0.03 < np.sqrt((post * prior.grid).sum()) < 0.05
+
+
+@pytest.mark.parametrize("spread", ["alike", "unlike"])
+@pytest.mark.parametrize("k", [1, 5])
+def test_p_values_are_uniform_on_clean_data(spread: str, k: int) -> None:
+    """The gate's false alarms rest on this: P(p <= a) ~ a on clean data, tail included;
+    and the 95% interval covers no change 95% of the time."""
+    rng = np.random.default_rng(k)
+    ps, covered = [], []
+    for _ in range(60):
+        sd = np.full(300, 0.02) if spread == "alike" else rng.uniform(0.01, 0.04, 300)
+        n, mean, ss = _null_family(rng, sd, k)
+        t = st.tests(n, mean, ss, np.zeros(300, int), 0.95)
+        ps.append(t.p)
+        covered.append((t.lo <= 0) & (t.hi >= 0))
+    p = np.concatenate(ps)
+    for a in (0.1, 0.01, 0.001):
+        assert np.mean(p <= a) == pytest.approx(a, rel=0.35)
+    assert np.mean(np.concatenate(covered)) == pytest.approx(0.95, abs=0.01)
+
+
+def test_a_small_family_falls_back_to_students_t() -> None:
+    from scipy.stats import ttest_ind
+
+    rng = np.random.default_rng(2)
+    x0, x1 = rng.normal(0, 0.02, (3, 5)), rng.normal(0.03, 0.02, (3, 5))
+    n = np.full((3, 2), 5.0)
+    mean = np.c_[x0.mean(1), x1.mean(1)]
+    ss = np.c_[((x0 - mean[:, :1]) ** 2).sum(1), ((x1 - mean[:, 1:]) ** 2).sum(1)]
+    t = st.tests(n, mean, ss, np.zeros(3, int), 0.95)
+    assert np.allclose(t.p, ttest_ind(x1, x0, axis=1).pvalue)
 
 
 @pytest.mark.parametrize("cands", [1, 5])
