@@ -21,8 +21,10 @@ outliers, and candidate runs whose own status is not `pass`; with `strict`, also
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from functools import cached_property
+from typing import Literal, overload
 
 import numpy as np
 import pyarrow as pa
@@ -36,10 +38,12 @@ from fleetval.outliers import Outlier, late_ranks, slow_devices
 from fleetval.reduction import (
     DICT_COLS,
     ID_COLS,
-    READ_COLS,
     Identity,
+    arrow,
+    dict_codes,
     group_rows,
     human_bytes,
+    np_col,
     run_values,
     segment_median,
 )
@@ -101,21 +105,29 @@ class Comparison:
     candidate_runs: tuple[str, ...]
     per: Per
     settings: CompareSettings
-    results: tuple[MetricComparison, ...]
+    results: Sequence[MetricComparison]  # `Results` from compare_runs: made as they are read
     env_diff: tuple[EnvChange, ...] = ()
     outliers: tuple[Outlier, ...] = ()
     notes: tuple[str, ...] = ()
     failed_candidates: tuple[str, ...] = ()  # candidate runs that neither passed nor warned
 
     def counts(self) -> dict[Verdict, int]:
+        if isinstance(self.results, Results):
+            return self.results.counts()
         out = dict.fromkeys(Verdict, 0)
         for r in self.results:
             out[r.verdict] += 1
         return out
 
+    def having(self, *verdicts: Verdict) -> tuple[MetricComparison, ...]:
+        """The results with one of these verdicts, in order."""
+        if isinstance(self.results, Results):
+            return self.results.having(*verdicts)
+        return tuple(r for r in self.results if r.verdict in verdicts)
+
     @property
     def regressions(self) -> tuple[MetricComparison, ...]:
-        return tuple(r for r in self.results if r.verdict in (Verdict.REGRESSION, Verdict.FAILED))
+        return self.having(Verdict.REGRESSION, Verdict.FAILED)
 
     def gate_reasons(self, strict: bool = False) -> list[str]:
         """Why the gate fails (empty: it passes)."""
@@ -172,19 +184,44 @@ def _models(store: Store, runs: list[str]) -> pa.Table:
 
 
 def _sku_of(models: pa.Table, run_id: str) -> dict[str, str]:
-    return {
-        r["node"]: r["gpu_model"] or "unknown" for r in models.to_pylist() if r["run_id"] == run_id
-    }
+    mine = models.filter(pc.is_in(models["run_id"], value_set=arrow([run_id])))
+    return {r["node"]: r["gpu_model"] or "unknown" for r in mine.to_pylist()}
 
 
 # -- the statistics per identity ---------------------------------------------------------------
 
 
+# -- the statistics per identity ---------------------------------------------------------------
+
+_VERDICTS = list(Verdict)  # verdict code -> Verdict
+_CODE = {v: i for i, v in enumerate(_VERDICTS)}
+_VERDICT_ORDER = {v: i for i, v in enumerate(
+    [Verdict.FAILED, Verdict.REGRESSION, Verdict.MISSING, Verdict.NOISY, Verdict.NEW,
+     Verdict.IMPROVEMENT, Verdict.UNCHANGED]
+)}  # fmt: skip
+# Why an identity has its verdict (which reason it gets), in the order the rule asks:
+# correctness first (absolute), then presence, then the statistics.
+_FAILED, _MISSING, _NEW, _CORRECT, _UNDIRECTED, _UNUSABLE, _ONE_RUN, _TESTED = range(8)
+_RULED = {_FAILED: Verdict.FAILED, _MISSING: Verdict.MISSING, _NEW: Verdict.NEW,
+          _CORRECT: Verdict.UNCHANGED, _UNDIRECTED: Verdict.UNCHANGED,
+          _UNUSABLE: Verdict.NOISY}  # fmt: skip
+_STRING_IDS = ("check", "collective", "op", "dtype", "metric", "group")
+
+
 @dataclass
 class _Judged:
-    keys: list[dict]
+    """Per identity (arrays of length I, identities in group order): what it is, the
+    statistics, and the verdict of THE rule with why."""
+
+    codes: dict[str, np.ndarray]  # string identity column (and unit) -> index into names[col]
+    names: dict[str, list]  # the column's values, then None (for nulls)
+    size: list[int | None]
+    world: list[int]
+    spec: np.ndarray  # index into specs
+    specs: list[tuple[MetricDecl, str]]  # (declaration, unit shown) per (metric, unit) seen
+    threshold: np.ndarray
     runs: np.ndarray  # [I, 2] runs present per side
-    med: np.ndarray  # [I, 2]
+    run_values: tuple[np.ndarray, np.ndarray]  # usable run values, and their identity x 2 + side
     change: np.ndarray  # percent
     lo: np.ndarray
     hi: np.ndarray
@@ -192,47 +229,250 @@ class _Judged:
     q: np.ndarray
     sd: np.ndarray  # run-to-run sd, percent
     wrong: np.ndarray
-    failed: np.ndarray
+    verdict: np.ndarray  # index into _VERDICTS
+    why: np.ndarray  # _FAILED .. _TESTED
+
+    @cached_property
+    def med(self) -> np.ndarray:
+        """[I, 2] median run value per side: shown, never judged, so made when first read."""
+        med, _ = segment_median(*self.run_values, 2 * len(self.runs))
+        return med.reshape(-1, 2)
 
 
 def _judge_values(
     values: pa.Table, candidates: list[str], settings: CompareSettings, decls: dict[str, MetricDecl]
 ) -> _Judged:
-    side = (
-        pc.is_in(values["run_id"], value_set=pa.array(candidates, pa.string()))
-        .to_numpy(zero_copy_only=False)
-        .astype(np.int64)
-    )
+    in_cand = pc.is_in(values["run_id"], value_set=arrow(candidates, pa.string()))
+    side = np_col(in_cand).astype(np.int64)
     ident, first = group_rows(values, ID_COLS)
     nid = len(first)
-    keys = values.select([*ID_COLS, "unit"]).take(pa.array(first)).to_pylist()
-    v = values["value"].to_numpy(zero_copy_only=False).astype(float)
+    codes, names = {}, {}
+    for col in (*_STRING_IDS, "unit"):
+        col_codes, col_names = dict_codes(values[col])  # null: -1, here None after the names
+        codes[col] = np.where(col_codes < 0, len(col_names), col_codes)[first]
+        names[col] = [*col_names, None]
+    metrics, units = names["metric"], names["unit"]
+    # a declaration per (metric, unit): an undeclared metric's direction comes from its unit
+    pairs, spec = np.unique(codes["metric"] * len(units) + codes["unit"], return_inverse=True)
+    specs = []
+    for pair in pairs.tolist():
+        metric, unit = metrics[pair // len(units)], units[pair % len(units)]
+        decl = _decl(decls, metric, unit)
+        specs.append((decl, decl.unit or (unit or "")))
+    sign = np.array([d.direction.sign for d, _ in specs], float)[spec]
+    directed = np.array([d.direction != Direction.NONE for d, _ in specs], bool)[spec]
+    correct = np.array([d.name == "correct" for d, _ in specs], bool)[spec]
+    thresholds = [settings.threshold_for(m) if m is not None else 0.0 for m in metrics]
+    threshold = np.array(thresholds, dtype=float)[codes["metric"]]
+
+    v = np_col(values["value"]).astype(float, copy=False)
     ok = np.isfinite(v) & (v > 0)
     n, mean, ss = st.moments(ident[ok], side[ok], np.log(v[ok]), nid)
-    fam_names = [f"{k['check']}\x1f{k['metric']}" for k in keys]
-    _, family = np.unique(fam_names, return_inverse=True)
-    tests = st.tests(n, mean, ss, family, settings.confidence)
-    directed = np.array(
-        [_decl(decls, k["metric"], k["unit"]).direction != Direction.NONE for k in keys], bool
-    )
+    tests = st.tests(n, mean, ss, _families(codes, names), settings.confidence)
     p = np.where(directed, tests.p, np.nan)
-    med, _ = segment_median(v[ok], (ident * 2 + side)[ok], 2 * nid)
+    q = st.bh_adjust(p)
+    change = np.expm1(tests.diff) * 100
+    stat = st.verdicts(sign * change, q, threshold, settings.fdr)
+
     seg = ident * 2 + side
-    fail = values["failed"].to_numpy(zero_copy_only=False).astype(float)
-    wrong = values["wrong"].to_numpy(zero_copy_only=False).astype(float)
+    runs = np.bincount(seg, minlength=2 * nid).reshape(nid, 2)
     cand = side == 1
+
+    def candidate_sum(col: str) -> np.ndarray:
+        x = np.nan_to_num(np_col(values[col]).astype(float)[cand])
+        return np.bincount(ident[cand], weights=x, minlength=nid)
+
+    wrong = candidate_sum("wrong")
+    why = np.select(
+        [candidate_sum("failed") > 0, runs[:, 1] == 0, runs[:, 0] == 0, correct, ~directed,
+         ~np.isfinite(change), ~np.isfinite(p)],
+        [_FAILED, _MISSING, _NEW, _CORRECT, _UNDIRECTED, _UNUSABLE, _ONE_RUN],
+        _TESTED,
+    )  # fmt: skip
+    verdict = np.array([_CODE[Verdict(x)] for x in stat.tolist()], np.int64)
+    for w, ruled in _RULED.items():
+        verdict[why == w] = _CODE[ruled]
+    take = arrow(first)
     return _Judged(
-        keys=keys,
-        runs=np.bincount(seg, minlength=2 * nid).reshape(nid, 2),
-        med=med.reshape(nid, 2),
-        change=np.expm1(tests.diff) * 100,
-        lo=np.expm1(tests.lo) * 100,
-        hi=np.expm1(tests.hi) * 100,
-        p=p,
-        q=st.bh_adjust(p),
-        sd=tests.sd * 100,
-        wrong=np.bincount(ident[cand], weights=np.nan_to_num(wrong[cand]), minlength=nid),
-        failed=np.bincount(ident[cand], weights=np.nan_to_num(fail[cand]), minlength=nid) > 0,
+        codes=codes, names=names, size=values["size_bytes"].take(take).to_pylist(),
+        world=values["world_size"].take(take).to_pylist(), spec=spec, specs=specs,
+        threshold=threshold, runs=runs, run_values=(v[ok], seg[ok]), change=change,
+        lo=np.expm1(tests.lo) * 100, hi=np.expm1(tests.hi) * 100, p=p, q=q, sd=tests.sd * 100,
+        wrong=wrong, verdict=verdict, why=why,
+    )  # fmt: skip
+
+
+def _families(codes: dict[str, np.ndarray], names: dict[str, list]) -> np.ndarray:
+    """Per identity its family (one variance prior per check and metric): 0..F-1 in the
+    order of "check\x1fmetric" (the labels `statistics.tests` always had)."""
+    pair = codes["check"] * len(names["metric"]) + codes["metric"]
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    labels = [
+        f"{names['check'][p // len(names['metric'])]}\x1f{names['metric'][p % len(names['metric'])]}"
+        for p in pairs.tolist()
+    ]
+    _, label_rank = np.unique(labels, return_inverse=True)
+    return label_rank[inverse]
+
+
+def _display_order(j: _Judged) -> np.ndarray:
+    """Identities by verdict (worst first), then check, collective, op, dtype, world size,
+    group, size and metric."""
+
+    def rank(col: str) -> np.ndarray:  # strings ordered as Python orders them; None as ""
+        _, r = np.unique(np.array([x or "" for x in j.names[col]], dtype=str), return_inverse=True)
+        return r[j.codes[col]]
+
+    by_verdict = np.array([_VERDICT_ORDER[v] for v in _VERDICTS])[j.verdict]
+    world = np.array([w if w is not None else -1 for w in j.world], np.int64)
+    size = np.array([s or 0 for s in j.size], np.int64)
+    keys = (by_verdict, rank("check"), rank("collective"), rank("op"), rank("dtype"), world,
+            rank("group"), size, rank("metric"))  # fmt: skip
+    return np.lexsort(keys[::-1])
+
+
+def _none_if_not_finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None  # NaN and inf are not JSON
+
+
+class Results(Sequence[MetricComparison]):
+    """A comparison's per-identity verdicts, in display order (worst verdict first).
+
+    Held as arrays: a `MetricComparison` (with its reason) is made when it is first read,
+    so judging 30,000 identities makes Python objects only for those someone looks at.
+    `counts` and `having` answer without making the others. Compares equal to any sequence
+    of the same MetricComparisons (a tuple of them, as before).
+    """
+
+    def __init__(self, judged: _Judged) -> None:
+        self._j = judged
+        self._order = _display_order(judged)
+        self._made: list[MetricComparison | None] = [None] * len(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    @overload
+    def __getitem__(self, k: int) -> MetricComparison: ...
+    @overload
+    def __getitem__(self, k: slice) -> tuple[MetricComparison, ...]: ...
+    def __getitem__(self, k: int | slice) -> MetricComparison | tuple[MetricComparison, ...]:
+        if isinstance(k, slice):
+            return tuple(self._item(i) for i in range(*k.indices(len(self))))
+        return self._item(range(len(self))[k])
+
+    def __iter__(self) -> Iterator[MetricComparison]:
+        return (self._item(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or len(other) != len(self):
+            return False
+        return all(a == b for a, b in zip(self, other, strict=True))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{n} {v.value}" for v, n in self.counts().items() if n)
+        return f"Results({len(self)}: {counts})"
+
+    def verdicts(self) -> list[Verdict]:
+        """Each result's verdict, in order, without making the results."""
+        return [_VERDICTS[c] for c in self._j.verdict[self._order].tolist()]
+
+    def counts(self) -> dict[Verdict, int]:
+        n = np.bincount(self._j.verdict, minlength=len(_VERDICTS)).tolist()
+        return {v: n[_CODE[v]] for v in Verdict}
+
+    def having(self, *verdicts: Verdict) -> tuple[MetricComparison, ...]:
+        """The results with one of these verdicts, in order (only those are made)."""
+        wanted = np.isin(self._j.verdict[self._order], [_CODE[v] for v in verdicts])
+        return tuple(self._item(i) for i in np.flatnonzero(wanted).tolist())
+
+    def _item(self, k: int) -> MetricComparison:
+        made = self._made[k]
+        if made is None:
+            made = self._made[k] = self._make(int(self._order[k]))
+        return made
+
+    @cached_property
+    def _py(self) -> dict[str, list]:
+        """The judged arrays as Python lists (indexing those is what making a result costs)."""
+        j = self._j
+        arrays = {
+            "baseline_median": j.med[:, 0], "candidate_median": j.med[:, 1],
+            "change_pct": j.change, "ci_low_pct": j.lo, "ci_high_pct": j.hi, "p_value": j.p,
+            "q_value": j.q, "run_sd_pct": j.sd, "threshold": j.threshold, "wrong": j.wrong,
+            "n_baseline": j.runs[:, 0], "n_candidate": j.runs[:, 1], "verdict": j.verdict,
+            "why": j.why, "spec": j.spec, **{c: j.codes[c] for c in _STRING_IDS},
+        }  # fmt: skip
+        return {name: arr.tolist() for name, arr in arrays.items()}
+
+    def _make(self, i: int) -> MetricComparison:
+        j, py = self._j, self._py
+        names, (decl, unit) = j.names, j.specs[py["spec"][i]]
+        num = [_none_if_not_finite(py[name][i]) for name in _SHOWN]
+        return MetricComparison(
+            identity=Identity(
+                check=names["check"][py["check"][i]],
+                collective=names["collective"][py["collective"][i]],
+                op=names["op"][py["op"][i]],
+                dtype=names["dtype"][py["dtype"][i]],
+                size_bytes=j.size[i],
+                world_size=j.world[i],
+                metric=names["metric"][py["metric"][i]],
+                group=names["group"][py["group"][i]],
+            ),
+            verdict=_VERDICTS[py["verdict"][i]],
+            direction=decl.direction,
+            unit=unit,
+            threshold_pct=py["threshold"][i],
+            baseline_median=num[0],
+            candidate_median=num[1],
+            change_pct=num[2],
+            ci_low_pct=num[3],
+            ci_high_pct=num[4],
+            p_value=num[5],
+            q_value=num[6],
+            run_sd_pct=num[7],
+            n_baseline=py["n_baseline"][i],
+            n_candidate=py["n_candidate"][i],
+            wrong=int(py["wrong"][i]),
+            reason=_reason(py, i),
+        )
+
+
+_SHOWN = ("baseline_median", "candidate_median", "change_pct", "ci_low_pct", "ci_high_pct",
+          "p_value", "q_value", "run_sd_pct")  # fmt: skip
+
+
+def _reason(py: dict[str, list], i: int) -> str:
+    why, t, wrong = py["why"][i], py["threshold"][i], py["wrong"][i]
+    if why == _FAILED:
+        what = f"{int(wrong)} wrong elements" if wrong else "a failed row"
+        return f"correctness: {what} in the candidate (absolute, whatever the baseline)"
+    if why == _MISSING:
+        return "measured in the baseline, not in the candidate"
+    if why == _NEW:
+        return "measured in the candidate, not in the baseline"
+    if why == _CORRECT:
+        return "correct on both sides"
+    if why == _UNDIRECTED:
+        return "no direction declared for this metric: judged by status only"
+    if why == _UNUSABLE:
+        return "no usable value on one side"
+    nb, nc = py["n_baseline"][i], py["n_candidate"][i]
+    change = f"{py['change_pct'][i]:+.2f}%"
+    if why == _ONE_RUN:
+        return (
+            f"{change}; one run per side: the run-to-run spread is unknown, so no change is "
+            f"supported (threshold {t:g}%); a baseline of 5+ runs gives verdicts"
+        )
+    kind = "prediction interval for one run" if nc == 1 else "interval"
+    lo, hi, sd, q = (py[name][i] for name in ("ci_low_pct", "ci_high_pct", "run_sd_pct", "q_value"))
+    return (
+        f"{change} {kind} [{lo:+.2f}, {hi:+.2f}], run sd {sd:.2g}%, "
+        f"q={q:.2g} ({nb}+{nc} runs), threshold {t:g}%"
     )
 
 
@@ -241,86 +481,10 @@ def judge(
     candidates: list[str],
     settings: CompareSettings,
     decls: dict[str, MetricDecl],
-) -> list[MetricComparison]:
-    """Verdicts from run values (`reduction.run_values`' table): the statistics alone, no
-    store; `compare_runs` reads the store and calls this."""
-    return _results(_judge_values(values, candidates, settings, decls), settings, decls)
-
-
-def _results(
-    j: _Judged, settings: CompareSettings, decls: dict[str, MetricDecl]
-) -> list[MetricComparison]:
-    specs = [_decl(decls, k["metric"], k["unit"]) for k in j.keys]
-    sign = np.array([s.direction.sign for s in specs], float)
-    t = np.array([settings.threshold_for(k["metric"]) for k in j.keys], dtype=float)
-    stat = st.verdicts(sign * j.change, j.q, t, settings.fdr)
-    cols = {name: _nums(arr) for name, arr in (
-        ("bm", j.med[:, 0]), ("cm", j.med[:, 1]), ("ch", j.change), ("lo", j.lo), ("hi", j.hi),
-        ("p", j.p), ("q", j.q), ("sd", j.sd))}  # fmt: skip
-    out = []
-    for i, k in enumerate(j.keys):
-        verdict, reason = _one_verdict(i, j, specs[i], Verdict(stat[i]), t[i])
-        out.append(
-            MetricComparison(
-                identity=Identity(**{c: k[c] for c in ID_COLS}),
-                verdict=verdict,
-                direction=specs[i].direction,
-                unit=specs[i].unit or (k["unit"] or ""),
-                threshold_pct=float(t[i]),
-                baseline_median=cols["bm"][i],
-                candidate_median=cols["cm"][i],
-                change_pct=cols["ch"][i],
-                ci_low_pct=cols["lo"][i],
-                ci_high_pct=cols["hi"][i],
-                p_value=cols["p"][i],
-                q_value=cols["q"][i],
-                run_sd_pct=cols["sd"][i],
-                n_baseline=int(j.runs[i, 0]),
-                n_candidate=int(j.runs[i, 1]),
-                wrong=int(j.wrong[i]),
-                reason=reason,
-            )
-        )
-    return out
-
-
-def _nums(x: np.ndarray) -> list[float | None]:
-    """Floats as Python numbers, None where not finite (NaN and inf are not JSON)."""
-    return [v if math.isfinite(v) else None for v in np.asarray(x, dtype=float).tolist()]
-
-
-def _one_verdict(
-    i: int, j: _Judged, spec: MetricDecl, stat: Verdict, t: float
-) -> tuple[Verdict, str]:
-    """Correctness first (absolute), then presence, then the statistics."""
-    if j.failed[i]:
-        what = f"{int(j.wrong[i])} wrong elements" if j.wrong[i] else "a failed row"
-        return (
-            Verdict.FAILED,
-            f"correctness: {what} in the candidate (absolute, whatever the baseline)",
-        )
-    if not j.runs[i, 1]:
-        return Verdict.MISSING, "measured in the baseline, not in the candidate"
-    if not j.runs[i, 0]:
-        return Verdict.NEW, "measured in the candidate, not in the baseline"
-    if spec.name == "correct":
-        return Verdict.UNCHANGED, "correct on both sides"
-    if spec.direction == Direction.NONE:
-        return Verdict.UNCHANGED, "no direction declared for this metric: judged by status only"
-    if not np.isfinite(j.change[i]):
-        return Verdict.NOISY, "no usable value on one side"
-    nb, nc = int(j.runs[i, 0]), int(j.runs[i, 1])
-    change = f"{j.change[i]:+.2f}%"
-    if not np.isfinite(j.p[i]):
-        return stat, (
-            f"{change}; one run per side: the run-to-run spread is unknown, so no change is "
-            f"supported (threshold {t:g}%); a baseline of 5+ runs gives verdicts"
-        )
-    kind = "prediction interval for one run" if nc == 1 else "interval"
-    return stat, (
-        f"{change} {kind} [{j.lo[i]:+.2f}, {j.hi[i]:+.2f}], run sd {j.sd[i]:.2g}%, "
-        f"q={j.q[i]:.2g} ({nb}+{nc} runs), threshold {t:g}%"
-    )
+) -> Results:
+    """Verdicts from run values (`reduction.run_values`' table), in display order: the
+    statistics alone, no store; `compare_runs` reads the store and calls this."""
+    return Results(_judge_values(values, candidates, settings, decls))
 
 
 # -- environment diff and outliers -----------------------------------------------------------
@@ -337,7 +501,7 @@ def environment_diff(
     nodes = store.nodes(baseline_runs + candidate_runs) if nodes is None else nodes
 
     def values(runs: list[str]) -> dict[str, tuple[str, ...]]:
-        t = nodes.filter(pc.is_in(nodes["run_id"], value_set=pa.array(runs, pa.string())))
+        t = nodes.filter(pc.is_in(nodes["run_id"], value_set=arrow(runs, pa.string())))
         return {c: tuple(sorted({str(v) for v in t[c].to_pylist() if v})) for c in ENV_DIFF_COLUMNS}
 
     b, c = values(baseline_runs), values(candidate_runs)
@@ -346,9 +510,9 @@ def environment_diff(
     )
 
 
-def _read_run(store: Store, run_id: str) -> pa.Table:
-    table = store.results([run_id], columns=READ_COLS, dictionary=DICT_COLS)
-    return table.unify_dictionaries().combine_chunks()
+# what `slow_devices` reads of a run's rows: the per-device measurements, not the samples
+_DEVICE_COLS = ["check", "metric", "unit", "value", "dtype", "size_bytes", "world_size", "rank",
+                "node", "device_id"]  # fmt: skip
 
 
 def run_outliers(
@@ -358,14 +522,18 @@ def run_outliers(
     decls: dict[str, MetricDecl],
     models: pa.Table,
 ) -> list[Outlier]:
-    """Late ranks and slow devices of one run (reads that run's rows)."""
-    table = _read_run(store, record.run_id)
-    if not len(table):
-        return []
+    """Late ranks and slow devices of one run: its ranks' stored lateness, and its rows that
+    carry a metric (the per-device measurements); never its per-iteration samples."""
     sku_of = _sku_of(models, record.run_id)
-    return late_ranks(record.run_id, table, sku_of, settings) + slow_devices(
-        record.run_id, table, sku_of, decls, settings
+    late = late_ranks(record.run_id, store.lateness(record.run_id), sku_of, settings)
+    rows = store.results(
+        [record.run_id],
+        columns=_DEVICE_COLS,
+        dictionary=tuple(c for c in DICT_COLS if c in _DEVICE_COLS),
+        having="metric",
     )
+    rows = rows.unify_dictionaries().combine_chunks()
+    return late + slow_devices(record.run_id, rows, sku_of, decls, settings)
 
 
 def fleet_outliers(
@@ -420,7 +588,8 @@ def compare_runs(
     _require_rows(values, base_runs, candidates)
     decls = declarations([records[r] for r in all_runs])
     results = judge(values, candidates, settings, decls)
-    if not any(r.verdict not in (Verdict.NEW, Verdict.MISSING) for r in results):
+    counts = results.counts()
+    if not sum(n for v, n in counts.items() if v not in (Verdict.NEW, Verdict.MISSING)):
         raise CompareError(_nothing_in_common(results, per))
     outliers = [
         o for c in candidates for o in run_outliers(store, records[c], settings, decls, models)
@@ -435,7 +604,7 @@ def compare_runs(
         candidate_runs=tuple(candidates),
         per=per,
         settings=settings,
-        results=tuple(sorted(results, key=_sort_key)),
+        results=results,
         env_diff=environment_diff(store, base_runs, candidates, nodes=nodes),
         outliers=tuple(outliers),
         notes=tuple(notes),
@@ -456,18 +625,6 @@ def _side_notes(nb: int, nc: int) -> list[str]:
     return []
 
 
-_VERDICT_ORDER = {v: i for i, v in enumerate(
-    [Verdict.FAILED, Verdict.REGRESSION, Verdict.MISSING, Verdict.NOISY, Verdict.NEW,
-     Verdict.IMPROVEMENT, Verdict.UNCHANGED]
-)}  # fmt: skip
-
-
-def _sort_key(r: MetricComparison) -> tuple:
-    i = r.identity
-    return (_VERDICT_ORDER[r.verdict], i.check, i.collective or "", i.op or "", i.dtype or "",
-            i.world_size, i.group, i.size_bytes or 0, i.metric)  # fmt: skip
-
-
 def _require_rows(values: pa.Table, base: list[str], cand: list[str]) -> None:
     present = set(pc.unique(values["run_id"]).to_pylist())
     for which, runs in (("baseline", base), ("candidate", cand)):
@@ -477,7 +634,7 @@ def _require_rows(values: pa.Table, base: list[str], cand: list[str]) -> None:
             )
 
 
-def _nothing_in_common(results: list[MetricComparison], per: Per) -> str:
+def _nothing_in_common(results: Sequence[MetricComparison], per: Per) -> str:
     """Explain why no identity is on both sides: which dimension differs."""
     lines = ["no measurement is in both the baseline and the candidate; they differ in:"]
     for col in ID_COLS:
@@ -500,6 +657,7 @@ __all__ = [
     "Identity",
     "MetricComparison",
     "Outlier",
+    "Results",
     "compare_runs",
     "declarations",
     "environment_diff",

@@ -76,7 +76,7 @@ def to_rich(
     ]
     if c.env_diff:
         parts.append(Text("environment changed: " + "; ".join(_env_lines(c)), style="yellow"))
-    shown = [r for r in c.results if all_rows or r.verdict != Verdict.UNCHANGED]
+    shown = _shown(c, all_rows)
     wide = width >= 110
     families: dict[str, list[MetricComparison]] = {}
     for r in shown:
@@ -163,6 +163,13 @@ def to_json(c: Comparison, *, strict: bool = False) -> str:
     return json.dumps(_jsonable(data), indent=2, default=str) + "\n"
 
 
+def _shown(c: Comparison, all_rows: bool) -> tuple[MetricComparison, ...]:
+    """The results to show: all, or all but the unchanged (only those are made)."""
+    if all_rows:
+        return tuple(c.results)
+    return c.having(*(v for v in Verdict if v != Verdict.UNCHANGED))
+
+
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -180,7 +187,7 @@ def to_markdown(c: Comparison, *, all_rows: bool = False, strict: bool = False) 
     ]
     if c.env_diff:
         lines += ["", "### Environment changes", ""] + [f"- {_md_cell(s)}" for s in _env_lines(c)]
-    shown = [r for r in c.results if all_rows or r.verdict != Verdict.UNCHANGED]
+    shown = _shown(c, all_rows)
     if shown:
         lines += [
             "",

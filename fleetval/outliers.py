@@ -7,7 +7,8 @@
   (max over ranks of t_i - own t_i) / max t_i, the share of the collective the others
   spent waiting for it; median over iterations, then over the sizes and dtypes of a
   collective. A rank is late when that share is at least `late_pct` and a robust outlier
-  among its peers.
+  among its peers. Each rank's share is computed when its rows are written
+  (`reduction.rank_lateness`), so judging a run reads a few rows per rank, not the samples.
 - Per-device metrics (declared not `shared`, with a direction): each device against the
   devices of the same GPU model measuring the same thing; worse by more than `outlier_z`
   robust deviations and by more than the metric's threshold.
@@ -23,7 +24,7 @@ import pyarrow.compute as pc
 
 from fleetval.compare_settings import CompareSettings
 from fleetval.metrics import Direction, MetricDecl, infer
-from fleetval.reduction import Identity, group_rows, np_col, plain, sample_matrix, segment_median
+from fleetval.reduction import Identity, arrow, group_rows, np_col, plain, segment_median
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,31 +52,14 @@ def _robust(values: np.ndarray, seg: np.ndarray, nseg: int) -> tuple[np.ndarray,
 
 
 def late_ranks(
-    run_id: str, table: pa.Table, sku_of: dict[str, str], settings: CompareSettings
+    run_id: str, lateness: pa.Table, sku_of: dict[str, str], settings: CompareSettings
 ) -> list[Outlier]:
-    """Ranks the others wait for (see the module docstring)."""
-    timed = pc.and_(pc.is_valid(table["time_us_median"]), pc.is_null(table["metric"]))
-    t = table.filter(
-        pc.and_(timed, pc.invert(pc.fill_null(pc.equal(table["status"], "skip"), False)))
-    )
-    if not len(t):
+    """Ranks the others wait for (see the module docstring), from the run's rank lateness
+    (`reduction.rank_lateness`, stored with each results part: `Store.lateness`)."""
+    if not len(lateness):
         return []
-    g, _ = group_rows(t, ["check", "collective", "op", "dtype", "size_bytes", "world_size"])
-    mat, _ = sample_matrix(t)
-    order = np.argsort(g, kind="stable")
-    bounds = np.flatnonzero(np.r_[True, np.diff(g[order]) != 0])
-    gmax = np.fmax.reduceat(mat[order], bounds, axis=0)  # group ids are 0..n-1 in order
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rel = (gmax[g] - mat) / gmax[g]
-        median = np.median if not np.isnan(rel).any() else np.nanmedian  # NOTE: 5x cheaper
-        share = median(rel, axis=1) * 100
-    ok = np.isfinite(share)
-    t, share = t.filter(pa.array(ok)), share[ok]
-    keys = ["check", "collective", "world_size", "rank"]
-    seg, sfirst = group_rows(t, keys)
-    per_rank, _ = segment_median(share, seg, len(sfirst))
-    ranks = plain(t.select([*keys, "node"]).take(pa.array(sfirst)))
-    pseg, pfirst = group_rows(ranks, keys[:-1])
+    per_rank = np_col(lateness["lateness_pct"]).astype(float)
+    pseg, pfirst = group_rows(lateness, ["check", "collective", "world_size"])
     peer, mad, npeers = _robust(per_rank, pseg, len(pfirst))
     with np.errstate(invalid="ignore", divide="ignore"):
         z = 0.6745 * (per_rank - peer) / np.where(mad > 0, mad, np.nan)
@@ -85,7 +69,7 @@ def late_ranks(
     )
     out = []
     for i in np.flatnonzero(flag):
-        k = ranks.slice(i, 1).to_pylist()[0]
+        k = plain(lateness.slice(i, 1)).to_pylist()[0]
         ident = Identity(
             check=k["check"], collective=k["collective"], op=None, dtype=None, size_bytes=None,
             world_size=k["world_size"], metric="lateness_pct", group=sku_of.get(k["node"], "unknown"),
@@ -113,22 +97,20 @@ def slow_devices(
     if metric.null_count == len(metric):
         return []
     pairs = pa.table({"m": metric, "u": pc.cast(table["unit"], pa.string())})
-    kinds = {
-        (r["m"], r["u"]) for r in pairs.group_by(["m", "u"]).aggregate([]).to_pylist() if r["m"]
-    }
+    _, first = group_rows(pairs, ["m", "u"])
+    kinds = {(r["m"], r["u"]) for r in pairs.take(arrow(first)).to_pylist() if r["m"]}
     decls = {m: decls.get(m) or infer(m, u) for m, u in sorted(kinds, key=str)} | {
         m: d for m, d in decls.items() if m not in {k for k, _ in kinds}
     }
     judged = [m for m, d in decls.items() if not d.shared and d.direction != Direction.NONE]
     value = np_col(table["value"]).astype(float)
-    keep = np.isfinite(value) & np_col(
-        pc.fill_null(pc.is_in(metric, pa.array(judged, pa.string())), False)
-    )
+    in_judged = np_col(pc.is_in(metric, value_set=arrow(judged, pa.string())), null=0) > 0
+    keep = np.isfinite(value) & in_judged
     if not keep.any():
         return []
-    t, value = table.filter(pa.array(keep)), value[keep]
+    t, value = table.filter(arrow(keep)), value[keep]
     nodes = pc.cast(t["node"], pa.string())
-    sku = pa.array([sku_of.get(n, "unknown") for n in nodes.to_pylist()], pa.string())
+    sku = arrow([sku_of.get(n, "unknown") for n in nodes.to_pylist()], pa.string())
     t = t.append_column("_sku", sku)
     cols = ["check", "metric", "dtype", "size_bytes", "world_size", "_sku"]
     seg, first = group_rows(t, cols)

@@ -18,7 +18,8 @@ import pyarrow as pa
 # which filters on them without pyarrow).
 from fleetval.catalog import ENV_COLUMNS as ENV_COLUMNS
 
-SCHEMA_VERSION = 2  # 2: summaries/ table; runs.metrics (declarations of the checks run)
+SCHEMA_VERSION = 3  # 2: summaries/ table; runs.metrics (declarations of the checks run)
+# 3: lateness/ table (each rank's lateness, written with its results part)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +172,25 @@ SUMMARIES_SCHEMA = pa.schema(
         ("failed", pa.int32()),  # rows with status fail or wrong elements
     ],
     metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "summaries"},
+)
+
+
+# Each rank's lateness in one results part, written beside it: the fleet-outlier check reads
+# these, not the samples (`fleetval/reduction.py`, `rank_lateness`).
+LATENESS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("check", pa.string()),
+        ("collective", pa.string()),
+        ("world_size", pa.int32()),
+        ("rank", pa.int32()),
+        ("node", pa.string()),  # the node of the rank's first row
+        # median over sizes and dtypes of the median over iterations of the share of the
+        # collective's time the others waited for this rank, percent
+        ("lateness_pct", pa.float64()),
+        ("rows", pa.int32()),  # result rows (sizes x dtypes) behind lateness_pct
+    ],
+    metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "lateness"},
 )
 
 

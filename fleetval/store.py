@@ -7,6 +7,7 @@ Layout (any Arrow reader can glob it; see docs/schema.md):
     index/{runs,nodes}/<run_id>.json    JSON copies of runs/ and nodes/ (fleetval.catalog)
     results/<run_id>/<part>.parquet     one file per finished step
     summaries/<run_id>/<part>.parquet   the same step reduced per identity and node
+    lateness/<run_id>/<part>.parquet    the same step's lateness per rank
 
 Every file is written once, atomically (temp file + rename), and never rewritten, so a
 crash leaves no torn file and results measured before it stay readable. A run that has
@@ -19,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -30,8 +32,9 @@ from fleetval.catalog import StoreError as StoreError
 from fleetval.catalog import check_name as _check_name
 from fleetval.catalog import default_data_dir as default_data_dir
 from fleetval.catalog import new_run_id as new_run_id
-from fleetval.reduction import summarize
+from fleetval.reduction import LATENESS_READ_COLS, arrow, np_col, rank_lateness, summarize
 from fleetval.results import (
+    LATENESS_SCHEMA,
     NODES_SCHEMA,
     RESULTS_SCHEMA,
     RUNS_SCHEMA,
@@ -63,9 +66,12 @@ def read_parquet(
     *,
     columns: list[str] | None = None,
     dictionary: tuple[str, ...] = (),
+    having: str | None = None,
 ) -> pa.Table:
     """Files of one table as `schema` (columns an older file lacks are null), projected to
-    `columns`, the `dictionary` string columns kept dictionary-encoded.
+    `columns`, the `dictionary` string columns kept dictionary-encoded. With `having`, only
+    the row groups where that column has a value (the files' statistics say which): a
+    superset of the rows where it is not null, for callers that drop the rest anyway.
 
     NOTE: file by file with pyarrow.parquet, not pyarrow.dataset: importing the dataset
     module imports pandas (~0.4 s), and the store-reading commands must start fast.
@@ -81,7 +87,14 @@ def read_parquet(
     for f in files:
         pf = pq.ParquetFile(f, read_dictionary=[c for c in dictionary if c in target.names])
         have = set(pf.schema_arrow.names)
-        t = pf.read(columns=[c for c in target.names if c in have], use_threads=True)
+        read = [c for c in target.names if c in have]
+        if having is not None:
+            groups = _row_groups_having(pf, having)
+            if not groups:
+                continue
+            t = pf.read_row_groups(groups, columns=read, use_threads=True)
+        else:
+            t = pf.read(columns=read, use_threads=True)
         for col in target:
             if col.name not in have:
                 t = t.append_column(col, pa.nulls(len(t), col.type))
@@ -89,6 +102,21 @@ def read_parquet(
     if not tables:  # NOTE: not schema.empty_table(), which imports pandas
         return pa.Table.from_batches([], schema=target)
     return pa.concat_tables(tables)
+
+
+def _row_groups_having(pf: pq.ParquetFile, column: str) -> list[int]:
+    """Row groups of a file whose `column` is not all null (all of them without statistics)."""
+    names = pf.schema_arrow.names
+    if column not in names:
+        return []  # an older file without the column: null throughout
+    meta, j = pf.metadata, pf.schema.names.index(column)
+    out = []
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        stats = rg.column(j).statistics
+        if stats is None or not stats.has_null_count or stats.null_count < rg.num_rows:
+            out.append(i)
+    return out
 
 
 def table_rows(table: pa.Table) -> list[dict[str, Any]]:
@@ -121,15 +149,18 @@ class Store(Catalog):
         return self.write_results_table(run_id, part, rows_to_table(rows))
 
     def write_results_table(self, run_id: str, part: str, table: pa.Table) -> Path:
-        """A step's rows, then their summary (compare and trend read summaries, not samples).
+        """A step's rows, then their summary and their ranks' lateness: compare and trend
+        read those, never the samples.
 
-        NOTE: results first: a crash between the two leaves a part without a summary, which
-        `summaries` recomputes from the results; never a summary without its rows.
+        NOTE: results first: a crash between the writes leaves a part without its summary
+        or lateness, which `summaries` and `lateness` recompute from the results; never a
+        reduction without its rows.
         """
         _check_name("run", run_id)
         path = self.root / "results" / run_id / f"{_check_name('part', part)}.parquet"
         _write_table(table, path)
         _write_table(summarize(table), self.root / "summaries" / run_id / f"{part}.parquet")
+        _write_table(rank_lateness(table), self.root / "lateness" / run_id / f"{part}.parquet")
         return path
 
     def write_nodes(self, run_id: str, nodes: list[dict[str, Any]]) -> Path:
@@ -165,13 +196,17 @@ class Store(Catalog):
         *,
         columns: list[str] | None = None,
         dictionary: tuple[str, ...] = (),
+        having: str | None = None,
     ) -> pa.Table:
         """Result rows of the given runs (all runs when None); `columns` projects (only those
-        are decoded), `dictionary` names string columns to keep dictionary-encoded."""
+        are decoded), `dictionary` names string columns to keep dictionary-encoded, `having`
+        skips row groups where that column is null throughout (see `read_parquet`)."""
         base = self.root / "results"
         dirs = [base / _check_name("run", r) for r in run_ids] if run_ids is not None else [base]
         files = sorted(f for d in dirs for f in d.rglob("*.parquet"))
-        return read_parquet(files, RESULTS_SCHEMA, columns=columns, dictionary=dictionary)
+        return read_parquet(
+            files, RESULTS_SCHEMA, columns=columns, dictionary=dictionary, having=having
+        )
 
     def summaries(self, run_ids: list[str]) -> pa.Table:
         """Run summaries (SUMMARIES_SCHEMA) of the given runs, dictionary-encoded strings.
@@ -193,6 +228,47 @@ class Store(Catalog):
         if parts:
             table = pa.concat_tables([table, *(t.cast(table.schema) for t in parts)])
         return table.unify_dictionaries().combine_chunks()
+
+    def lateness(self, run_id: str) -> pa.Table:
+        """Each rank's lateness in one run (LATENESS_SCHEMA): `rank_lateness` of all its rows,
+        ordered as that orders them (by rank, then world size).
+
+        Read from what was stored with each part; a part without it (a store written before
+        schema version 3, or a crash between the writes) is computed from its rows here. A
+        rank's lateness is a median over its rows, which does not combine across parts, so
+        parts that measured the same collective (check, collective, world size; e.g. one
+        check at two sizes in two steps) are computed together from their rows.
+        """
+        parts = sorted((self.root / "results" / _check_name("run", run_id)).glob("*.parquet"))
+        stored = self.root / "lateness" / run_id
+        tables = {
+            part: read_parquet([stored / part.name], LATENESS_SCHEMA)
+            if (stored / part.name).exists()
+            else self._lateness_from_rows([part])
+            for part in parts
+        }
+        owner: dict[tuple, Path] = {}
+        joint: set[Path] = set()
+        for part, t in tables.items():
+            cols = (t[c].to_pylist() for c in ("check", "collective", "world_size"))
+            keys = zip(*cols, strict=True)
+            for key in set(keys):
+                if owner.setdefault(key, part) != part:
+                    joint |= {part, owner[key]}
+        out = [t for part, t in tables.items() if part not in joint]
+        if joint:
+            out.append(self._lateness_from_rows(sorted(joint)))
+        if not out:
+            return pa.Table.from_batches([], schema=LATENESS_SCHEMA)
+        table = pa.concat_tables(out)
+        rank, world = (np_col(table[c], null=-1) for c in ("rank", "world_size"))
+        return table.take(arrow(np.lexsort((world, rank))))
+
+    @staticmethod
+    def _lateness_from_rows(parts: list[Path]) -> pa.Table:
+        strings = ("run_id", "check", "collective", "op", "dtype", "node", "metric", "status")
+        rows = read_parquet(parts, RESULTS_SCHEMA, columns=LATENESS_READ_COLS, dictionary=strings)
+        return rank_lateness(rows.unify_dictionaries().combine_chunks())
 
     def nodes(self, run_ids: list[str] | None = None) -> pa.Table:
         base = self.root / "nodes"
