@@ -87,7 +87,7 @@ def compare(
     Exit 0 the gate passes; 1 a regression, a correctness failure, a missing measurement, a
     fleet outlier or a candidate run that did not pass (and with --strict, a noisy one); 2 bad input.
     """
-    # NOTE: imported here: statistics needs scipy (~0.2 s), which `baseline` does not
+    # NOTE: imported here: compare needs pyarrow and numpy, which `baseline` does not
     from fleetval.compare import compare_runs
     from fleetval.compare_format import format_comparison
 

@@ -111,6 +111,21 @@ def test_p_values_are_uniform_on_clean_data(spread: str, k: int) -> None:
     assert np.mean(np.concatenate(covered)) == pytest.approx(0.95, abs=0.01)
 
 
+def test_ndtr_matches_scipy_in_both_tails() -> None:
+    from scipy import special
+
+    x = np.linspace(-37, 8, 100_001)
+    assert np.abs(st.ndtr(x) / special.ndtr(x) - 1).max() < 2e-7
+
+
+def test_students_t_matches_scipy() -> None:
+    from scipy import special
+
+    t = np.tile(np.r_[np.linspace(0, 12, 300), 1e3], 60)
+    df = np.repeat(np.arange(1, 61), 301)
+    assert np.abs(st.t_within(t, df) - (1 - 2 * special.stdtr(df, -t))).max() < 1e-12
+
+
 def test_a_small_family_falls_back_to_students_t() -> None:
     from scipy.stats import ttest_ind
 
@@ -120,7 +135,10 @@ def test_a_small_family_falls_back_to_students_t() -> None:
     mean = np.c_[x0.mean(1), x1.mean(1)]
     ss = np.c_[((x0 - mean[:, :1]) ** 2).sum(1), ((x1 - mean[:, 1:]) ** 2).sum(1)]
     t = st.tests(n, mean, ss, np.zeros(3, int), 0.95)
-    assert np.allclose(t.p, ttest_ind(x1, x0, axis=1).pvalue)
+    ref = ttest_ind(x1, x0, axis=1)
+    assert np.allclose(t.p, ref.pvalue)
+    ci = ref.confidence_interval(0.95)
+    assert np.allclose(t.lo, ci.low) and np.allclose(t.hi, ci.high)
 
 
 @pytest.mark.parametrize("cands", [1, 5])
