@@ -199,13 +199,15 @@ class Catalog:
 
     def node_rows(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
         """The nodes table's rows of the given runs (all when None): `Store.nodes(...).to_pylist()`."""
+        return self._rows("nodes", self.node_files(run_ids))
+
+    def node_files(self, run_ids: list[str] | None = None) -> list[Path]:
+        """The nodes/ Parquet files of the given runs that exist (all when None)."""
         base = self.root / "nodes"
         if run_ids is None:
-            files = sorted(base.glob("*.parquet"))
-        else:
-            files = [base / f"{check_name('run', r)}.parquet" for r in run_ids]
-            files = [f for f in files if f.exists()]
-        return self._rows("nodes", files)
+            return sorted(base.glob("*.parquet"))
+        files = [base / f"{check_name('run', r)}.parquet" for r in run_ids]
+        return [f for f in files if f.exists()]
 
     def write_index(self, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
         """The index entry of `table`/<run_id>.parquet, whose rows are `rows`."""

@@ -271,13 +271,7 @@ class Store(Catalog):
         return rank_lateness(rows.unify_dictionaries().combine_chunks())
 
     def nodes(self, run_ids: list[str] | None = None) -> pa.Table:
-        base = self.root / "nodes"
-        if run_ids is None:
-            files = sorted(base.glob("*.parquet"))
-        else:
-            files = [base / f"{_check_name('run', r)}.parquet" for r in run_ids]
-            files = [f for f in files if f.exists()]
-        return self._read(files, NODES_SCHEMA)
+        return self._read(self.node_files(run_ids), NODES_SCHEMA)
 
     def write_schema_note(self) -> None:
         """A VERSION file so a reader without fleetval knows which schema it is looking at."""
