@@ -18,10 +18,12 @@ import os
 import random
 import signal
 import statistics
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -30,6 +32,9 @@ from rich.table import Table
 from fleetval.execute import connect, run_suite
 from fleetval.store import Store
 from fleetval.suite import parse_suite
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.rayprocs import rank_pids  # found from the repo root
 
 EXPECTED = {"stop": "hang", "kill": "crash"}
 SIGNALS = {"stop": signal.SIGSTOP, "kill": signal.SIGKILL}
@@ -53,21 +58,6 @@ def suite(iters: int) -> Any:
             ],
         }
     )
-
-
-def rank_pids() -> list[int]:
-    """PIDs of the live rank actors of the Ray instance this process is connected to.
-
-    NOTE: asks the connected GCS, not the state API's "auto" address, which picks the
-    newest Ray instance on the machine: maybe someone else's.
-    """
-    from ray._private.state import actors
-
-    alive = [
-        a for a in actors(actor_state_name="ALIVE").values() if a["ActorClassName"] == "RankActor"
-    ]
-    newest = sorted(alive, key=lambda a: a["StartTime"])[-4:]  # this job's, not a dying one's
-    return sorted(a["Pid"] for a in newest)
 
 
 @dataclass

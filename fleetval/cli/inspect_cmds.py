@@ -176,6 +176,7 @@ def nccl_summary(table: pa.Table) -> pa.Table:
         ufunc.at(out, grp, np_col(timed["time_us_median"]))
         return arrow(out)
 
+    time_us = mean("time_us_median")
     head = timed.take(arrow(first))
     item = np.array([_ITEM_BYTES.get(d or "", 1) for d in head["dtype"].to_pylist()])
     wrong = np.bincount(grp, np.nan_to_num(np_col(timed["wrong"])), minlength=n)
@@ -185,9 +186,9 @@ def nccl_summary(table: pa.Table) -> pa.Table:
             "count": arrow(np_col(head["size_bytes"]).astype(np.int64) // item),
             "type": head["dtype"], "redop": head["op"], "collective": head["collective"],
             "ranks": arrow(np.bincount(grp, minlength=n).astype(np.int64)),
-            "time_us": mean("time_us_median"), "algbw_gbps": mean("algbw_gbps"),
+            "time_us": time_us, "algbw_gbps": mean("algbw_gbps"),
             "busbw_gbps": mean("busbw_gbps"), "wrong": arrow(wrong.astype(np.int64)),
-            "time_min_us": extreme(np.minimum, np.inf), "time_avg_us": mean("time_us_median"),
+            "time_min_us": extreme(np.minimum, np.inf), "time_avg_us": time_us,
             "time_max_us": extreme(np.maximum, -np.inf),
         }
     )  # fmt: skip

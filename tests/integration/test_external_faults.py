@@ -16,6 +16,7 @@ import pytest
 from fleetval.execute import run_suite
 from fleetval.store import Store
 from fleetval.suite import parse_suite
+from tests.rayprocs import rank_pids
 
 pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
 
@@ -45,21 +46,6 @@ def long_bandwidth_suite(step_s: float, collective_s: float) -> Any:
             ],
         }
     )
-
-
-def rank_pids() -> list[int]:
-    """PIDs of the live rank actors of the Ray instance this process is connected to.
-
-    NOTE: asks the connected GCS, not the state API's "auto" address, which picks the
-    newest Ray instance on the machine: maybe someone else's.
-    """
-    from ray._private.state import actors
-
-    alive = [
-        a for a in actors(actor_state_name="ALIVE").values() if a["ActorClassName"] == "RankActor"
-    ]
-    newest = sorted(alive, key=lambda a: a["StartTime"])[-4:]  # this job's, not a dying one's
-    return sorted(a["Pid"] for a in newest)
 
 
 def run_with_signal(tmp_path, spec: Any, sig: signal.Signals) -> tuple[Any, int, float]:
