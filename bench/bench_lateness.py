@@ -4,6 +4,7 @@ miss the right one, over seeded repeats, for each fault kind; the old straggler 
 
     python bench/bench_lateness.py                  # synthetic: 200 repeats per case
     python bench/bench_lateness.py --repeats 50 --real 5   # plus 5 real runs per fault (Ray + gloo)
+    python bench/bench_lateness.py --real-isolate 10       # plus 10 real isolate steps per case
 
 Synthetic samples model a blocking collective: each rank arrives after a heavy-tailed
 (lognormal) jitter plus its delay, the collective runs for everyone from the last
@@ -19,12 +20,15 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from fleetval.bisection import isolate
 from fleetval.lateness import late_ranks
 from fleetval.results import Row
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.rayprocs, for --real-isolate
 
 
 @dataclass(frozen=True)
@@ -104,18 +108,27 @@ def old_rule(rs: list[Row]) -> set[int]:
 
 
 def bisect_named(
-    rng: np.random.Generator, world: int, slow: dict[int, float], noise: float
+    rng: np.random.Generator, world: int, slow: dict[int, float], noise: float, spikes: float = 0.0
 ) -> set[int]:
-    """The isolate check's decision on synthetic group times: a slow member slows its group."""
+    """The isolate check's decision on synthetic group times: a slow member slows its group.
+
+    `spikes`: the chance that a load spike hits one group's measurement, making it 1.5-3x
+    slower (a loaded host's burst of other work), on top of the Gaussian `noise`.
+    """
+
+    def time_of(g: tuple[int, ...]) -> float:
+        spike = rng.uniform(1.5, 3.0) if rng.random() < spikes else 1.0
+        slowest = max(slow.get(m, 1.0) for m in g)
+        return 1000.0 * slowest * spike * (1 + noise * rng.standard_normal())
 
     def together(groups: list[tuple[int, ...]]) -> list[float | None]:
-        return [
-            1e6 / (1000.0 * max(slow.get(m, 1.0) for m in g) * (1 + noise * rng.standard_normal()))
-            for g in groups
-        ]
+        return [1e6 / time_of(g) for g in groups]
 
     found = isolate(list(range(world)), None, 0.3, together=together, confirm=True)
     return {int(m) for m in found.flagged}
+
+
+SPIKES = 0.15  # the spiky host: 15% of group measurements hit by a 1.5-3x load spike
 
 
 @dataclass(frozen=True)
@@ -152,29 +165,28 @@ def tally(named: list[set[int]], truth: set[int]) -> tuple[int, int]:
 
 def synthetic(repeats: int) -> bool:
     print(f"synthetic, {repeats} seeded repeats per case (6 sizes x 10 iterations)")
-    head = f"{'case':<36} {'fabric':<9} {'late_ranks false/miss':>22} {'old rule false/miss':>20} {'bisection false/miss':>21}"
+    head = f"{'case':<36} {'fabric':<9} {'late_ranks false/miss':>22} {'old rule false/miss':>20} {'bisection false/miss':>21} {'spiky host':>11}"
     print(head)
     print("-" * len(head))
     clean_ok = True
     for case in CASES:
-        new, old, bis = [], [], []
+        new, old, bis, spiky = [], [], [], []
         for seed in range(repeats):
             rs = case.make(np.random.default_rng(seed))
             new.append({lr.rank for lr in late_ranks(rs)})
             old.append(old_rule(rs))
             if case.bisect_slow is not None:
-                bis.append(
-                    bisect_named(
-                        np.random.default_rng(10_000 + seed), case.world, case.bisect_slow, 0.08
-                    )
-                )
+                rng = np.random.default_rng(10_000 + seed)
+                bis.append(bisect_named(rng, case.world, case.bisect_slow, 0.08))
+                rng = np.random.default_rng(20_000 + seed)
+                spiky.append(bisect_named(rng, case.world, case.bisect_slow, 0.08, SPIKES))
         f_new, m_new = tally(new, case.truth)
         f_old, m_old = tally(old, case.truth)
-        b = "-" if not bis else "{}/{}".format(*tally(bis, case.truth))
+        b, sp = ("-" if not x else "{}/{}".format(*tally(x, case.truth)) for x in (bis, spiky))
         print(
-            f"{case.name:<36} {case.fabric.name:<9} {f'{f_new}/{m_new}':>22} {f'{f_old}/{m_old}':>20} {b:>21}"
+            f"{case.name:<36} {case.fabric.name:<9} {f'{f_new}/{m_new}':>22} {f'{f_old}/{m_old}':>20} {b:>21} {sp:>11}"
         )
-        if not case.truth and (f_new or (bis and tally(bis, case.truth)[0])):
+        if not case.truth and (f_new or any(x and tally(x, case.truth)[0] for x in (bis, spiky))):
             clean_ok = False
     return clean_ok
 
@@ -210,14 +222,72 @@ def real(repeats: int) -> None:
         print(f"{name:<24} {f:>6} {m:>7} {scores if scores else '-'}")
 
 
+def isolate_once(
+    spec: object, store: object, victim: int | None
+) -> tuple[set[int], set[int], float]:
+    """One real `isolate` step, rank `victim` (None: nobody) throttled from outside
+    (SIGSTOP 15 ms in every 20, as the tests do): (ranks flagged, throttled rank, seconds)."""
+    import json
+    import threading
+
+    from fleetval.execute import run_suite
+    from tests.rayprocs import rank_pids, throttled
+
+    ready, pick = threading.Event(), []
+
+    def on_event(e: object) -> None:
+        if victim is not None and e.kind == "step_start" and not pick:
+            pick.append(rank_pids(4)[victim])
+            ready.set()
+
+    with throttled(ready, pick, stop_ms=15, period_ms=20):
+        record = run_suite(spec, store, on_event=on_event)
+    (step,) = record.summary["steps"]
+    rows = [r for r in store.results([record.run_id]).to_pylist() if r["metric"] == "isolated"]
+    rank_of = {json.loads(r["details"])["pid"]: r["rank"] for r in rows}
+    flagged = {r["rank"] for r in rows if r["status"] == "fail"}
+    return flagged, {rank_of[pick[0]]} if pick else set(), step["seconds"]
+
+
+def real_isolation(repeats: int, seed: int = 0) -> None:
+    """Real `isolate` steps on an embedded Ray (4 CPU ranks, gloo): clean, and one rank,
+    picked at random, throttled from outside."""
+    import random
+    import tempfile
+
+    from fleetval.store import Store
+    from fleetval.suite import parse_suite
+
+    rng = random.Random(seed)
+    spec = parse_suite({"name": "bench", "placement": {"world_sizes": [4], "gpus_per_rank": 0},
+                        "steps": [{"check": "isolate", "size": 16384, "warmup": 2}]})  # fmt: skip
+    store = Store(tempfile.mkdtemp(prefix="bench-isolate-"))
+    print(f"\nreal isolation: {repeats} runs per case, 4 ranks, gloo on CPU, embedded Ray")
+    print(f"{'case':<28} {'false':>6} {'missed':>7} {'step seconds (median)':>22}")
+    for case in ("clean", "throttle 15 of 20 ms"):
+        runs = [
+            isolate_once(spec, store, None if case == "clean" else rng.randrange(4))
+            for _ in range(repeats)
+        ]
+        false = sum(bool(named - truth) for named, truth, _ in runs)
+        missed = sum(not truth <= named for named, truth, _ in runs)
+        seconds = float(np.median([s for _, _, s in runs]))
+        print(f"{case:<28} {false:>6} {missed:>7} {seconds:>22.1f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=200)
     ap.add_argument("--real", type=int, default=0, help="real Ray runs per case (0: none)")
+    ap.add_argument(
+        "--real-isolate", type=int, default=0, help="real isolate steps per case (0: none)"
+    )
     args = ap.parse_args()
     ok = synthetic(args.repeats)
     if args.real:
         real(args.real)
+    if args.real_isolate:
+        real_isolation(args.real_isolate)
     print(
         "\n(false: repeats naming a rank that is not the culprit; miss: repeats not naming every culprit)"
     )

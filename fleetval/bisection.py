@@ -21,9 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import combinations
+from typing import TypeVar
 
 Member = Hashable  # a node name or a rank
+V = TypeVar("V")
 Measure = Callable[[tuple[Member, ...]], float | None]
 MeasureTogether = Callable[[list[tuple[Member, ...]]], list[float | None]]
 
@@ -81,8 +84,9 @@ def isolate(
 
     `together` measures the groups of a round side by side (interleaved, so a load that
     comes and goes hits both alike); without it each group is measured alone. With
-    `confirm`, a round that finds something slow is measured again, and only a verdict
-    both measurements agree on is kept.
+    `confirm`, every round is measured twice and only a verdict two measurements in a row
+    agree on is kept, "nothing slow" included; when the two disagree the round is measured
+    afresh, once.
     """
     if together is None and measure is None:
         raise ValueError("isolate needs `measure` or `together`")
@@ -114,6 +118,9 @@ def isolate(
         both = worse(sa, sr, threshold) and worse(sb, sr, threshold)
         return "both" if both else "none"
 
+    def pair_slow(pair: list[Member], ref: list[Member]) -> bool:
+        return worse(*trial([pair, ref]), threshold)
+
     while len(suspects) > 1:
         if len(suspects) % 2:
             aside.append(suspects.pop())
@@ -127,8 +134,8 @@ def isolate(
             a, b = a + good[:1], b + good[:1]
         result.rounds += 1
         verdict = judge(a, b)
-        if verdict != "none" and confirm and judge(a, b) != verdict:
-            verdict = "none"  # not seen twice: noise
+        if confirm:
+            verdict = _seen_twice(verdict, partial(judge, a, b), "none")
         if verdict == "a":
             good += [n for n in b if n not in good]
             suspects = [n for n in a if n not in good]
@@ -148,12 +155,22 @@ def isolate(
             continue
         result.rounds += 1
         pair, ref = [member, good[0]], good[1:3] if len(good) > 2 else good[:2]
-        slow = worse(*trial([pair, ref]), threshold)
-        if slow and confirm:
-            slow = worse(*trial([pair, ref]), threshold)
+        slow = pair_slow(pair, ref)
+        if confirm:
+            slow = _seen_twice(slow, partial(pair_slow, pair, ref), False)
         if slow:
             result.flagged.append(member)
     return result
+
+
+def _seen_twice(first: V, again: Callable[[], V], nothing: V) -> V:
+    """A verdict two measurements in a row agree on: `first` if the next one agrees; if
+    not, the round is measured afresh, once, and two new measurements must agree. One
+    disturbed measurement cannot hide a culprit, and a verdict still needs two in a row."""
+    if again() == first:
+        return first
+    fresh = again()
+    return fresh if fresh != nothing and again() == fresh else nothing
 
 
 def _pairwise(

@@ -237,9 +237,7 @@ def _regression(inp: _Inputs, cfg: RegressionGate) -> _Outcome:
     if cmp is None:
         return _Outcome(None, inp.compare_problem or "no baseline named", [])
     evidence = []
-    for m in cmp.results:
-        if m.verdict not in SIGNOFF_FAILS:
-            continue
+    for m in cmp.having(*SIGNOFF_FAILS):
         i = m.identity
         ci = (
             f" (CI {m.ci_low_pct:+.1f}% .. {m.ci_high_pct:+.1f}%)"

@@ -1,19 +1,70 @@
-"""The rank processes of a running job, for faults made from outside fleetval (tests, bench)."""
+"""The rank processes of a running job, and faults made to them from outside fleetval
+(tests, bench): an operator's SIGSTOP, a throttled process."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-def rank_pids(count: int = 4) -> list[int]:
+
+def rank_pids(count: int = 4, node: str | None = None) -> list[int]:
     """PIDs of the newest `count` live rank actors of the Ray instance this process is
-    connected to (this job's, not a dying one's).
+    connected to (this job's, not a dying one's), on the node labelled `node` if given.
 
     NOTE: asks the connected GCS, not the state API's "auto" address, which picks the
-    newest Ray instance on the machine: maybe someone else's.
+    newest Ray instance on the machine (maybe someone else's) and waits on the dashboard.
     """
+    import ray
     from ray._private.state import actors
 
     alive = [
         a for a in actors(actor_state_name="ALIVE").values() if a["ActorClassName"] == "RankActor"
     ]
+    if node is not None:
+        ids = {n["NodeID"] for n in ray.nodes() if n["Labels"].get("fleetval/node") == node}
+        alive = [a for a in alive if a["Address"]["NodeID"] in ids]
     newest = sorted(alive, key=lambda a: a["StartTime"])[-count:]
     return sorted(a["Pid"] for a in newest)
+
+
+@contextmanager
+def throttled(
+    pid_ready: threading.Event, pick: list[int], stop_ms: float, period_ms: float
+) -> Iterator[list[int]]:
+    """From outside fleetval: once `pid_ready` is set, stop pick[0] for stop_ms every period_ms.
+
+    Yields a one-item list counting the stops made, so a test can tell a throttle that never
+    ran from a detector that missed it. It waits for the pid as long as the job takes to
+    start: a loaded host can take a minute or more.
+    """
+    done, stops = threading.Event(), [0]
+
+    def cycle() -> None:
+        while not pid_ready.wait(0.1):
+            if done.is_set():
+                return
+        while not done.is_set() and pick:
+            try:
+                os.kill(pick[0], signal.SIGSTOP)
+                stops[0] += 1
+                time.sleep(stop_ms / 1000)
+            except ProcessLookupError:
+                return  # the job ended and its process with it
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pick[0], signal.SIGCONT)
+            time.sleep((period_ms - stop_ms) / 1000)
+
+    thread = threading.Thread(target=cycle, daemon=True)
+    thread.start()
+    try:
+        yield stops
+    finally:
+        done.set()
+        pid_ready.set()
+        thread.join(timeout=10)

@@ -10,11 +10,13 @@ passing load hits them alike), and the members' times are gathered to every rank
 ranks take the same next step. A group's time is the wall time per iteration of a burst
 (first entry to last exit), its slowest member's, median over bursts: wall time, not
 the median iteration, because a process stopped 10 ms in every 20 stalls one iteration
-in ten, which a median iteration would never see. A verdict is kept only when a second
-measurement agrees.
+in ten, which a median iteration would never see. A verdict, "no slow rank" included,
+is kept only when two measurements in a row agree (`fleetval.bisection`): one disturbed
+measurement neither names nor hides a culprit.
 
 Use it after a step that was slow against its baseline or its peers, or on its own in a
-health suite (see suites/isolate.yaml): a healthy job costs one round of two groups.
+health suite (see suites/isolate.yaml): a healthy job costs one round of two groups,
+measured twice.
 Rows: per round and group, each member's samples with the group and the other half in
 `details` (the evidence); then one verdict row per rank, FAIL for the ranks isolated.
 """
@@ -38,6 +40,7 @@ from fleetval.vocab import Collective, Status
 
 TIMED = (Collective.ALL_REDUCE, Collective.ALL_GATHER)
 MAX_BURST_ITERS = 10_000
+CALIBRATION_ITERS = 5
 
 
 def _timed(c: Collective) -> Collective:
@@ -59,7 +62,7 @@ class IsolateParams(StepSpec):
     burst_ms: PositiveFloat = 100.0
     # A half whose score (1/time) is lower than the other's by this share holds the
     # culprit (0.3: 1.43x the time). Halves measured in alternating bursts and confirmed
-    # by a second measurement differ by far less on a healthy job, even on a loaded host,
+    # by a second measurement in a row differ by far less on a healthy job, even on a loaded host,
     # while a rank stopped half the time costs its group 1.5x or more.
     threshold: float = Field(default=0.3, gt=0, lt=1)
 
@@ -112,16 +115,23 @@ class _Groups:
         return scores
 
     def _calibrate(self, pg: Any, ranks: list[int]) -> int:
-        """Warm the group up and agree on how many iterations fill a burst (0: not a member)."""
+        """Warm the group up and agree on how many iterations fill a burst (0: not a member).
+
+        From the median of at least 5 warm-up iterations: a mean, or the median of 2, that
+        caught a stall would make a burst short enough to fit between two stalls, hiding
+        the very throttle it must show; the fastest iteration would make bursts of a loaded
+        host several times longer than they need to be.
+        """
         if self.ctx.rank.rank not in ranks:
             return 0
         warm = self.ctx.measure(
             self.p.collective.value, self._launch(pg, len(ranks)), warmup=1,
-            iters=max(2, self.p.warmup),
+            iters=max(CALIBRATION_ITERS, self.p.warmup),
         )  # fmt: skip
         slowest = torch.tensor([statistics.median(warm.samples_us)], device=self.ctx.device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=pg)
-        return min(MAX_BURST_ITERS, max(2, math.ceil(self.p.burst_ms * 1e3 / float(slowest))))
+        per_iter_us = max(float(slowest), 1.0)
+        return min(MAX_BURST_ITERS, max(2, math.ceil(self.p.burst_ms * 1e3 / per_iter_us)))
 
     def _launch(self, pg: Any, size: int) -> Callable[[], object]:
         if self.p.collective == Collective.ALL_GATHER:

@@ -3,22 +3,16 @@ both by the suite and from outside fleetval (SIGSTOP/SIGCONT on a rank's process
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-import ray
-from ray.util.state import list_actors
 
 from fleetval.execute import run_suite
 from fleetval.lateness import late_nodes, late_ranks
 from fleetval.store import Store
 from fleetval.suite import parse_suite
+from tests.rayprocs import rank_pids, throttled
 
 pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.multinode]
 
@@ -51,6 +45,7 @@ def step_rows(rows: list[dict[str, Any]], step: str) -> list[dict[str, Any]]:
 def flagged_by_isolation(rows: list[dict[str, Any]]) -> list[int]:
     verdicts = [r for r in step_rows(rows, "isolate") if r["metric"] == "isolated"]
     assert len(verdicts) == 4
+    print("isolate:", verdicts[0]["details"])  # the evidence, shown when an assertion fails
     return sorted(r["rank"] for r in verdicts if r["status"] == "fail")
 
 
@@ -82,43 +77,6 @@ def test_a_slow_node_is_named_by_lateness_and_by_isolation(tmp_path):
     assert flagged_by_isolation(rows) == [2, 3]
 
 
-def _rank_pids(node: str) -> list[int]:
-    node_id = next(n["NodeID"] for n in ray.nodes() if n["Labels"].get("fleetval/node") == node)
-    actors = list_actors(
-        filters=[("state", "=", "ALIVE"), ("class_name", "=", "RankActor")],
-        detail=True,
-        raise_on_missing_output=False,
-    )
-    return sorted(a.pid for a in actors if a.node_id == node_id)
-
-
-@contextmanager
-def throttled(
-    pid_ready: threading.Event, pick: list[int], stop_ms: float, period_ms: float
-) -> Iterator[None]:
-    """From outside fleetval: once `pid_ready` is set, stop pick[0] for stop_ms every period_ms."""
-    done = threading.Event()
-
-    def cycle() -> None:
-        pid_ready.wait(60)
-        while not done.is_set() and pick:
-            try:
-                os.kill(pick[0], signal.SIGSTOP)
-                time.sleep(stop_ms / 1000)
-            finally:
-                os.kill(pick[0], signal.SIGCONT)
-            time.sleep((period_ms - stop_ms) / 1000)
-
-    thread = threading.Thread(target=cycle, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        pid_ready.set()
-        thread.join(timeout=10)
-
-
 @pytest.mark.slow
 def test_a_rank_throttled_from_outside_is_isolated(tmp_path):
     """Stopped 15 ms in every 20: the rank stalls its peers inside each collective, so
@@ -132,11 +90,12 @@ def test_a_rank_throttled_from_outside_is_isolated(tmp_path):
 
     def on_event(e: Any) -> None:
         if e.kind == "step_start" and not pick:
-            pick.append(_rank_pids("node-b")[0])  # one of node-b's two rank processes
+            pick.append(rank_pids(2, node="node-b")[0])  # one of node-b's two rank processes
             ready.set()
 
-    with throttled(ready, pick, stop_ms=15, period_ms=20):
+    with throttled(ready, pick, stop_ms=15, period_ms=20) as stops:
         rows = run(tmp_path, [BANDWIDTH, ISOLATE], on_event=on_event)
+    assert stops[0] > 100, f"the throttle stopped the rank only {stops[0]} times"
     pid_of = {r["rank"]: r["details"] for r in rows if r["metric"] == "isolated"}
     victim = next(rank for rank, d in pid_of.items() if f'"pid": {pick[0]}' in d)
     assert flagged_by_isolation(rows) == [victim]

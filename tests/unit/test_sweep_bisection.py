@@ -74,7 +74,21 @@ def test_confirmation_drops_a_verdict_seen_once():
         return next(seen, 10.0) if group[0] == "node-00" else 10.0
 
     found = isolate(fleet(8), measure, confirm=True)
-    assert found.flagged == [] and len(found.trials) == 4
+    # seen, not seen again, not seen a third time: noise
+    assert found.flagged == [] and len(found.trials) == 6
+
+
+def test_confirmation_is_not_undone_by_one_disturbed_measurement():
+    calls = []
+
+    def measure(group):
+        calls.append(group)
+        disturbed = len(calls) in (3, 4)  # the whole second measurement of round 1
+        return 5.0 if "node-05" in group and not disturbed else 10.0
+
+    found = isolate(fleet(8), measure, confirm=True)
+    assert found.flagged == ["node-05"]
+    assert [t.score for t in found.trials[:6]] == [10.0, 5.0, 10.0, 10.0, 10.0, 5.0]
 
 
 def test_a_failed_group_counts_as_slow():
