@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 
 def rank_pids(count: int = 4, node: str | None = None) -> list[int]:
@@ -56,7 +55,7 @@ def throttled(
             except ProcessLookupError:
                 return  # the job ended and its process with it
             finally:
-                with contextlib.suppress(ProcessLookupError):
+                with suppress(ProcessLookupError):
                     os.kill(pick[0], signal.SIGCONT)
             time.sleep((period_ms - stop_ms) / 1000)
 

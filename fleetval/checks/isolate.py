@@ -62,8 +62,8 @@ class IsolateParams(StepSpec):
     burst_ms: PositiveFloat = 100.0
     # A half whose score (1/time) is lower than the other's by this share holds the
     # culprit (0.3: 1.43x the time). Halves measured in alternating bursts and confirmed
-    # by a second measurement in a row differ by far less on a healthy job, even on a loaded host,
-    # while a rank stopped half the time costs its group 1.5x or more.
+    # by two measurements in a row differ by far less on a healthy job, even on a loaded
+    # host, while a rank stopped half the time costs its group 1.5x or more.
     threshold: float = Field(default=0.3, gt=0, lt=1)
 
 
