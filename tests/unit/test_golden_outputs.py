@@ -1,0 +1,59 @@
+"""What users read stays put: show, results --summary, compare and report from a fixed store.
+
+The store in tests/data/store holds four real `fleetval run` runs (three clean smoke runs, the
+baseline `base`, and one with a 5 ms delay on rank 2). Regenerate the expected files only for a
+deliberate change of output: FLEETVAL_REGEN_GOLDEN=1 python -m pytest tests/unit/test_golden_outputs.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent.parent / "data"
+CANDIDATE = "20261124-205630-d5213d"
+COMMANDS = {
+    "show.txt": ["show", CANDIDATE],
+    "summary.txt": ["results", CANDIDATE, "--summary"],
+    "compare.json": ["compare", "--baseline", "base", "--run", CANDIDATE, "--format", "json"],
+    "compare.md": ["compare", "--baseline", "base", "--run", CANDIDATE, "--format", "markdown"],
+    "report.json": ["report", CANDIDATE, "--baseline", "base", "-o", "{out}"],
+}
+
+
+def _normalise(name: str, text: str) -> str:
+    if name != "report.json":
+        return text
+    doc = json.loads(text)
+    doc.pop("generated_at", None)  # the one field that is the time of the call
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("golden") / "store"
+    shutil.copytree(DATA / "store", root)
+    return root
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_output_is_unchanged(name: str, store: Path, tmp_path: Path) -> None:
+    out = tmp_path / name
+    args = [a.replace("{out}", str(out)) for a in COMMANDS[name]]
+    env = {**os.environ, "COLUMNS": "200", "FLEETVAL_DATA": str(store)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "fleetval", *args],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    text = _normalise(name, out.read_text() if out.exists() else proc.stdout)
+    golden = DATA / "golden-cli" / name
+    if os.environ.get("FLEETVAL_REGEN_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
