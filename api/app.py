@@ -14,14 +14,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fleetval.analysis.baselines import UnknownBaseline
 from fleetval.api import metrics
 from fleetval.api.db import ServiceDB
 from fleetval.api.executor import Executor
 from fleetval.api.routes import ROUTERS
 from fleetval.api.service import Conflict, NotFound
 from fleetval.api.settings import Settings
-from fleetval.baselines import UnknownBaseline
-from fleetval.store import Store
+from fleetval.store.dataset import Store
 from fleetval.suite import SuiteError
 
 

@@ -13,7 +13,7 @@ from fleetval.api.auth import require
 from fleetval.api.db import Scope, ServiceDB, Token
 from fleetval.api.executor import Executor
 from fleetval.api.settings import Settings
-from fleetval.store import Store
+from fleetval.store.dataset import Store
 
 
 async def _settings(request: Request) -> Settings:

@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleetval.api.db import QueueStatus, ServiceDB, Submission
-from fleetval.execute import Event, connect, run_suite
-from fleetval.store import RunRecord, Store, StoreError, new_run_id
+from fleetval.run.execute import Event, connect, run_suite
+from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
 from fleetval.suite import parse_suite
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fleetval.api.db import QueueStatus, ServiceDB, Submission, Token
 from fleetval.api.executor import Executor
 from fleetval.api.models import Progress, RunList, RunOut, SubmitRequest
-from fleetval.store import RunRecord, Store, StoreError, new_run_id
+from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
 from fleetval.suite import Suite, SuiteError, load_suite, parse_suite, shipped_suites
 
 

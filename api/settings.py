@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetval.store import default_data_dir
+from fleetval.store.dataset import default_data_dir
 
 DEFAULT_MAX_BODY = 256 * 1024  # an inline suite is a few KiB; this leaves a wide margin
 

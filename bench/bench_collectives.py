@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from fleetval.checks.bandwidth import busbw_factor
-from fleetval.execute import run_suite
-from fleetval.store import Store
+from fleetval.run.execute import run_suite
+from fleetval.store.dataset import Store
 from fleetval.suite import load_suite, parse_suite
 from fleetval.vocab import Collective
 

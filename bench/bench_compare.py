@@ -36,8 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fleetval.baselines import Baselines
-from fleetval.store import RunRecord, Store
+from fleetval.analysis.baselines import Baselines
+from fleetval.store.dataset import RunRecord, Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.storegen import COLLECTIVES, DTYPES, bandwidth_table  # found from the repo root
@@ -87,7 +87,7 @@ def generate(root: Path, runs: int, nodes: int, iters: int) -> tuple[Store, str,
 
 def measure(root: str, candidate: str, per: str) -> dict[str, float]:
     """Run in a fresh process so peak RSS is the comparison's, not the generator's."""
-    from fleetval.compare import compare_runs
+    from fleetval.analysis.compare import compare_runs
 
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()

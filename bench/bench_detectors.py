@@ -29,8 +29,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from fleetval.execute import connect, run_suite
-from fleetval.store import Store
+from fleetval.run.execute import connect, run_suite
+from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

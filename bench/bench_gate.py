@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 import pyarrow as pa
 
-from fleetval.compare import compare_runs, judge
-from fleetval.compare_settings import CompareSettings
+from fleetval.analysis.compare import compare_runs, judge
+from fleetval.analysis.compare_settings import CompareSettings
 from fleetval.metrics import merge
 from fleetval.vocab import Verdict
 from tests.storegen import SIZES, FleetModel, GenStore

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetval.bisection import isolate
-from fleetval.lateness import late_ranks
-from fleetval.results import Row
+from fleetval.run.bisection import isolate
+from fleetval.run.lateness import late_ranks
+from fleetval.store.schema import Row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.rayprocs, for --real-isolate
 
@@ -195,8 +195,8 @@ def real(repeats: int) -> None:
     """Real runs on an embedded Ray (4 CPU ranks, gloo): a bandwidth step, per fault kind."""
     import tempfile
 
-    from fleetval.execute import run_suite
-    from fleetval.store import Store
+    from fleetval.run.execute import run_suite
+    from fleetval.store.dataset import Store
     from fleetval.suite import parse_suite
 
     step = {"name": "bw", "check": "bandwidth", "collectives": ["all_reduce"],
@@ -230,7 +230,7 @@ def isolate_once(
     import json
     import threading
 
-    from fleetval.execute import run_suite
+    from fleetval.run.execute import run_suite
     from tests.rayprocs import rank_pids, throttled
 
     ready, pick = threading.Event(), []
@@ -255,7 +255,7 @@ def real_isolation(repeats: int, seed: int = 0) -> None:
     import random
     import tempfile
 
-    from fleetval.store import Store
+    from fleetval.store.dataset import Store
     from fleetval.suite import parse_suite
 
     rng = random.Random(seed)

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_compare import generate
 
-from fleetval.compare import compare_runs
+from fleetval.analysis.compare import compare_runs
 from fleetval.reports import build_signoff, render
 
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from fleetval.outcome import Culprit
+from fleetval.run.outcome import Culprit
 from fleetval.vocab import CulpritReason, Status
 
 if TYPE_CHECKING:  # NOTE: the results module imports pyarrow; exit statuses need none
-    from fleetval.results import Row
+    from fleetval.store.schema import Row
 
 # Culprits that mean the job's ranks can no longer be trusted: the job is aborted.
 ABORTING = frozenset(

@@ -21,9 +21,9 @@ from pydantic import (
     model_validator,
 )
 
+from fleetval.analysis.compare_settings import CompareSettings
 from fleetval.checks import CHECKS
-from fleetval.compare_settings import CompareSettings
-from fleetval.gates import Gates
+from fleetval.signoff.gates import Gates
 from fleetval.vocab import Backend, FaultKind, Strategy
 
 SUITES_PACKAGE = "fleetval.suites"  # shipped suites: package data, found in any install
@@ -132,7 +132,7 @@ class Suite(_Model):
     steps: list[StepModel] = Field(min_length=1)  # type: ignore[valid-type]
     faults: list[Fault] = Field(default_factory=list)
     compare: CompareSettings = CompareSettings()  # regression thresholds for runs of this suite
-    gates: Gates | None = None  # release sign-off gates (fleetval/gates.py); None: the defaults
+    gates: Gates | None = None  # release sign-off gates (fleetval/signoff/gates.py); None: the defaults
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -1,10 +1,9 @@
 """Release sign-off reports (`fleetval report`, `GET /v1/runs/{id}/report`).
 
 Packaged as `fleetval.reports` (setuptools package-dir), Jinja2 templates as package data.
-`build_signoff` judges a run against its gates (fleetval/signoff.py); `render` formats it.
+`build_signoff` judges a run against its gates (fleetval/signoff/evaluate.py); `render` formats it.
 """
 
-from fleetval.gates import GateName, GateStatus, Waiver, parse_waiver
 from fleetval.reports.render import (
     MEDIA_TYPES,
     ReportFormat,
@@ -13,8 +12,9 @@ from fleetval.reports.render import (
     render,
     to_json,
 )
-from fleetval.signoff import Signoff, build_signoff
-from fleetval.store import Store
+from fleetval.signoff.evaluate import Signoff, build_signoff
+from fleetval.signoff.gates import GateName, GateStatus, Waiver, parse_waiver
+from fleetval.store.dataset import Store
 
 
 def render_for_accept(

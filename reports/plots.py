@@ -17,8 +17,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-from fleetval.compare import human_bytes
-from fleetval.signoff_views import ScalingPoint, Series
+from fleetval.analysis.compare import human_bytes
+from fleetval.signoff.views import ScalingPoint, Series
 
 # Status -> heat map colour index: not run, skip, pass, warn, fail.
 _HEAT_CODES = {None: 0, "skip": 1, "pass": 2, "warn": 3, "fail": 4}

@@ -12,9 +12,9 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from pydantic import BaseModel
 
-from fleetval.compare import human_bytes
+from fleetval.analysis.compare import human_bytes
 from fleetval.reports import plots
-from fleetval.signoff import Signoff
+from fleetval.signoff.evaluate import Signoff
 from fleetval.vocab import Verdict
 
 JSON_SCHEMA = "fleetval.signoff/1"

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from fleetval.baselines import Baselines
+from fleetval.analysis.baselines import Baselines
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
-from fleetval.results import RESULTS_SCHEMA
-from fleetval.store import RunRecord, Store
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.schema import RESULTS_SCHEMA
 
 COLLECTIVES = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
 DTYPES = ("float32", "bfloat16")

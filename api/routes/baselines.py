@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from fleetval.analysis.baselines import Baseline, Baselines
 from fleetval.api.deps import AdminToken, ReadToken, StoreDep
 from fleetval.api.models import BaselineOut, BaselineRequest
-from fleetval.baselines import Baseline, Baselines
 
 router = APIRouter(prefix="/v1/baselines", tags=["baselines"])
 _ERRORS = {404: {"description": "No such baseline"}, 422: {"description": "Invalid name or body"}}

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from fleetval.analysis.baselines import Baselines
+from fleetval.analysis.compare import compare_runs
+from fleetval.analysis.compare_format import to_json
 from fleetval.api import service
 from fleetval.api.deps import ReadToken, StoreDep
 from fleetval.api.models import CompareRequest
-from fleetval.baselines import Baselines
-from fleetval.compare import compare_runs
-from fleetval.compare_format import to_json
 
 router = APIRouter(prefix="/v1", tags=["compare"])
 

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 
+from fleetval.analysis.baselines import Baselines
 from fleetval.api import service
 from fleetval.api.deps import ReadToken, StoreDep
-from fleetval.baselines import Baselines
 from fleetval.reports import render_for_accept
 
 router = APIRouter(prefix="/v1/runs", tags=["reports"])

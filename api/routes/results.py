@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 
 from fleetval.api import service
 from fleetval.api.deps import DbDep, ReadToken, StoreDep
-from fleetval.store import Store, parquet_options
+from fleetval.store.dataset import Store, parquet_options
 
 router = APIRouter(prefix="/v1/runs", tags=["results"])
 

@@ -15,7 +15,7 @@ from fleetval.checks.collectives import (
     runnable,
     verdict_fields,
 )
-from fleetval.results import Row
+from fleetval.store.schema import Row
 from fleetval.vocab import Collective, DType, ReduceOp
 
 

@@ -13,7 +13,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, PositiveFloat
 
 from fleetval.metrics import MetricDecl
-from fleetval.results import Row
+from fleetval.store.schema import Row
 from fleetval.vocab import FaultKind
 
 

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from pydantic import ByteSize, Field, field_validator
 
 from fleetval.checks.base import CheckContext, StepSpec
-from fleetval.results import Row
+from fleetval.store.schema import Row
 from fleetval.vocab import Collective, DType, FaultKind, ReduceOp, Status
 
 TORCH_DTYPE: dict[DType, torch.dtype] = {

@@ -42,7 +42,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from fleetval.checks.bandwidth import busbw_factor, percentile
 from fleetval.checks.base import CheckContext, StepSpec
 from fleetval.checks.collectives import TORCH_DTYPE
-from fleetval.results import Row
+from fleetval.store.schema import Row
 from fleetval.vocab import Collective, DType, FaultKind, ReduceOp, Status
 
 FLOAT_DTYPES = (DType.FLOAT32, DType.FLOAT64, DType.BFLOAT16, DType.FLOAT16)

@@ -25,7 +25,7 @@ from pydantic import ByteSize, Field, NonNegativeInt, PositiveInt, model_validat
 from fleetval.checks.bandwidth import percentile
 from fleetval.checks.base import CheckContext, StepSpec
 from fleetval.checks.collectives import TORCH_DTYPE
-from fleetval.results import Row
+from fleetval.store.schema import Row
 from fleetval.vocab import DType, Status
 
 Repeat = Callable[[Callable[[], object]], list[float]]  # warm up, then time each iteration

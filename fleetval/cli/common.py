@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from fleetval.catalog import Catalog, default_data_dir
+from fleetval.store.catalog import Catalog, default_data_dir
 
 if TYPE_CHECKING:
-    from fleetval.store import Store
+    from fleetval.store.dataset import Store
 
 console = Console()
 err_console = Console(stderr=True)
@@ -53,7 +53,7 @@ def open_catalog(data: Path | None) -> Catalog:
 
 def open_store(data: Path | None) -> Store:
     """The data directory with its Parquet tables (imports pyarrow)."""
-    from fleetval.store import Store
+    from fleetval.store.dataset import Store
 
     return Store(data or default_data_dir())
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from fleetval.baselines import BaselineError, Baselines, resolve
+from fleetval.analysis.baselines import BaselineError, Baselines, resolve
 from fleetval.cli.common import (
     DataOpt,
     Exit,
@@ -23,7 +23,7 @@ from fleetval.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from fleetval.catalog import Catalog
+    from fleetval.store.catalog import Catalog
 
 FORMATS = ("table", "json", "markdown", "junit")
 
@@ -88,8 +88,8 @@ def compare(
     fleet outlier or a candidate run that did not pass (and with --strict, a noisy one); 2 bad input.
     """
     # NOTE: imported here: compare needs pyarrow and numpy, which `baseline` does not
-    from fleetval.compare import compare_runs
-    from fleetval.compare_format import format_comparison
+    from fleetval.analysis.compare import compare_runs
+    from fleetval.analysis.compare_format import format_comparison
 
     fmt = "json" if as_json else fmt
     with bad_input_exits():
@@ -147,8 +147,8 @@ def trend(
 
     Exit 0 no step made a metric worse (or every such step recovered), 1 one did, 2 bad input.
     """
-    from fleetval.compare_format import trend_json, trend_table
-    from fleetval.trend import find_trends
+    from fleetval.analysis.compare_format import trend_json, trend_table
+    from fleetval.analysis.trend import find_trends
 
     fmt = "json" if as_json else fmt
     with bad_input_exits():

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from fleetval.catalog import ENV_COLUMNS
 from fleetval.cli.common import (
     DataOpt,
     JsonOpt,
@@ -24,11 +23,12 @@ from fleetval.cli.common import (
     open_store,
 )
 from fleetval.cli.run_cmd import STATUS_STYLE, print_summary
+from fleetval.store.catalog import ENV_COLUMNS
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from fleetval.catalog import Catalog, RunRecord
+    from fleetval.store.catalog import Catalog, RunRecord
 
 RunArg = Annotated[str, typer.Argument(help="Run id (see `fleetval runs`), or `latest`")]
 
@@ -78,8 +78,8 @@ def _resolve(store: Catalog, run: str) -> str:
 
 def show(run: RunArg, data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """One run: its environment per node, its steps and their verdicts, fleet outliers."""
-    from fleetval.compare import fleet_outliers  # NOTE: pyarrow: only the command using it
-    from fleetval.compare_format import outlier_text
+    from fleetval.analysis.compare import fleet_outliers  # NOTE: pyarrow: only the command using it
+    from fleetval.analysis.compare_format import outlier_text
 
     with bad_input_exits():
         store = open_store(data)
@@ -135,7 +135,7 @@ def _filtered(table: pa.Table, filters: dict[str, object]) -> pa.Table:
     """Rows matching every given filter (string columns compare exactly, rank as an int)."""
     import numpy as np
 
-    from fleetval.reduction import arrow, equals, np_col
+    from fleetval.arrays import arrow, equals, np_col
 
     keep = np.ones(len(table), bool)
     for col, value in filters.items():
@@ -157,7 +157,7 @@ def nccl_summary(table: pa.Table) -> pa.Table:
     import numpy as np
     import pyarrow as pa
 
-    from fleetval.reduction import arrow, group_rows, np_col
+    from fleetval.arrays import arrow, group_rows, np_col
 
     timed = table.filter(arrow(~np.isnan(np_col(table["time_us_median"]))))
     keys = ["step", "collective", "op", "dtype", "size_bytes", "world_size"]

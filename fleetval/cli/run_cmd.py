@@ -19,8 +19,8 @@ from fleetval.cli.common import (
 from fleetval.status import exit_status
 
 if TYPE_CHECKING:
-    from fleetval.catalog import RunRecord
-    from fleetval.execute import Event
+    from fleetval.run.execute import Event
+    from fleetval.store.catalog import RunRecord
 
 STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
 
@@ -40,7 +40,7 @@ def run(
     """Run a validation suite and store its results (exit 0 pass or warn, 1 fail, 2 bad input)."""
     # NOTE: imported here: torch and ray cost seconds, and the store-reading commands
     # (runs, show, compare, ...) must start without them
-    from fleetval.execute import run_suite
+    from fleetval.run.execute import run_suite
     from fleetval.suite import load_suite
 
     with bad_input_exits():
@@ -67,7 +67,7 @@ def _run_with_progress(spec, store, address, labels) -> RunRecord:
         TimeElapsedColumn,
     )
 
-    from fleetval.execute import run_suite
+    from fleetval.run.execute import run_suite
 
     columns = (
         TextColumn("{task.description}"),

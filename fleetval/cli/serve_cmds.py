@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fleetval.catalog import default_data_dir
 from fleetval.cli.common import (
     AddressOpt,
     DataOpt,
@@ -27,6 +26,7 @@ from fleetval.cli.common import (
 )
 from fleetval.cli.run_cmd import STATUS_STYLE, print_steps
 from fleetval.status import exit_status
+from fleetval.store.catalog import default_data_dir
 
 if TYPE_CHECKING:
     import httpx

@@ -26,8 +26,8 @@ def sweep(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Fleet sweep: node groups bisected until the slow node is isolated."""
+    from fleetval.run.sweep import sweep as run_sweep
     from fleetval.suite import load_suite  # NOTE: torch and ray only for commands that run
-    from fleetval.sweep import sweep as run_sweep
 
     with bad_input_exits():
         record, found = run_sweep(

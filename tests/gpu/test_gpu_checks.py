@@ -23,7 +23,7 @@ from fleetval.checks.ddp import (
     scaling_efficiency,
 )
 from fleetval.checks.microbench import MicrobenchParams, expectations_for, run_microbench
-from fleetval.results import Row
+from fleetval.store.schema import Row
 
 pytestmark = [
     pytest.mark.gpu,
@@ -130,8 +130,8 @@ def test_run_suite_end_to_end_on_the_gpu(tmp_path):
     """Embedded Ray with the host's real GPUs: one nccl rank per GPU, world size 1."""
     import ray
 
-    from fleetval.execute import run_suite
-    from fleetval.store import Store
+    from fleetval.run.execute import run_suite
+    from fleetval.store.dataset import Store
     from fleetval.suite import parse_suite
 
     if ray.is_initialized():

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from fleetval.execute import run_suite
-from fleetval.store import Store
+from fleetval.run.execute import run_suite
+from fleetval.store.dataset import Store
 from fleetval.suite import load_suite, parse_suite
 
 pytestmark = [
@@ -24,7 +24,7 @@ def local_gpu_ray() -> Iterator[None]:
     """An embedded Ray instance that sees this host's GPUs."""
     import ray
 
-    from fleetval.execute import connect
+    from fleetval.run.execute import connect
 
     if ray.is_initialized():
         pytest.skip("Ray is already connected (simulated cluster); run with -m gpu alone")

@@ -149,7 +149,7 @@ steps:
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     assert proc.returncode != 0
-    from fleetval.store import Store
+    from fleetval.store.dataset import Store
 
     (record,) = Store(data).runs()
     assert record.status == "cancelled"

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetval.cli import app
-from fleetval.execute import run_suite
-from fleetval.store import Store
+from fleetval.run.execute import run_suite
+from fleetval.run.sweep import sweep
+from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
-from fleetval.sweep import sweep
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

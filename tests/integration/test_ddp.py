@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from fleetval.checks.ddp import scaling_efficiency
-from fleetval.execute import run_suite
-from fleetval.store import Store
+from fleetval.run.execute import run_suite
+from fleetval.store.dataset import Store
 from fleetval.suite import load_suite, parse_suite
 
 pytestmark = pytest.mark.usefixtures("ray_session")

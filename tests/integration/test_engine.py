@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from fleetval.execute import run_suite
-from fleetval.plan import PlanError
-from fleetval.store import Store
+from fleetval.run.execute import run_suite
+from fleetval.run.plan import PlanError
+from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 from fleetval.vocab import Collective, DType, ReduceOp
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from fleetval.execute import run_suite
-from fleetval.store import Store
+from fleetval.run.execute import run_suite
+from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 from tests.rayprocs import rank_pids
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from fleetval.execute import run_suite
-from fleetval.lateness import late_nodes, late_ranks
-from fleetval.store import Store
+from fleetval.run.execute import run_suite
+from fleetval.run.lateness import late_nodes, late_ranks
+from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 from tests.rayprocs import rank_pids, throttled
 

@@ -15,12 +15,12 @@ import pytest
 from conftest import assert_no_leaks
 from typer.testing import CliRunner
 
-from fleetval.baselines import Baselines
+from fleetval.analysis.baselines import Baselines
 from fleetval.cli import app
-from fleetval.execute import run_suite
-from fleetval.gates import GateName, GateStatus
 from fleetval.reports import build_signoff, render
-from fleetval.store import Store
+from fleetval.run.execute import run_suite
+from fleetval.signoff.gates import GateName, GateStatus
+from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 
 pytestmark = [pytest.mark.slow]

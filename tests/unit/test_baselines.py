@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetval.baselines import BaselineError, Baselines, UnknownBaseline
-from fleetval.results import Row
-from fleetval.store import RunRecord, Store
+from fleetval.analysis.baselines import BaselineError, Baselines, UnknownBaseline
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.schema import Row
 
 
 def _run(

@@ -9,11 +9,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from fleetval import catalog
-from fleetval.catalog import ENV_COLUMNS, TIMESTAMPS, Catalog
 from fleetval.metrics import BUSBW, LATENCY
-from fleetval.results import NODES_SCHEMA, RUNS_SCHEMA, Row
-from fleetval.store import RunRecord, Store
+from fleetval.store import catalog
+from fleetval.store.catalog import ENV_COLUMNS, TIMESTAMPS, Catalog
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.schema import NODES_SCHEMA, RUNS_SCHEMA, Row
 
 
 def _store(root: Path) -> Store:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import fleetval
-from fleetval.baselines import Baselines
+from fleetval.analysis.baselines import Baselines
 from tests.storegen import FleetModel, GenStore
 
 NEVER = {"torch", "ray"}  # no store-reading command needs them

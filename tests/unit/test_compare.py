@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fleetval.baselines import Baselines, UnknownBaseline
-from fleetval.compare import CompareError, compare_runs, fleet_outliers
-from fleetval.results import Row
-from fleetval.store import RunRecord, Store
+from fleetval.analysis.baselines import Baselines, UnknownBaseline
+from fleetval.analysis.compare import CompareError, compare_runs, fleet_outliers
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.schema import Row
 from fleetval.vocab import Verdict
 
 SIZES = (1024, 16384, 262144, 4 << 20)  # two latency-bound, two bandwidth-bound

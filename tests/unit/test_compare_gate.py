@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fleetval import statistics as st
-from fleetval.baselines import Baselines
-from fleetval.compare import compare_runs, fleet_outliers
+from fleetval.analysis import statistics as st
+from fleetval.analysis.baselines import Baselines
+from fleetval.analysis.compare import compare_runs, fleet_outliers
 from fleetval.metrics import Direction, MetricDecl
-from fleetval.results import Row
-from fleetval.store import Store
+from fleetval.store.dataset import Store
+from fleetval.store.schema import Row
 from fleetval.vocab import Verdict
 from tests.storegen import FleetModel, GenStore
 
@@ -222,7 +222,7 @@ def test_the_late_rank_is_named_not_the_ranks_that_waited(tmp_path: Path) -> Non
     """The late rank measures the SHORTEST own time; lateness points at it."""
     from datetime import UTC, datetime
 
-    from fleetval.store import RunRecord
+    from fleetval.store.dataset import RunRecord
 
     store = Store(tmp_path)
     for run_id, late in (("r-late", 2), ("r-clean", None)):
@@ -253,7 +253,7 @@ def test_a_declared_direction_beats_the_unit(tmp_path: Path) -> None:
     decl = MetricDecl(name="tokens", unit="", direction=Direction.HIGHER, shared=True)
     from datetime import UTC, datetime, timedelta
 
-    from fleetval.store import RunRecord
+    from fleetval.store.dataset import RunRecord
 
     ids = []
     for i, level in enumerate([100, 101, 99, 100, 100.5, 70]):
@@ -275,7 +275,7 @@ def test_a_declared_direction_beats_the_unit(tmp_path: Path) -> None:
 def test_the_identity_shows_in_an_80_column_terminal(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from fleetval.compare_format import to_rich
+    from fleetval.analysis.compare_format import to_rich
 
     g = _gen(tmp_path, 1)
     g.baseline(5)

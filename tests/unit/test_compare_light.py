@@ -13,16 +13,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fleetval.compare import compare_runs
-from fleetval.results import Row
+from fleetval.analysis.compare import compare_runs
+from fleetval.store.schema import Row
 from tests.storegen import FleetModel, GenStore
 
 REPO = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import json, sys
-from fleetval.compare import compare_runs, fleet_outliers
-from fleetval.store import Store
+from fleetval.analysis.compare import compare_runs, fleet_outliers
+from fleetval.store.dataset import Store
 store, ids = Store(sys.argv[1]), sys.argv[2:]
 out = {}
 for per in ("sku", "node"):
@@ -60,7 +60,7 @@ def test_buffer_conversions_match_pyarrows() -> None:
     import numpy as np
     import pyarrow as pa
 
-    from fleetval.reduction import arrow, np_col
+    from fleetval.arrays import arrow, np_col
 
     ints = pa.array([3, None, 5, 7, None, 11], pa.int32())
     floats = pa.array([1.5, None, float("nan"), 4.0], pa.float64())
@@ -86,7 +86,7 @@ def test_run_value_dictionaries_are_dictionary_encodes() -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from fleetval.reduction import _first_seen
+    from fleetval.arrays import _first_seen
 
     rng = np.random.default_rng(0)
     names = ["b", "a", "c", "a", "d"]  # a repeated name, and d never used

@@ -6,10 +6,10 @@ import pickle
 
 import pytest
 
-from fleetval import flightrec
 from fleetval.checks.base import Progress
-from fleetval.culprits import RankEvidence, is_symptom, name_culprits
-from fleetval.outcome import Culprit
+from fleetval.run import flightrec
+from fleetval.run.culprits import RankEvidence, is_symptom, name_culprits
+from fleetval.run.outcome import Culprit
 
 GLOO_TIMEOUT = (
     "ray.exceptions.RayTaskError(RuntimeError): ray::RankActor.run_step()\n"

@@ -32,7 +32,7 @@ from fleetval.checks.microbench import (
     gemm_tflops,
     judge,
 )
-from fleetval.results import Row, rows_to_table
+from fleetval.store.schema import Row, rows_to_table
 from fleetval.vocab import DType, Status
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetval.rank import DeviceBindingError, device_index
+from fleetval.run.rank import DeviceBindingError, device_index
 
 
 def test_ray_narrowed_visible_devices_bind_index_of_the_assigned_gpu():

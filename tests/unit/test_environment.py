@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fleetval import environment as env
-from fleetval.results import NODES_SCHEMA
+from fleetval.run import environment as env
+from fleetval.store.schema import NODES_SCHEMA
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GOLDEN = DATA / "golden" / "h100"

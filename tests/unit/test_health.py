@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from fleetval.checks import CHECKS
 from fleetval.checks import health as h
 from fleetval.checks.base import CheckContext, Heartbeat, RankContext
-from fleetval.nccllog import read_nccl_log
+from fleetval.formats.nccllog import read_nccl_log
 from fleetval.suite import parse_suite
 from fleetval.vocab import Status
 

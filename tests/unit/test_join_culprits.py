@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fleetval.job import RankHandle, join_culprits
-from fleetval.rank import Placed
+from fleetval.run.job import RankHandle, join_culprits
+from fleetval.run.rank import Placed
 
 RESET = "RuntimeError: [gloo/transport/tcp/pair.cc:537] Connection reset by peer"
 

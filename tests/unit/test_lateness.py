@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fleetval.bisection import isolate
 from fleetval.checks.straggler import score, stragglers
-from fleetval.lateness import late_nodes, late_ranks
-from fleetval.results import Row
+from fleetval.run.bisection import isolate
+from fleetval.run.lateness import late_nodes, late_ranks
+from fleetval.store.schema import Row
 
 
 def collective_samples(

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetval.nccllog import NcclLogSummary, parse_nccl_log, read_nccl_log
+from fleetval.formats.nccllog import NcclLogSummary, parse_nccl_log, read_nccl_log
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GOLDEN = DATA / "golden" / "h100"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetval.plan import ClusterShape, NodeShape, PlanError, make_plan
+from fleetval.run.plan import ClusterShape, NodeShape, PlanError, make_plan
 from fleetval.suite import parse_suite
 from fleetval.vocab import Strategy
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from typer.testing import CliRunner
 
 from fleetval.cli import app
-from fleetval.results import Row
-from fleetval.store import RunRecord, Store
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.schema import Row
 
 
 def test_show_flags_the_slow_gpu_of_a_run(tmp_path):

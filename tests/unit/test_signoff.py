@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fleetval.baselines import Baselines
+from fleetval.analysis.baselines import Baselines
 from fleetval.cli import app
-from fleetval.gates import GateName, GateStatus, Waiver, parse_waiver
 from fleetval.reports import (
     build_signoff,
     format_for_accept,
@@ -22,8 +21,9 @@ from fleetval.reports import (
     render,
     render_for_accept,
 )
-from fleetval.results import Row
-from fleetval.store import RunRecord, Store
+from fleetval.signoff.gates import GateName, GateStatus, Waiver, parse_waiver
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.schema import Row
 from fleetval.suite import SuiteError, parse_suite
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fleetval.outcome import Culprit
-from fleetval.results import Row
+from fleetval.run.outcome import Culprit
 from fleetval.status import exit_status, run_status, step_status
+from fleetval.store.schema import Row
 from fleetval.vocab import Status
 
 

@@ -8,8 +8,8 @@ import duckdb
 import pandas as pd
 import pytest
 
-from fleetval.results import RESULTS_SCHEMA, Row
-from fleetval.store import RunRecord, Store, StoreError, new_run_id
+from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
+from fleetval.store.schema import RESULTS_SCHEMA, Row
 
 RESULT_COLUMNS = [
     "run_id",

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fleetval.compare import fleet_outliers
-from fleetval.reduction import rank_lateness
-from fleetval.results import Row
-from fleetval.store import RunRecord, Store
+from fleetval.analysis.compare import fleet_outliers
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.schema import Row
+from fleetval.store.summaries import rank_lateness
 
 RUN = "r1"
 

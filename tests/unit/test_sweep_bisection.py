@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from fleetval.sweep import group_score, isolate
+from fleetval.run.sweep import group_score, isolate
 
 
 def fleet(n: int) -> list[str]:

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fleetval.results import Row
-from fleetval.store import RunRecord, Store
-from fleetval.trend import change_points, find_trends
+from fleetval.analysis.trend import change_points, find_trends
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.schema import Row
 
 STEP_AT = 37
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetval.results import Row
+from fleetval.store.schema import Row
 
 THRESHOLD = 3.0  # lateness in units of measured noise; figures in bench/RESULTS.md
 MIN_ITERS = 3  # a median over fewer iterations says nothing

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # NOTE: the suite imports the checks (torch), the store pyarrow; readers
     # of outcomes (exit statuses) need neither
-    from fleetval.store import RunRecord, Store
+    from fleetval.store.dataset import RunRecord, Store
     from fleetval.suite import Suite
 
 

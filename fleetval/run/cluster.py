@@ -8,7 +8,7 @@ import socket
 
 import ray
 
-from fleetval.plan import NODE_LABEL, ClusterShape, NodeShape
+from fleetval.run.plan import NODE_LABEL, ClusterShape, NodeShape
 
 
 class ClusterUnreachable(ValueError):

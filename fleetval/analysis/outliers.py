@@ -22,9 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fleetval.compare_settings import CompareSettings
+from fleetval.analysis.compare_settings import CompareSettings
+from fleetval.analysis.runvalues import Identity
+from fleetval.arrays import arrow, group_rows, np_col, plain, segment_median
 from fleetval.metrics import Direction, MetricDecl, infer
-from fleetval.reduction import Identity, arrow, group_rows, np_col, plain, segment_median
 
 
 @dataclass(frozen=True, kw_only=True)

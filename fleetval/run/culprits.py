@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fleetval.checks.base import Progress
-from fleetval.outcome import Culprit
+from fleetval.run.outcome import Culprit
 from fleetval.vocab import CulpritReason
 
 # What a rank raises when a PEER failed: gloo/NCCL transport errors and timeouts.

@@ -17,12 +17,12 @@ from typing import Any
 
 from fleetval import status
 from fleetval.checks import declared_metrics
-from fleetval.cluster import ClusterUnreachable, check_reachable, cluster_shape, connect
-from fleetval.job import JobAborted, job_ranks
-from fleetval.outcome import Culprit, Event, EventSink, RunCancelled, RunState, StepOutcome
-from fleetval.plan import Job, make_plan
-from fleetval.step import StepBroke, culprit_row, run_step
-from fleetval.store import RunRecord, Store, new_run_id
+from fleetval.run.cluster import ClusterUnreachable, check_reachable, cluster_shape, connect
+from fleetval.run.job import JobAborted, job_ranks
+from fleetval.run.outcome import Culprit, Event, EventSink, RunCancelled, RunState, StepOutcome
+from fleetval.run.plan import Job, make_plan
+from fleetval.run.step import StepBroke, culprit_row, run_step
+from fleetval.store.dataset import RunRecord, Store, new_run_id
 from fleetval.suite import Suite
 from fleetval.vocab import Status
 

@@ -30,10 +30,10 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from fleetval.checks.base import RankContext
-from fleetval.culprits import is_symptom, short
-from fleetval.outcome import Culprit, RunState
-from fleetval.plan import NODE_LABEL, Job
-from fleetval.rank import Placed, RankActor
+from fleetval.run.culprits import is_symptom, short
+from fleetval.run.outcome import Culprit, RunState
+from fleetval.run.plan import NODE_LABEL, Job
+from fleetval.run.rank import Placed, RankActor
 from fleetval.suite import Suite
 from fleetval.vocab import CulpritReason
 

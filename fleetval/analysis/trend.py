@@ -21,12 +21,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fleetval.baselines import select_runs
-from fleetval.compare import CompareError, EnvChange, Per, declarations, environment_diff
-from fleetval.compare_settings import CompareSettings, settings_from_suite_json
+from fleetval.analysis.baselines import select_runs
+from fleetval.analysis.compare import CompareError, EnvChange, Per, declarations, environment_diff
+from fleetval.analysis.compare_settings import CompareSettings, settings_from_suite_json
+from fleetval.analysis.runvalues import ID_COLS, Identity, run_values
 from fleetval.metrics import Direction, infer
-from fleetval.reduction import ID_COLS, Identity, run_values
-from fleetval.store import Store
+from fleetval.store.dataset import Store
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,7 +4,7 @@ Layout (any Arrow reader can glob it; see docs/schema.md):
 
     runs/<run_id>.parquet               one row, written when the run ends
     nodes/<run_id>.parquet              one row per node
-    index/{runs,nodes}/<run_id>.json    JSON copies of runs/ and nodes/ (fleetval.catalog)
+    index/{runs,nodes}/<run_id>.json    JSON copies of runs/ and nodes/ (fleetval.store.catalog)
     results/<run_id>/<part>.parquet     one file per finished step
     summaries/<run_id>/<part>.parquet   the same step reduced per identity and node
     lateness/<run_id>/<part>.parquet    the same step's lateness per rank
@@ -16,24 +16,24 @@ results but no runs/ record was cut off; it is listed as `incomplete`.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-# NOTE: what needs no pyarrow lives in fleetval.catalog (runs and nodes are listed from its
+from fleetval.arrays import arrow, np_col
+
+# NOTE: what needs no pyarrow lives in fleetval.store.catalog (runs and nodes are listed from its
 # JSON index); the names the store's users know are re-exported here
-from fleetval.catalog import Catalog, RunRecord, atomic_write
-from fleetval.catalog import StoreError as StoreError
-from fleetval.catalog import check_name as _check_name
-from fleetval.catalog import default_data_dir as default_data_dir
-from fleetval.catalog import new_run_id as new_run_id
-from fleetval.reduction import LATENESS_READ_COLS, arrow, np_col, rank_lateness, summarize
-from fleetval.results import (
+from fleetval.store.catalog import Catalog, RunRecord, atomic_write
+from fleetval.store.catalog import StoreError as StoreError
+from fleetval.store.catalog import check_name as _check_name
+from fleetval.store.catalog import default_data_dir as default_data_dir
+from fleetval.store.catalog import new_run_id as new_run_id
+from fleetval.store.parquet import parquet_options, read_parquet, table_rows
+from fleetval.store.schema import (
     LATENESS_SCHEMA,
     NODES_SCHEMA,
     RESULTS_SCHEMA,
@@ -43,95 +43,7 @@ from fleetval.results import (
     Row,
     rows_to_table,
 )
-
-
-def parquet_options(schema: pa.Schema) -> dict[str, Any]:
-    """How the store encodes a table: dictionaries for strings only; floats (and float
-    lists, the per-iteration samples) byte-stream-split, which zstd then compresses and
-    which decodes ~40% faster than the default for timing data."""
-    floats, strings = [], []
-    for f in schema:
-        if pa.types.is_floating(f.type):
-            floats.append(f.name)
-        elif pa.types.is_list(f.type) and pa.types.is_floating(f.type.value_type):
-            floats.append(f"{f.name}.list.element")
-        elif pa.types.is_string(f.type):
-            strings.append(f.name)
-    return {"compression": "zstd", "use_dictionary": strings, "use_byte_stream_split": floats}
-
-
-def read_parquet(
-    files: list[Path],
-    schema: pa.Schema,
-    *,
-    columns: list[str] | None = None,
-    dictionary: tuple[str, ...] = (),
-    having: str | None = None,
-) -> pa.Table:
-    """Files of one table as `schema` (columns an older file lacks are null), projected to
-    `columns`, the `dictionary` string columns kept dictionary-encoded. With `having`, only
-    the row groups where that column has a value (the files' statistics say which): a
-    superset of the rows where it is not null, for callers that drop the rest anyway.
-
-    NOTE: file by file with pyarrow.parquet, not pyarrow.dataset: importing the dataset
-    module imports pandas (~0.4 s), and the store-reading commands must start fast.
-    """
-    fields = [
-        pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in dictionary else f
-        for f in schema
-    ]
-    target = pa.schema(fields)
-    if columns is not None:
-        target = pa.schema([target.field(c) for c in columns])
-    tables = []
-    for f in files:
-        pf = pq.ParquetFile(f, read_dictionary=[c for c in dictionary if c in target.names])
-        have = set(pf.schema_arrow.names)
-        read = [c for c in target.names if c in have]
-        if having is not None:
-            groups = _row_groups_having(pf, having)
-            if not groups:
-                continue
-            t = pf.read_row_groups(groups, columns=read, use_threads=True)
-        else:
-            t = pf.read(columns=read, use_threads=True)
-        for col in target:
-            if col.name not in have:
-                t = t.append_column(col, pa.nulls(len(t), col.type))
-        tables.append(t.select(target.names).cast(target))
-    if not tables:  # NOTE: not schema.empty_table(), which imports pandas
-        return pa.Table.from_batches([], schema=target)
-    return pa.concat_tables(tables)
-
-
-def _row_groups_having(pf: pq.ParquetFile, column: str) -> list[int]:
-    """Row groups of a file whose `column` is not all null (all of them without statistics)."""
-    names = pf.schema_arrow.names
-    if column not in names:
-        return []  # an older file without the column: null throughout
-    meta, j = pf.metadata, pf.schema.names.index(column)
-    out = []
-    for i in range(meta.num_row_groups):
-        rg = meta.row_group(i)
-        stats = rg.column(j).statistics
-        if stats is None or not stats.has_null_count or stats.null_count < rg.num_rows:
-            out.append(i)
-    return out
-
-
-def table_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """Rows as dicts; timestamps converted here, since pyarrow imports pandas (~0.4 s) to
-    convert a zoned timestamp column."""
-    stamps = [f.name for f in table.schema if pa.types.is_timestamp(f.type)]
-    micros = {c: pc.cast(table[c], pa.int64()).to_pylist() for c in stamps}
-    rows = table.drop_columns(stamps).to_pylist()
-    for c, values in micros.items():
-        for row, us in zip(rows, values, strict=True):
-            row[c] = None if us is None else _EPOCH + timedelta(microseconds=us)
-    return rows
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+from fleetval.store.summaries import LATENESS_READ_COLS, rank_lateness, summarize
 
 
 def _write_table(table: pa.Table, path: Path) -> Path:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fleetval.outcome import Culprit
+from fleetval.run.outcome import Culprit
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,14 @@ from typing import Any
 
 import ray
 
-from fleetval import flightrec, lateness, status
+from fleetval import status
 from fleetval.checks.base import ActiveFault, Progress, RankContext
-from fleetval.culprits import RankEvidence, name_culprits, short
-from fleetval.job import JobAborted, RankHandle, gather
-from fleetval.outcome import Culprit, RunState, StepOutcome
-from fleetval.plan import Job
-from fleetval.results import Row
+from fleetval.run import flightrec, lateness
+from fleetval.run.culprits import RankEvidence, name_culprits, short
+from fleetval.run.job import JobAborted, RankHandle, gather
+from fleetval.run.outcome import Culprit, RunState, StepOutcome
+from fleetval.run.plan import Job
+from fleetval.store.schema import Row
 from fleetval.suite import Suite
 from fleetval.vocab import CulpritReason, Status
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 # What a node runs and is: environment columns of NODES_SCHEMA (defined in the catalog,
 # which filters on them without pyarrow).
-from fleetval.catalog import ENV_COLUMNS as ENV_COLUMNS
+from fleetval.store.catalog import ENV_COLUMNS as ENV_COLUMNS  # one definition, pyarrow-free
 
 SCHEMA_VERSION = 3  # 2: summaries/ table; runs.metrics (declarations of the checks run)
 # 3: lateness/ table (each rank's lateness, written with its results part)
@@ -149,7 +149,7 @@ RUNS_SCHEMA = pa.schema(
 
 # One run reduced per identity and node, written beside each results part: compare and
 # trend read these, not the samples. `center` is the run's robust value for the identity
-# on that node (see fleetval/reduction.py for how each kind is reduced).
+# on that node (see fleetval/store/summaries.py for how each kind is reduced).
 SUMMARIES_SCHEMA = pa.schema(
     [
         ("run_id", pa.string()),
@@ -176,7 +176,7 @@ SUMMARIES_SCHEMA = pa.schema(
 
 
 # Each rank's lateness in one results part, written beside it: the fleet-outlier check reads
-# these, not the samples (`fleetval/reduction.py`, `rank_lateness`).
+# these, not the samples (`fleetval/store/summaries.py`, `rank_lateness`).
 LATENESS_SCHEMA = pa.schema(
     [
         ("run_id", pa.string()),
@@ -196,3 +196,7 @@ LATENESS_SCHEMA = pa.schema(
 
 def rows_to_table(rows: list[Row]) -> pa.Table:
     return pa.Table.from_pylist([r.to_record() for r in rows], schema=RESULTS_SCHEMA)
+
+# String columns read dictionary-encoded: cheaper to decode, and their indices are group codes.
+DICT_COLS = ("run_id", "check", "collective", "op", "dtype", "node", "device_id", "metric",
+             "unit", "status")  # fmt: skip

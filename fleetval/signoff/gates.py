@@ -99,7 +99,7 @@ class BusbwGate(_Model):
     """Minimum busbw at the largest measured bandwidth-bound size; defaults per GPU model."""
 
     minimums: list[BusbwMinimum] = Field(default_factory=list)  # checked before the defaults
-    use_defaults: bool = True  # also the public per-SKU figures (fleetval.signoff.BUSBW_DEFAULTS)
+    use_defaults: bool = True  # also the public per-SKU figures (fleetval.signoff.evaluate.BUSBW_DEFAULTS)
     fraction: float = Field(default=1.0, gt=0, le=2)  # scales every minimum
 
 

@@ -30,25 +30,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fleetval import statistics as st
-from fleetval.baselines import Baselines, resolve
-from fleetval.compare_settings import CompareSettings, settings_from_suite_json
+from fleetval.analysis import statistics as st
+from fleetval.analysis.baselines import Baselines, resolve
+from fleetval.analysis.compare_settings import CompareSettings, settings_from_suite_json
+from fleetval.analysis.outliers import Outlier, late_ranks, slow_devices
+from fleetval.analysis.runvalues import ID_COLS, Identity, human_bytes, run_values
+from fleetval.arrays import arrow, dict_codes, group_rows, np_col, segment_median
 from fleetval.metrics import Direction, MetricDecl, infer, merge
-from fleetval.outliers import Outlier, late_ranks, slow_devices
-from fleetval.reduction import (
-    DICT_COLS,
-    ID_COLS,
-    Identity,
-    arrow,
-    dict_codes,
-    group_rows,
-    human_bytes,
-    np_col,
-    run_values,
-    segment_median,
-)
-from fleetval.results import ENV_COLUMNS
-from fleetval.store import RunRecord, Store
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.schema import DICT_COLS, ENV_COLUMNS
 from fleetval.vocab import Verdict
 
 Per = Literal["node", "sku"]

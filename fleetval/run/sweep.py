@@ -1,6 +1,6 @@
 """Fleet sweep: isolate a slow node by bisection over node groups (one rank per node).
 
-The bisection itself is `fleetval.bisection.isolate` (shared with the `isolate` check,
+The bisection itself is `fleetval.run.bisection.isolate` (shared with the `isolate` check,
 which bisects ranks inside one job); here each group of nodes is one STRICT_SPREAD job
 running the suite's steps, scored by `group_score` (median busbw, else 1/time). One slow
 node among N is found in about log2(N) rounds of two jobs; every round's groups and
@@ -12,10 +12,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from fleetval.bisection import Isolation, isolate
-from fleetval.execute import RunState, StepOutcome, cluster_shape, connect, recording, run_job
-from fleetval.plan import PlanError, eligible_nodes, node_group_job
-from fleetval.store import RunRecord, Store
+from fleetval.run.bisection import Isolation, isolate
+from fleetval.run.execute import RunState, StepOutcome, cluster_shape, connect, recording, run_job
+from fleetval.run.plan import PlanError, eligible_nodes, node_group_job
+from fleetval.store.dataset import RunRecord, Store
 from fleetval.suite import Suite
 from fleetval.vocab import Status
 

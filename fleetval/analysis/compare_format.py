@@ -15,8 +15,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from fleetval.compare import Comparison, MetricComparison, Outlier, human_bytes
-from fleetval.trend import TrendReport
+from fleetval.analysis.compare import Comparison, MetricComparison, Outlier, human_bytes
+from fleetval.analysis.trend import TrendReport
 from fleetval.vocab import Verdict
 
 _STYLE = {

@@ -38,7 +38,7 @@ INDEX = "index"
 TIMESTAMPS = {"runs": ("started_at", "finished_at"), "nodes": ()}
 
 # What a node runs and is: the columns of the nodes table that a baseline filter or an
-# environment diff speaks of (fleetval.results re-exports them beside NODES_SCHEMA).
+# environment diff speaks of (fleetval.store.schema re-exports them beside NODES_SCHEMA).
 ENV_COLUMNS = (
     "gpu_model", "driver_version", "cuda_version", "rocm_version", "hip_version",
     "nccl_version", "rccl_version", "torch_version", "ray_version", "python_version",
@@ -151,8 +151,8 @@ def _rows_from_json(table: str, text: str) -> list[dict[str, Any]]:
 def _rows_from_parquet(table: str, files: list[Path]) -> list[dict[str, Any]]:
     """Rows of files the index lacks."""
     # NOTE: imported here: pyarrow costs ~0.2 s, paid only for files without an index entry
-    from fleetval.results import NODES_SCHEMA, RUNS_SCHEMA
-    from fleetval.store import read_parquet, table_rows
+    from fleetval.store.parquet import read_parquet, table_rows
+    from fleetval.store.schema import NODES_SCHEMA, RUNS_SCHEMA
 
     schema = {"runs": RUNS_SCHEMA, "nodes": NODES_SCHEMA}[table]
     return table_rows(read_parquet(files, schema))

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fleetval.results import FINGERPRINT_COLUMNS
+from fleetval.store.schema import FINGERPRINT_COLUMNS
 
 TOOL_TIMEOUT_S = 5.0
 NVIDIA_QUERY = "index,name,uuid,pci.bus_id,driver_version,memory.total"

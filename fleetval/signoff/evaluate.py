@@ -1,10 +1,10 @@
 """Release sign-off: a stored run judged against its suite's gates, with the evidence behind each.
 
 `build_signoff(store, run_id, baseline=..., waivers=...)` reads the run (record, rows,
-nodes), the gates its suite declared (fleetval/gates.py; defaults when none), compares it
+nodes), the gates its suite declared (fleetval/signoff/gates.py; defaults when none), compares it
 with the baseline where one is named, and evaluates every gate to PASS, FAIL or WAIVED.
 A gate without evidence FAILS and says why. The `Signoff` also carries what a report
-shows beside the gates (fleetval/signoff_views.py): busbw curves, scaling, the node x
+shows beside the gates (fleetval/signoff/views.py): busbw curves, scaling, the node x
 check map, incidents, the environment; `fleetval.reports.render` formats it.
 """
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from fleetval.baselines import Baselines
-from fleetval.compare import CompareError, Comparison, compare_runs, human_bytes
-from fleetval.gates import (
+from fleetval.analysis.baselines import Baselines
+from fleetval.analysis.compare import CompareError, Comparison, compare_runs, human_bytes
+from fleetval.signoff.gates import (
     DEFAULT_GATES,
     BusbwGate,
     BusbwMinimum,
@@ -35,8 +35,8 @@ from fleetval.gates import (
     Waiver,
     gates_from_suite_json,
 )
-from fleetval.signoff_views import ScalingPoint, Views, build_views, gpu_label, scaling_points
-from fleetval.store import RunRecord, Store
+from fleetval.signoff.views import ScalingPoint, Views, build_views, gpu_label, scaling_points
+from fleetval.store.dataset import RunRecord, Store
 from fleetval.vocab import Status, Verdict
 
 # Public per-SKU all_reduce busbw of one 8-GPU node at a bandwidth-bound size (16 GiB),

@@ -14,10 +14,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fleetval.baselines import Baselines
-from fleetval.compare import Comparison
-from fleetval.results import ENV_COLUMNS
-from fleetval.store import RunRecord, Store
+from fleetval.analysis.baselines import Baselines
+from fleetval.analysis.compare import Comparison
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.schema import ENV_COLUMNS
 from fleetval.vocab import Status
 
 _SEVERITY = {Status.SKIP.value: 0, Status.PASS.value: 1, Status.WARN.value: 2, Status.FAIL.value: 3}

@@ -20,8 +20,8 @@ import torch.distributed as dist
 
 from fleetval.checks import CHECKS
 from fleetval.checks.base import ActiveFault, CheckContext, Heartbeat, Progress, RankContext
-from fleetval.plan import NODE_LABEL
-from fleetval.results import Row
+from fleetval.run.plan import NODE_LABEL
+from fleetval.store.schema import Row
 
 
 @dataclass(frozen=True)
@@ -200,6 +200,6 @@ class RankActor:
         return out
 
     def fingerprint(self) -> dict[str, Any]:
-        from fleetval.environment import fingerprint
+        from fleetval.run.environment import fingerprint
 
         return fingerprint()

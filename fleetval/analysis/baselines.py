@@ -20,12 +20,11 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from fleetval.catalog import ENV_COLUMNS as RESULT_ENV_COLUMNS
-from fleetval.catalog import SAFE_NAME, Catalog, RunRecord, atomic_write
+from fleetval.store.catalog import ENV_COLUMNS, SAFE_NAME, Catalog, RunRecord, atomic_write
 
 # Environment columns of the nodes table a filter may name. A run matches a filter on
 # one of these when EVERY node of the run matches: a baseline should be homogeneous.
-ENV_COLUMNS = (*RESULT_ENV_COLUMNS, "node")
+FILTER_COLUMNS = (*ENV_COLUMNS, "node")  # what a baseline's `where` may name of a node
 # Columns of the runs table a filter may name.
 RUN_COLUMNS = ("suite", "status", "submitter", "backend", "run_id")
 # Runs a filter selects unless it names `status`: finished runs, failed checks included
@@ -185,11 +184,11 @@ def select_runs(
     injected faults are left out unless `include_faulty`."""
     runs = store.runs() if runs is None else runs
     label_keys = {k for r in runs for k in r.labels}
-    env = {k: v for k, v in where.items() if k in ENV_COLUMNS}
+    env = {k: v for k, v in where.items() if k in FILTER_COLUMNS}
     for key in where:
-        if key not in ENV_COLUMNS and key not in RUN_COLUMNS and key not in label_keys:
+        if key not in FILTER_COLUMNS and key not in RUN_COLUMNS and key not in label_keys:
             raise BaselineError(
-                f"unknown filter key {key!r}; environment columns: {', '.join(ENV_COLUMNS)}; "
+                f"unknown filter key {key!r}; environment columns: {', '.join(FILTER_COLUMNS)}; "
                 f"run columns: {', '.join(RUN_COLUMNS)}; labels in this store: "
                 f"{', '.join(sorted(label_keys)) or 'none'}"
             )

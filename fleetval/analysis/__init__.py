@@ -1,0 +1,1 @@
+"""Reading the store: baselines, run values, statistics, compare, fleet outliers and trends. No ray, no torch."""

@@ -1,0 +1,1 @@
+"""Parsers of what GPU fleets already produce: NCCL/RCCL logs, smi outputs, nccl-tests results."""
