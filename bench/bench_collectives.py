@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from fleetval.checks.bandwidth import busbw_factor
+from fleetval.checks.bandwidth.rank import busbw_factor
 from fleetval.run.execute import run_suite
 from fleetval.store.dataset import Store
 from fleetval.suite import load_suite, parse_suite

@@ -1,6 +1,6 @@
 """Benchmark: the microbench check's kernels against a plain torch script, in the same run.
 
-The check's measuring functions (`fleetval.checks.microbench`) time every iteration with
+The check's measuring functions (`fleetval.checks.microbench.rank`) time every iteration with
 CUDA/HIP events through `CheckContext.measure`; the plain peer below times a back-to-back
 loop with one pair of events, the way a hand-written script would. Same process, same
 device, same sizes: if the check's per-iteration timing cost anything, the ratio shows it.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from fleetval.checks.base import CheckContext, Heartbeat, RankContext
-from fleetval.checks.microbench import (
+from fleetval.checks.microbench.rank import (
     copy_samples,
     expectations_for,
     gbps,

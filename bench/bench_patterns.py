@@ -24,7 +24,7 @@ MiB = 1 << 20
 ONE = """
 import json, sys, time, torch
 from fleetval.checks.base import CheckContext, Heartbeat, RankContext
-from fleetval.checks.collectives import CHUNK, pattern, prepare
+from fleetval.checks.collectives.rank import CHUNK, pattern, prepare
 from fleetval.vocab import Collective, DType, ReduceOp
 
 how, world, nbytes, dtype = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), DType(sys.argv[4])

@@ -17,8 +17,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-from fleetval.analysis.compare import human_bytes
-from fleetval.signoff.views import ScalingPoint, Series
+from fleetval.signoff.views import ScalingView, Series
+from fleetval.units import human_bytes
 
 # Status -> heat map colour index: not run, skip, pass, warn, fail.
 _HEAT_CODES = {None: 0, "skip": 1, "pass": 2, "warn": 3, "fail": 4}
@@ -79,7 +79,7 @@ def busbw_plot(collective: str, series: Sequence[Series], salt: str) -> str:
     return _svg(fig, salt)
 
 
-def scaling_plot(points: Sequence[ScalingPoint], salt: str) -> str:
+def scaling_plot(points: Sequence[ScalingView], salt: str) -> str:
     """Weak-scaling efficiency against world size, one line per ddp_scaling step."""
     fig = Figure(figsize=(6, 3.2))
     ax = fig.add_subplot()

@@ -12,9 +12,9 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from pydantic import BaseModel
 
-from fleetval.analysis.compare import human_bytes
 from fleetval.reports import plots
 from fleetval.signoff.evaluate import Signoff
+from fleetval.units import human_bytes
 from fleetval.vocab import Verdict
 
 JSON_SCHEMA = "fleetval.signoff/1"

@@ -34,11 +34,12 @@ from fleetval.analysis import statistics as st
 from fleetval.analysis.baselines import Baselines, resolve
 from fleetval.analysis.compare_settings import CompareSettings, settings_from_suite_json
 from fleetval.analysis.outliers import Outlier, late_ranks, slow_devices
-from fleetval.analysis.runvalues import ID_COLS, Identity, human_bytes, run_values
+from fleetval.analysis.runvalues import ID_COLS, Identity, run_values
 from fleetval.arrays import arrow, dict_codes, group_rows, np_col, segment_median
 from fleetval.metrics import Direction, MetricDecl, infer, merge
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import DICT_COLS, ENV_COLUMNS
+from fleetval.units import human_bytes
 from fleetval.vocab import Verdict
 
 Per = Literal["node", "sku"]

@@ -15,8 +15,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from fleetval.analysis.compare import Comparison, MetricComparison, Outlier, human_bytes
+from fleetval.analysis.compare import Comparison, MetricComparison, Outlier
 from fleetval.analysis.trend import TrendReport
+from fleetval.units import human_bytes
 from fleetval.vocab import Verdict
 
 _STYLE = {

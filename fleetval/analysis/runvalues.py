@@ -15,15 +15,9 @@ from fleetval.arrays import (
     np_col,
 )
 from fleetval.store.summaries import KIND_CORRECT, KIND_TIMED
+from fleetval.units import human_bytes
 
 ID_COLS = ["check", "collective", "op", "dtype", "size_bytes", "world_size", "metric", "group"]
-
-
-def human_bytes(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale}{unit}"
-    return f"{n}B"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,64 +1,30 @@
-"""The one registry of checks. Adding a check: a module with a params model and a run
-function, its metric declarations, and one entry here; the suite, planner, executor and
-compare pick it up unchanged."""
+"""The one registry of checks: one line per check plug-in (`fleetval/checks/<name>/`).
+
+Adding a check: a package with `rank.py` (its params model and the `run` every rank runs)
+and `__init__.py` (its `CheckPlugin`: metrics, gate, incidents, presentation), then one
+line here. The suite, planner, executor, compare, sign-off and `show` pick it up unchanged.
+Importing this module imports no torch: a check's rank module loads when it runs.
+"""
 
 from collections.abc import Iterable
 
-from fleetval.checks.bandwidth import BandwidthParams, run_bandwidth
-from fleetval.checks.base import Check
-from fleetval.checks.collectives import CollectivesParams, run_collectives
-from fleetval.checks.ddp import DdpHealthParams, DdpScalingParams, run_ddp_health, run_ddp_scaling
-from fleetval.checks.health import HealthParams, run_health
-from fleetval.checks.isolate import IsolateParams, run_isolate
-from fleetval.checks.microbench import MicrobenchParams, run_microbench
-from fleetval.checks.straggler import StragglerParams, run_straggler
-from fleetval.metrics import BUSBW, CORRECT, LATENCY, Direction, MetricDecl
+from fleetval.checks import bandwidth, collectives, ddp, health, isolate, microbench, p2p, straggler
+from fleetval.checks.spec import CheckPlugin, Gate
+from fleetval.metrics import MetricDecl
 
-_UP, _DOWN, _NONE = Direction.HIGHER, Direction.LOWER, Direction.NONE
-
-
-def _m(name: str, unit: str, direction: Direction, *, shared: bool) -> MetricDecl:
-    return MetricDecl(name=name, unit=unit, direction=direction, shared=shared)
-
-
-CHECKS: dict[str, Check] = {
-    "collectives": Check(CollectivesParams, run_collectives, (CORRECT,)),
-    "bandwidth": Check(BandwidthParams, run_bandwidth, (BUSBW, LATENCY, CORRECT)),
-    "health": Check(HealthParams, run_health, ()),  # findings: judged by status only
-    "ddp_scaling": Check(
-        DdpScalingParams,
-        run_ddp_scaling,
-        (  # one training step measured by every rank together: shared
-            _m("step_time_ms", "ms", _DOWN, shared=True),
-            _m("compute_time_ms", "ms", _DOWN, shared=True),
-            _m("throughput", "samples/s", _UP, shared=True),
-            _m("comm_share", "", _DOWN, shared=True),
-        ),
-    ),
-    "ddp_health": Check(DdpHealthParams, run_ddp_health, ()),
-    "microbench": Check(
-        MicrobenchParams,
-        run_microbench,
-        (  # every rank measures its own GPU: independent devices
-            _m("gemm_tflops", "TFLOP/s", _UP, shared=False),
-            _m("memory_bw_gbps", "GB/s", _UP, shared=False),
-            _m("h2d_gbps", "GB/s", _UP, shared=False),
-            _m("d2h_gbps", "GB/s", _UP, shared=False),
-        ),
-    ),
-    "straggler": Check(
-        StragglerParams,
-        run_straggler,
-        (_m("straggler_last_fraction", "fraction", _NONE, shared=False),),
-    ),
-    "isolate": Check(
-        IsolateParams,
-        run_isolate,
-        (  # each sub-group's time, timed alone: a verdict per rank, not a fleet figure
-            _m("isolate_group_time_us", "us", _DOWN, shared=True),
-            _m("isolated", "", _NONE, shared=False),
-        ),
-    ),
+CHECKS: dict[str, CheckPlugin] = {
+    p.name: p
+    for p in (
+        collectives.PLUGIN,
+        bandwidth.PLUGIN,
+        health.PLUGIN,
+        ddp.SCALING,
+        ddp.HEALTH,
+        microbench.PLUGIN,
+        straggler.PLUGIN,
+        isolate.PLUGIN,
+        p2p.PLUGIN,
+    )
 }
 
 
@@ -71,3 +37,13 @@ def declared_metrics(check_names: Iterable[str]) -> list[MetricDecl]:
             for m in check.metrics:
                 out.setdefault(m.name, m)
     return list(out.values())
+
+
+def check_gates() -> list[Gate]:
+    """The sign-off gates the checks declare (the sign-off adds its own: completed, regression)."""
+    return [c.gate for c in CHECKS.values() if c.gate is not None]
+
+
+def synchronizing_metrics() -> frozenset[str]:
+    """Metrics whose measurement ends in a collective: the lateness scorer may judge them."""
+    return frozenset().union(*(c.synchronizing for c in CHECKS.values()))

@@ -10,25 +10,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, PositiveFloat
 
-from fleetval.metrics import MetricDecl
 from fleetval.store.schema import Row
 from fleetval.vocab import FaultKind
-
-
-class StepSpec(BaseModel):
-    """Keys every step has; each check subclasses it with `check: Literal[...]` and its params."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    check: str
-    name: str | None = None  # defaults to the check's name; unique within a suite
-    timeout_s: PositiveFloat | None = None  # overrides the suite's timeouts.step_s
-
-    @property
-    def step_name(self) -> str:
-        return self.name or self.check
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,16 +179,3 @@ class CheckContext:
         t0 = time.perf_counter()
         fn()
         return (time.perf_counter() - t0) * 1e6
-
-
-@dataclass(frozen=True)
-class Check:
-    """A registered check: its step model and the function every rank runs."""
-
-    params: type[StepSpec]
-    run: Callable[[CheckContext, Any], list[Row]]
-    metrics: tuple[MetricDecl, ...] = ()  # what its rows measure; recorded with every run
-
-    @property
-    def doc(self) -> str:
-        return (self.run.__doc__ or "").strip().splitlines()[0]

@@ -27,8 +27,8 @@ def _default(field: FieldInfo) -> str:
 
 def checks() -> None:
     """List the checks a suite step can name, with their parameters and defaults."""
-    from fleetval.checks import CHECKS  # NOTE: imports torch: only this command pays for it
-    from fleetval.checks.base import StepSpec
+    from fleetval.checks import CHECKS  # NOTE: `params` imports each rank module (torch)
+    from fleetval.checks.spec import StepSpec
 
     common = set(StepSpec.model_fields)
     table = Table(title="checks (a suite step's `check:`)", show_lines=True)

@@ -104,28 +104,28 @@ def show(run: RunArg, data: DataOpt = None, as_json: JsonOpt = False) -> None:
         env.add_row(field, *(_cell(n.get(field)) for n in nodes))
     console.print(env)
     print_summary(record)
-    if any(s["check"] == "ddp_scaling" for s in record.summary.get("steps", [])):
-        _print_scaling(store.results([record.run_id], columns=_SCALING_COLS).to_pylist())
+    _print_check_tables(store.results([record.run_id], columns=_TABLE_COLS).to_pylist())
     for o in outliers:  # far below its peers in this run: flagged with no baseline needed
         console.print(outlier_text(o))
 
 
-_SCALING_COLS = ["step", "check", "world_size", "rank", "metric", "value", "status"]
+# What a check plug-in's `tables` may read of a run's rows.
+_TABLE_COLS = ["step", "check", "world_size", "rank", "metric", "value", "status"]
 
 
-def _print_scaling(rows: list[dict]) -> None:
-    """Weak-scaling efficiency of each ddp_scaling step, when the run has one."""
-    # NOTE: the ddp module imports torch; only runs with a ddp_scaling step pay for it
-    from fleetval.checks.ddp import scaling_efficiency
+def _print_check_tables(rows: list[dict]) -> None:
+    """The tables each check of the run presents (its plug-in's `tables`), e.g. DDP scaling."""
+    from fleetval.checks import CHECKS
 
-    for step in sorted({r["step"] for r in rows if r["check"] == "ddp_scaling"}):
-        table = Table(title=f"weak scaling: {step}")
-        for col in ("world size", "throughput (samples/s)", "efficiency T_n / (n x T_1)"):
-            table.add_column(col, justify="right")
-        for p in scaling_efficiency(rows, step=step):
-            eff = "n/a (no world size 1)" if p.efficiency is None else f"{p.efficiency:.2f}"
-            table.add_row(str(p.world_size), f"{p.throughput:,.0f}", eff)
-        console.print(table)
+    for name in sorted({r["check"] for r in rows}):
+        present = CHECKS[name].tables if name in CHECKS else None
+        for t in present(rows) if present else ():
+            table = Table(title=t.title)
+            for col in t.columns:
+                table.add_column(col, justify="right")
+            for row in t.rows:
+                table.add_row(*row)
+            console.print(table)
 
 
 _ITEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8}

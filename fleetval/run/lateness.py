@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetval.checks import synchronizing_metrics
 from fleetval.store.schema import Row
 
 THRESHOLD = 3.0  # lateness in units of measured noise; figures in bench/RESULTS.md
@@ -49,7 +50,7 @@ ABS_FLOOR_US = 0.5  # and at least the timer's resolution
 # Rooted and point-to-point patterns (broadcast, reduce, send/recv) let ranks leave at
 # different times by design, and compute-only or per-GPU timings have no peers to wait on.
 SYNCHRONIZING = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"})
-SYNCHRONIZING_METRICS = frozenset({"step_time_ms"})  # a DDP step ends in its gradient all-reduce
+SYNCHRONIZING_METRICS = synchronizing_metrics()  # declared by the checks (a DDP step: its all-reduce)
 
 
 @dataclass(frozen=True)

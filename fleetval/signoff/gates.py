@@ -17,7 +17,9 @@ gates:
 A gate that is not declared is not evaluated. A declared gate that finds no evidence in
 the run (a CPU run has no GPU model, a suite without a `microbench` step) FAILS, saying
 so: a sign-off never passes on evidence it does not have. Waive it to accept that.
-Pure pydantic: reading a stored run's gates needs neither torch nor Ray.
+The gates come from one registry, `GATES`: the sign-off's own (completed, regression) and
+the one each check plug-in declares (`fleetval/checks/<name>/__init__.py`, `GATE`), in
+report order. Pure pydantic: reading a stored run's gates needs neither torch nor Ray.
 """
 
 from __future__ import annotations
@@ -28,26 +30,17 @@ from typing import Any, Self
 
 from pydantic import (
     BaseModel,
-    ByteSize,
     ConfigDict,
     Field,
     PositiveFloat,
-    PositiveInt,
     ValidationError,
+    create_model,
     model_validator,
 )
 
-
-class GateName(StrEnum):
-    """The gates a sign-off knows, in the order a report lists them."""
-
-    COMPLETED = "completed"  # the run finished: not cancelled, cut off or crashed in the driver
-    CORRECTNESS = "correctness"  # every correctness check passes, no wrong element anywhere
-    REGRESSION = "regression"  # no regression against the named baseline beyond thresholds
-    BUSBW = "busbw"  # minimum busbw per collective at bandwidth-bound sizes, per GPU model
-    SCALING = "scaling"  # minimum weak-scaling efficiency at the largest world size
-    HEALTH = "health"  # no straggler, hang, crash or unhealthy node
-    MICROBENCH = "microbench"  # per-GPU micro-benchmarks at or above their expected fraction
+from fleetval.checks import check_gates
+from fleetval.checks.spec import Evidence, Gate, GateInputs, Outcome, plural
+from fleetval.vocab import Verdict
 
 
 class GateStatus(StrEnum):
@@ -62,18 +55,8 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Waiver(_Model):
-    """Accepts a gate's failure: who accepted it and why, shown with the gate."""
-
-    gate: GateName
-    by: str = Field(min_length=1)
-    reason: str = Field(min_length=1)
-
-
-class CorrectnessGate(_Model):
-    """Every correctness row passes and no row anywhere has a wrong element."""
-
-    checks: list[str] = Field(default_factory=lambda: ["collectives", "ddp_health"])
+class CompletedGate(_Model):
+    """The run finished: not cancelled, cut off or crashed in the driver (always evaluated)."""
 
 
 class RegressionGate(_Model):
@@ -83,56 +66,95 @@ class RegressionGate(_Model):
     threshold_pct: PositiveFloat | None = None  # replaces the suite's `compare:` thresholds
 
 
-class BusbwMinimum(_Model):
-    """busbw at least `min_busbw_gbps` for this collective on this GPU model."""
-
-    gpu_model: str = Field(min_length=1)  # regex searched in the node's GPU model; "cpu": no GPU
-    collective: str = Field(min_length=1)
-    world_size: PositiveInt | None = None  # None: any world size
-    nodes: PositiveInt | None = None  # nodes the job spans (1: one node's fabric); None: any
-    min_busbw_gbps: PositiveFloat
-    min_size: ByteSize = ByteSize(1 << 30)  # sizes at or above this are bandwidth-bound
-    source: str = ""  # where the figure comes from
+def _completed(inp: GateInputs, _: object) -> Outcome:
+    rec = inp.record
+    steps = rec.summary.get("steps", [])
+    if rec.status in ("pass", "warn", "fail"):  # what it found is the other gates' to judge
+        text = f"run finished ({rec.status}) with {len(steps)} steps"
+        return Outcome(True, text, [Evidence(ok=True, text=text)])
+    text = f"run {rec.status}: {rec.message or 'no message'}; {len(steps)} steps recorded"
+    return Outcome(False, text, [Evidence(ok=False, text=text)])
 
 
-class BusbwGate(_Model):
-    """Minimum busbw at the largest measured bandwidth-bound size; defaults per GPU model."""
-
-    minimums: list[BusbwMinimum] = Field(default_factory=list)  # checked before the defaults
-    use_defaults: bool = True  # also the public per-SKU figures (fleetval.signoff.evaluate.BUSBW_DEFAULTS)
-    fraction: float = Field(default=1.0, gt=0, le=2)  # scales every minimum
-
-
-class ScalingGate(_Model):
-    """DDP weak-scaling efficiency T_n / (n x T_1) at the largest world size."""
-
-    min_efficiency: float = Field(default=0.8, gt=0, le=1.5)
+# NOTE: a sign-off is `compare --strict`: a change beyond the threshold that the runs cannot
+# prove (noisy, e.g. one run a side) or a measurement the candidate lacks (missing) blocks it
+# until more runs settle it or someone waives it. Failed rows belong to the correctness gate,
+# late ranks to the health gate.
+SIGNOFF_FAILS = (Verdict.REGRESSION, Verdict.NOISY, Verdict.MISSING)
 
 
-class HealthGate(_Model):
-    """No hang, crash, error or late rank; no straggler; no failing health finding."""
+def _regression(inp: GateInputs, cfg: RegressionGate) -> Outcome:
+    cmp = inp.comparison
+    if cmp is None:
+        return Outcome(None, inp.compare_problem or "no baseline named", [])
+    evidence = []
+    for m in cmp.having(*SIGNOFF_FAILS):
+        i = m.identity
+        ci = (
+            f" (CI {m.ci_low_pct:+.1f}% .. {m.ci_high_pct:+.1f}%)"
+            if m.ci_low_pct is not None
+            else ""
+        )
+        text = (f"{m.verdict.value}: {i.label()}: {m.change_pct:+.1f}%{ci}, "
+                f"{m.baseline_median:.4g} -> {m.candidate_median:.4g} {m.unit}"
+                if m.change_pct is not None and m.baseline_median is not None
+                and m.candidate_median is not None
+                else f"{m.verdict.value}: {i.label()}: {m.reason or 'not in the candidate'}")  # fmt: skip
+        evidence.append(
+            Evidence(ok=False, text=text, check=i.check,
+                     collective=i.collective, dtype=i.dtype, size_bytes=i.size_bytes,
+                     world_size=i.world_size, value=m.candidate_median,
+                     expected=m.baseline_median, unit=m.unit)
+        )  # fmt: skip
+    counts = {v.value: n for v, n in cmp.counts().items() if n}
+    said = ", ".join(f"{n} {v}" for v, n in counts.items())
+    judged = sum(counts.get(v.value, 0) for v in (Verdict.UNCHANGED, Verdict.IMPROVEMENT,
+                                                     Verdict.NOISY, Verdict.REGRESSION))  # fmt: skip
+    if evidence:
+        return Outcome(
+            False,
+            f"{plural(len(evidence), 'measurement')} not shown unchanged vs {cmp.baseline}: {said}",
+            evidence,
+        )
+    if not judged:
+        return Outcome(None, f"nothing judged against {cmp.baseline}: {said}", evidence)
+    return Outcome(True, f"no regression vs {cmp.baseline}: {said}", evidence)
 
-    # Checks that must have run for the gate to have evidence; [] accepts hang and crash
-    # detection alone.
-    checks: list[str] = Field(default_factory=lambda: ["straggler"])
-    fail_on_warn: bool = False  # also fail on WARN health findings
+
+COMPLETED = Gate(
+    name="completed",
+    config=CompletedGate,
+    evaluate=_completed,
+    requires=lambda _: "the run finished (not cancelled, cut off or errored)",
+    order=0,
+)
+REGRESSION = Gate(
+    name="regression",
+    config=RegressionGate,
+    evaluate=_regression,
+    requires=lambda c: "every measurement shown unchanged (or better) vs the baseline, "
+    "beyond the thresholds: regressions, unproven (noisy) changes and missing ones fail"
+    + (f" ({c.threshold_pct:g}%)" if c.threshold_pct else " (the suite's compare section)"),
+    order=20,
+)
+
+# The one registry of gates, in the order a report lists them.
+GATES: dict[str, Gate] = {
+    g.name: g for g in sorted((COMPLETED, REGRESSION, *check_gates()), key=lambda g: g.order)
+}
+GateName = StrEnum("GateName", [(name.upper(), name) for name in GATES])  # type: ignore[misc]
+GateName.__doc__ = "The gates a sign-off knows, in the order a report lists them."
 
 
-class MicrobenchGate(_Model):
-    """Every judged micro-benchmark at or above its expected fraction of the spec sheet."""
+class Waiver(_Model):
+    """Accepts a gate's failure: who accepted it and why, shown with the gate."""
 
-    min_fraction: float | None = Field(default=None, gt=0, le=1)  # default: the check's own
+    gate: GateName
+    by: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
 
 
-class Gates(_Model):
-    """Sign-off gates of a suite; see the module docstring."""
-
-    correctness: CorrectnessGate | None = None
-    regression: RegressionGate | None = None
-    busbw: BusbwGate | None = None
-    scaling: ScalingGate | None = None
-    health: HealthGate | None = None
-    microbench: MicrobenchGate | None = None
+class _GatesBase(_Model):
     waivers: list[Waiver] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -146,19 +168,29 @@ class Gates(_Model):
     def named_checks(self) -> dict[str, list[str]]:
         """Check names the gates refer to, by field path (the suite validates them)."""
         out = {}
-        if self.correctness:
-            out["correctness.checks"] = self.correctness.checks
-        if self.health:
-            out["health.checks"] = self.health.checks
+        for name in GATES:
+            cfg = getattr(self, name, None)
+            if cfg is not None and isinstance(getattr(cfg, "checks", None), list):
+                out[f"{name}.checks"] = cfg.checks
         return out
 
     def declared(self) -> list[GateName]:
-        return [g for g in GateName if g == GateName.COMPLETED or getattr(self, g.value)]
+        return [GateName(n) for n in GATES if n == COMPLETED.name or getattr(self, n)]
+
+
+
+# Sign-off gates of a suite (see the module docstring): one optional field per registered gate.
+Gates = create_model(
+    "Gates",
+    __base__=_GatesBase,
+    __doc__="Sign-off gates of a suite; see the fleetval.signoff.gates docstring.",
+    **{n: (g.config | None, None) for n, g in GATES.items() if n != COMPLETED.name},
+)  # type: ignore[call-overload]
 
 
 # What a run whose suite declares no gates is held to: it finished, its correctness checks
 # passed, nothing hung or crashed (a regression gate joins when a baseline is named).
-DEFAULT_GATES = Gates(correctness=CorrectnessGate(), health=HealthGate(checks=[]))
+DEFAULT_GATES = Gates(correctness={}, health={"checks": []})
 
 
 def gates_from_suite_json(suite_json: str) -> Gates | None:

@@ -16,6 +16,8 @@ import pyarrow.compute as pc
 
 from fleetval.analysis.baselines import Baselines
 from fleetval.analysis.compare import Comparison
+from fleetval.checks import CHECKS
+from fleetval.checks.ddp import scaling_efficiency, scaling_steps
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import ENV_COLUMNS
 from fleetval.vocab import Status
@@ -25,11 +27,6 @@ ENV_SHOWN = (
     "hostname", "gpu_model", "gpu_count", "driver_version", "cuda_version", "rocm_version",
     "nccl_version", "rccl_version", "torch_version", "ray_version", "python_version", "kernel",
 )  # fmt: skip
-
-
-def gpu_label(node: dict[str, Any]) -> str:
-    """The GPU model a node reports; "cpu" for a node without GPUs (gloo on CPU)."""
-    return node.get("gpu_model") or ("cpu" if not node.get("gpu_count") else "unknown")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +42,9 @@ class Series:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ScalingPoint:
+class ScalingView:
+    """One point of a ddp_scaling step, as the report plots it (checks.ddp.ScalingPoint plus its step)."""
+
     step: str
     world_size: int
     throughput: float
@@ -67,7 +66,7 @@ class Incident:
 @dataclass(frozen=True, kw_only=True)
 class Views:
     busbw: dict[str, tuple[Series, ...]]  # collective -> lines (candidate first)
-    scaling: tuple[ScalingPoint, ...]
+    scaling: tuple[ScalingView, ...]
     heat_nodes: tuple[str, ...]
     heat_checks: tuple[str, ...]
     heat: tuple[tuple[str | None, ...], ...]  # [node][check] worst status, None: not run there
@@ -172,7 +171,7 @@ def _incidents(
         for c in s.get("culprits") or []
     ]  # fmt: skip
     for r in rows:
-        kind = {"straggler": "straggler", "health": "unhealthy"}.get(r["check"])
+        kind = CHECKS[r["check"]].incident if r["check"] in CHECKS else None
         if kind and r["status"] == Status.FAIL and r["metric"] != "step_outcome":
             out.append(Incident(kind=kind, step=r["step"], rank=r["rank"], node=r["node"],
                                 device_id=r["device_id"], detail=r["message"]))  # fmt: skip
@@ -185,19 +184,13 @@ def _incidents(
     return tuple(out)
 
 
-def scaling_points(rows: list[dict[str, Any]]) -> tuple[ScalingPoint, ...]:
+def scaling_points(rows: list[dict[str, Any]]) -> tuple[ScalingView, ...]:
     """Per ddp_scaling step and world size: job throughput and weak-scaling efficiency."""
-    steps = sorted({r["step"] for r in rows if r["check"] == "ddp_scaling"})
-    if not steps:
-        return ()
-    # NOTE: imported here: the checks import torch (seconds), needed only with ddp rows.
-    from fleetval.checks.ddp import scaling_efficiency
-
     return tuple(
-        ScalingPoint(
+        ScalingView(
             step=s, world_size=p.world_size, throughput=p.throughput, efficiency=p.efficiency
         )
-        for s in steps
+        for s in scaling_steps(rows)
         for p in scaling_efficiency(rows, step=s)
     )
 

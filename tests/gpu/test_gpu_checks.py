@@ -15,14 +15,14 @@ import pytest
 import torch
 
 from fleetval.checks.base import CheckContext, Heartbeat, RankContext
-from fleetval.checks.ddp import (
+from fleetval.checks.ddp import scaling_efficiency
+from fleetval.checks.ddp.rank import (
     DdpHealthParams,
     DdpScalingParams,
     run_ddp_health,
     run_ddp_scaling,
-    scaling_efficiency,
 )
-from fleetval.checks.microbench import MicrobenchParams, expectations_for, run_microbench
+from fleetval.checks.microbench.rank import MicrobenchParams, expectations_for, run_microbench
 from fleetval.store.schema import Row
 
 pytestmark = [

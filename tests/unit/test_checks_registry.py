@@ -5,7 +5,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from fleetval.checks import CHECKS
-from fleetval.checks.base import StepSpec
+from fleetval.checks.spec import StepSpec
 from fleetval.cli import app
 from fleetval.suite import parse_suite
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fleetval.checks.bandwidth import busbw_factor, percentile, sweep_sizes
-from fleetval.checks.collectives import (
+from fleetval.checks.bandwidth.rank import busbw_factor, percentile, sweep_sizes
+from fleetval.checks.collectives.rank import (
     Case,
     combinations,
     elements_for,

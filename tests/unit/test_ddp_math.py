@@ -9,12 +9,12 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from fleetval.checks.ddp import (
+from fleetval.checks.ddp import ScalingPoint, scaling_efficiency
+from fleetval.checks.ddp.rank import (
     GRAD_RTOL,
     DdpHealthParams,
     DdpScalingParams,
     Parity,
-    ScalingPoint,
     build_mlp,
     comm_share,
     grad_parity,
@@ -22,9 +22,8 @@ from fleetval.checks.ddp import (
     loss_verdict,
     majority_hash,
     param_hash,
-    scaling_efficiency,
 )
-from fleetval.checks.microbench import (
+from fleetval.checks.microbench.rank import (
     MicrobenchParams,
     expectation,
     expectations_for,

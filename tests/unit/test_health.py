@@ -11,8 +11,8 @@ import torch.distributed as dist
 from pydantic import ValidationError
 
 from fleetval.checks import CHECKS
-from fleetval.checks import health as h
 from fleetval.checks.base import CheckContext, Heartbeat, RankContext
+from fleetval.checks.health import rank as h
 from fleetval.formats.nccllog import read_nccl_log
 from fleetval.suite import parse_suite
 from fleetval.vocab import Status

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fleetval.checks.straggler import score, stragglers
+from fleetval.checks.straggler.rank import score, stragglers
 from fleetval.run.bisection import isolate
 from fleetval.run.lateness import late_nodes, late_ranks
 from fleetval.store.schema import Row

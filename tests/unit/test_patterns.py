@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from fleetval.checks.base import ActiveFault, CheckContext, Heartbeat, RankContext
-from fleetval.checks.collectives import (
+from fleetval.checks.collectives.rank import (
     ROOT,
     TORCH_DTYPE,
     Case,
@@ -326,7 +326,7 @@ def test_prepare_expects_what_the_collective_delivers(collective, op, world):
 PEAK_SCRIPT = """
 import sys, torch
 from fleetval.checks.base import CheckContext, Heartbeat, RankContext
-from fleetval.checks.collectives import CHUNK, prepare
+from fleetval.checks.collectives.rank import CHUNK, prepare
 from fleetval.vocab import Collective, DType, ReduceOp
 
 world, count = int(sys.argv[1]), int(sys.argv[2])

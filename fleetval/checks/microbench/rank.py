@@ -22,9 +22,10 @@ from typing import Any, Literal, Self
 import torch
 from pydantic import ByteSize, Field, NonNegativeInt, PositiveInt, model_validator
 
-from fleetval.checks.bandwidth import percentile
-from fleetval.checks.base import CheckContext, StepSpec
-from fleetval.checks.collectives import TORCH_DTYPE
+from fleetval.checks.bandwidth.rank import percentile
+from fleetval.checks.base import CheckContext
+from fleetval.checks.collectives.rank import TORCH_DTYPE
+from fleetval.checks.spec import StepSpec
 from fleetval.store.schema import Row
 from fleetval.vocab import DType, Status
 

@@ -20,11 +20,10 @@ import hashlib
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
-import pyarrow as pa
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -39,9 +38,10 @@ from pydantic import (
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from fleetval.checks.bandwidth import busbw_factor, percentile
-from fleetval.checks.base import CheckContext, StepSpec
-from fleetval.checks.collectives import TORCH_DTYPE
+from fleetval.checks.bandwidth.rank import busbw_factor, percentile
+from fleetval.checks.base import CheckContext
+from fleetval.checks.collectives.rank import TORCH_DTYPE
+from fleetval.checks.spec import StepSpec
 from fleetval.store.schema import Row
 from fleetval.vocab import Collective, DType, FaultKind, ReduceOp, Status
 
@@ -221,61 +221,6 @@ def loss_verdict(losses: Sequence[float]) -> tuple[bool, bool]:
     """(every loss finite, the last loss below the first)."""
     finite = all(math.isfinite(v) for v in losses)
     return finite, finite and len(losses) >= 2 and losses[-1] < losses[0]
-
-
-@dataclass(frozen=True)
-class ScalingPoint:
-    """One world size of a weak-scaling run."""
-
-    world_size: int
-    throughput: float  # samples/s of the whole job: mean per-rank throughput x world size
-    # throughput / (world_size x world-size-1 throughput); None without a world-size-1 job
-    efficiency: float | None
-    ranks_reporting: int  # ranks whose throughput row was measured
-
-
-def _records(rows: pa.Table | Iterable[Row | Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    if isinstance(rows, pa.Table):
-        return rows.to_pylist()
-    return [r.to_record() if isinstance(r, Row) else r for r in rows]
-
-
-def scaling_efficiency(
-    rows: pa.Table | Iterable[Row | Mapping[str, Any]], *, step: str | None = None
-) -> list[ScalingPoint]:
-    """Per world size, job throughput and weak-scaling efficiency T_n / (n x T_1), ascending.
-
-    `rows` are one run's rows (Row objects, stored records or an Arrow table); only the
-    passing `throughput` rows of `ddp_scaling` are used. With several ddp_scaling steps in
-    the rows, `step` picks one. Efficiency is None when the run had no world-size-1 job.
-    """
-    picked = [
-        r
-        for r in _records(rows)
-        if r.get("check") == "ddp_scaling"
-        and r.get("metric") == "throughput"
-        and r.get("status") == Status.PASS.value
-        and r.get("value") is not None
-    ]
-    runs = sorted({r.get("run_id", "") for r in picked})
-    if len(runs) > 1:
-        raise ValueError(f"rows from {len(runs)} runs ({', '.join(runs)}); pass one run's rows")
-    steps = sorted({r.get("step", "") for r in picked})
-    if step is not None:
-        picked = [r for r in picked if r.get("step") == step]
-    elif len(steps) > 1:
-        raise ValueError(
-            f"rows from several ddp_scaling steps ({', '.join(steps)}); pick one with step="
-        )
-    by_world: dict[int, list[float]] = {}
-    for r in picked:
-        by_world.setdefault(int(r["world_size"]), []).append(float(r["value"]))
-    totals = {n: statistics.fmean(v) * n for n, v in by_world.items()}
-    base = totals.get(1)
-    return [
-        ScalingPoint(n, totals[n], totals[n] / (n * base) if base else None, len(by_world[n]))
-        for n in sorted(totals)
-    ]
 
 
 # -- ddp_scaling ------------------------------------------------------------------------------

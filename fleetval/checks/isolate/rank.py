@@ -33,7 +33,8 @@ import torch
 import torch.distributed as dist
 from pydantic import AfterValidator, ByteSize, Field, PositiveFloat
 
-from fleetval.checks.base import CheckContext, StepSpec
+from fleetval.checks.base import CheckContext
+from fleetval.checks.spec import StepSpec
 from fleetval.run.bisection import Isolation, Trial, isolate
 from fleetval.store.schema import Row
 from fleetval.vocab import Collective, Status

@@ -31,7 +31,8 @@ import torch
 import torch.distributed as dist
 from pydantic import ByteSize, Field, field_validator
 
-from fleetval.checks.base import CheckContext, StepSpec
+from fleetval.checks.base import CheckContext
+from fleetval.checks.spec import StepSpec
 from fleetval.store.schema import Row
 from fleetval.vocab import Collective, DType, FaultKind, ReduceOp, Status
 

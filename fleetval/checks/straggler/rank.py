@@ -19,8 +19,9 @@ import torch
 import torch.distributed as dist
 from pydantic import ByteSize, Field, PositiveFloat
 
-from fleetval.checks.base import CheckContext, StepSpec
-from fleetval.checks.collectives import pattern
+from fleetval.checks.base import CheckContext
+from fleetval.checks.collectives.rank import pattern
+from fleetval.checks.spec import StepSpec
 from fleetval.run.lateness import THRESHOLD, scores
 from fleetval.store.schema import Row
 from fleetval.vocab import Status

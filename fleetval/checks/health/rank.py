@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from fleetval.checks.base import CheckContext, StepSpec
+from fleetval.checks.base import CheckContext
+from fleetval.checks.spec import StepSpec
 from fleetval.formats.nccllog import NcclLogSummary, read_nccl_log
 from fleetval.run import environment
 from fleetval.store.schema import Row

@@ -7,14 +7,15 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
 
-from fleetval.checks.base import CheckContext, StepSpec
-from fleetval.checks.collectives import (
+from fleetval.checks.base import CheckContext
+from fleetval.checks.collectives.rank import (
     TORCH_DTYPE,
     elements_for,
     prepare,
     runnable,
     verdict_fields,
 )
+from fleetval.checks.spec import StepSpec
 from fleetval.store.schema import Row
 from fleetval.vocab import Collective, DType, ReduceOp
 

@@ -1,0 +1,93 @@
+"""Health: is each node and rank set up the way fast, correct collectives need (devices,
+GPU count, CPU affinity, NCCL/RCCL version and environment, transport and plugin actually
+used, memory balance)?
+
+Sign-off: the `health` gate (no straggler, hang, crash, late rank or unhealthy node)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleetval.checks.spec import (
+    CheckPlugin,
+    Evidence,
+    Gate,
+    GateInputs,
+    Outcome,
+    plural,
+    row_evidence,
+    where,
+)
+from fleetval.vocab import Status
+
+
+class HealthGate(BaseModel):
+    """No hang, crash, error or late rank; no straggler; no failing health finding."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Checks that must have run for the gate to have evidence; [] accepts hang and crash
+    # detection alone.
+    checks: list[str] = Field(default_factory=lambda: ["straggler"])
+    fail_on_warn: bool = False  # also fail on WARN health findings
+
+
+def _health(inp: GateInputs, cfg: HealthGate) -> Outcome:
+    evidence = []
+    for s in inp.record.summary.get("steps", []):
+        for c in s.get("culprits") or []:
+            dev = f" ({c['device_id']})" if c.get("device_id") else ""
+            text = f"{c['reason']}: rank {c['rank']} on {c['node']}{dev} in step {s['step']} (n={s['world_size']}): {c['detail']}"
+            evidence.append(Evidence(ok=False, text=text, check=s["check"], step=s["step"],
+                                     world_size=s["world_size"], rank=c["rank"], node=c["node"],
+                                     device_id=c.get("device_id")))  # fmt: skip
+    bad = {Status.FAIL.value, *([Status.WARN.value] if cfg.fail_on_warn else [])}
+    for r in inp.rows:
+        if r["metric"] == "step_outcome":  # a culprit's own row: named above from the summary
+            continue
+        if r["check"] == "straggler" and r["status"] == Status.FAIL:
+            evidence.append(
+                row_evidence(r, False, r["message"], value=r["value"], unit="last fraction")
+            )
+        elif r["check"] == "health" and r["status"] in bad:
+            text = f"unhealthy: {where(r)}: {r['metric']}: {r['message']}"
+            evidence.append(row_evidence(r, False, text))
+    ran = {r["check"] for r in inp.rows if r.get("metric") != "step_outcome"}
+    missing = [c for c in cfg.checks if c not in ran]
+    if evidence:
+        return Outcome(False, f"{plural(len(evidence), 'problem')}: " + _reasons(evidence), evidence)
+    if missing:
+        return Outcome(None, f"no {', '.join(missing)} step ran in this run", [])
+    steps = inp.record.summary.get("steps", [])
+    ok = [Evidence(ok=True, text=f"{plural(len(steps), 'step')}: no hang, crash or late rank")]
+    for check in cfg.checks:
+        n = sum(1 for r in inp.rows if r["check"] == check)
+        ok.append(Evidence(ok=True, text=f"{check}: {n} rows, none failing", check=check))
+    return Outcome(True, "no straggler, hang, crash or unhealthy node", ok)
+
+
+def _reasons(evidence: list[Evidence]) -> str:
+    kinds = Counter(e.text.split(":", 1)[0] for e in evidence)
+    return ", ".join(f"{n} {k}" for k, n in kinds.most_common())
+
+
+GATE = Gate(
+    name="health",
+    config=HealthGate,
+    evaluate=_health,
+    requires=lambda c: "no straggler, hang, crash or unhealthy node"
+    + (f"; {', '.join(c.checks)} must have run" if c.checks else ""),
+    order=50,
+)
+
+PLUGIN = CheckPlugin(
+    name="health",
+    rank_module="fleetval.checks.health.rank",
+    params_name="HealthParams",
+    run_name="run_health",
+    doc="This rank's devices, CPU affinity, NCCL/RCCL set-up and memory are as the suite expects.",
+    gate=GATE,
+    incident="unhealthy",
+)

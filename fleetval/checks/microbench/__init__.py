@@ -1,0 +1,75 @@
+"""Per-GPU micro-benchmarks (GEMM TFLOP/s by dtype, device memory bandwidth, host<->device
+bandwidth) against the GPU model's spec sheet.
+
+Sign-off: the `microbench` gate (every judged micro-benchmark at its expected fraction)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleetval.checks.spec import CheckPlugin, Gate, GateInputs, Outcome, plural, row_evidence, where
+from fleetval.metrics import Direction, MetricDecl
+
+
+class MicrobenchGate(BaseModel):
+    """Every judged micro-benchmark at or above its expected fraction of the spec sheet."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_fraction: float | None = Field(default=None, gt=0, le=1)  # default: the check's own
+
+
+def _microbench(inp: GateInputs, cfg: MicrobenchGate) -> Outcome:
+    rows = [r for r in inp.rows if r["check"] == "microbench"]
+    judged = [r for r in rows if (r["details"] or {}).get("expectation") and r["value"] is not None]
+    evidence = []
+    for r in judged:
+        exp = r["details"]["expectation"]
+        peak = exp["peak"]
+        need = cfg.min_fraction * peak if cfg.min_fraction is not None else exp["pass_at"]
+        ok = r["value"] >= need
+        text = (f"{r['metric']} {r.get('dtype') or ''} on {where(r)}: {r['value']:.4g} {r['unit']} "
+                f"= {r['value'] / peak:.0%} of {peak:g} ({'>=' if ok else '<'} {need / peak:.0%})")  # fmt: skip
+        evidence.append(row_evidence(r, ok, text, value=r["value"], expected=need, unit=r["unit"]))
+    failing = [e for e in evidence if not e.ok]
+    if failing:
+        return Outcome(
+            False, f"{len(failing)} of {len(evidence)} below their expected fraction", evidence
+        )
+    if not evidence:
+        names = sorted({(r["details"] or {}).get("device_name") or r["device"] for r in rows})
+        why = f"no expectations for {', '.join(names)}" if rows else "no microbench step ran"
+        return Outcome(None, f"nothing judged against a spec sheet: {why}", [])
+    return Outcome(
+        True, f"{plural(len(evidence), 'micro-benchmark')} at or above the expected fraction", evidence
+    )
+
+
+GATE = Gate(
+    name="microbench",
+    config=MicrobenchGate,
+    evaluate=_microbench,
+    requires=lambda c: "every judged micro-benchmark at its expected fraction"
+    + (f" ({c.min_fraction:.0%} of peak)" if c.min_fraction else " (the check's pass fraction)"),
+    order=60,
+)
+
+
+def _own(name: str, unit: str) -> MetricDecl:  # every rank measures its own GPU: independent
+    return MetricDecl(name=name, unit=unit, direction=Direction.HIGHER, shared=False)
+
+
+PLUGIN = CheckPlugin(
+    name="microbench",
+    rank_module="fleetval.checks.microbench.rank",
+    params_name="MicrobenchParams",
+    run_name="run_microbench",
+    doc="This rank's GPU reaches its model's expected GEMM, memory and host-link throughput.",
+    metrics=(
+        _own("gemm_tflops", "TFLOP/s"),
+        _own("memory_bw_gbps", "GB/s"),
+        _own("h2d_gbps", "GB/s"),
+        _own("d2h_gbps", "GB/s"),
+    ),
+    gate=GATE,
+)

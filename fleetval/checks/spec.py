@@ -1,0 +1,165 @@
+"""What a check declares to the product, torch-free: the plug-in contract.
+
+A check is one package under `fleetval/checks/`: `__init__.py` declares the plug-in (this
+module's `CheckPlugin`: what it proves, its metrics, its sign-off gate, the incidents it
+raises, how `show` presents it) and names its rank-side module, `rank.py`, which holds the
+parameter model and the `run` every rank executes (torch). The driver imports `rank.py`
+when it validates a suite or runs a step; the read side (store, analysis, sign-off,
+reports, `show`) needs only the declarations, so it never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, PositiveFloat
+
+from fleetval.metrics import MetricDecl
+from fleetval.units import human_bytes
+
+if TYPE_CHECKING:
+    from fleetval.analysis.compare import Comparison
+    from fleetval.store.catalog import RunRecord
+
+
+class StepSpec(BaseModel):
+    """Keys every step has; each check subclasses it with `check: Literal[...]` and its params."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    check: str
+    name: str | None = None  # defaults to the check's name; unique within a suite
+    timeout_s: PositiveFloat | None = None  # overrides the suite's timeouts.step_s
+
+    @property
+    def step_name(self) -> str:
+        return self.name or self.check
+
+
+# -- sign-off gates -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """One row behind a gate: what was measured or found, where, and whether it holds."""
+
+    ok: bool  # supports the gate (True) or breaks it (False)
+    text: str  # one line a person reads
+    check: str | None = None
+    step: str | None = None
+    collective: str | None = None
+    dtype: str | None = None
+    size_bytes: int | None = None
+    world_size: int | None = None
+    rank: int | None = None
+    node: str | None = None
+    device_id: str | None = None
+    value: float | None = None
+    expected: float | None = None
+    unit: str | None = None
+
+
+@dataclass(frozen=True)
+class GateInputs:
+    """What every gate evaluator reads: the stored run, its rows and nodes, the comparison."""
+
+    record: RunRecord
+    rows: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]
+    comparison: Comparison | None
+    compare_problem: str | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool | None  # None: no evidence (the gate FAILs and says so)
+    summary: str
+    evidence: list[Evidence]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gate:
+    """A sign-off gate: its `gates:` key, config model, evaluator and what it requires, in words."""
+
+    name: str
+    config: type[BaseModel]
+    evaluate: Callable[[GateInputs, Any], Outcome]
+    requires: Callable[[Any], str]
+    order: int  # position in reports: gates are listed by it
+
+
+# -- evidence, as every gate words it ---------------------------------------------------------
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def where(r: dict[str, Any]) -> str:
+    dev = f" ({r['device_id']})" if r.get("device_id") else ""
+    return f"rank {r['rank']} on {r['node']}{dev}"
+
+
+def ident(r: dict[str, Any]) -> str:
+    size = human_bytes(r["size_bytes"]) if r.get("size_bytes") is not None else None
+    parts = [r.get("collective"), r.get("op"), r.get("dtype"), size, f"n={r['world_size']}"]
+    return " ".join(p for p in parts if p)
+
+
+def row_evidence(r: dict[str, Any], ok: bool, text: str, **extra: Any) -> Evidence:
+    keys = ("check", "step", "collective", "dtype", "size_bytes", "world_size", "rank", "node",
+            "device_id")  # fmt: skip
+    return Evidence(ok=ok, text=text, **{k: r.get(k) for k in keys}, **extra)
+
+
+def gpu_label(node: dict[str, Any]) -> str:
+    """The GPU model a node reports; "cpu" for a node without GPUs (gloo on CPU)."""
+    return node.get("gpu_model") or ("cpu" if not node.get("gpu_count") else "unknown")
+
+
+
+# -- presentation -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResultTable:
+    """A table `show` prints for a check's rows (plain values: the CLI formats them)."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+# -- the plug-in --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckPlugin:
+    """Everything the product needs from one check; see the module docstring."""
+
+    name: str
+    rank_module: str  # "fleetval.checks.<pkg>.rank": params model and run, imported lazily
+    params_name: str  # the StepSpec subclass in rank_module
+    run_name: str  # the function every rank runs: (CheckContext, params) -> list[Row]
+    doc: str  # what it proves, one line (`fleetval checks`)
+    metrics: tuple[MetricDecl, ...] = ()  # what its rows measure; recorded with every run
+    gate: Gate | None = None
+    incident: str | None = None  # the incident kind a failing row raises in reports
+    synchronizing: frozenset[str] = frozenset()  # metrics whose end is a collective (lateness)
+    tables: Callable[[Sequence[dict[str, Any]]], list[ResultTable]] | None = None  # for `show`
+
+    @cached_property
+    def _rank(self) -> Any:
+        return importlib.import_module(self.rank_module)
+
+    @property
+    def params(self) -> type[StepSpec]:
+        return getattr(self._rank, self.params_name)
+
+    @property
+    def run(self) -> Callable[..., list[Any]]:
+        return getattr(self._rank, self.run_name)
