@@ -121,7 +121,6 @@ def gpu_label(node: dict[str, Any]) -> str:
     return node.get("gpu_model") or ("cpu" if not node.get("gpu_count") else "unknown")
 
 
-
 # -- presentation -----------------------------------------------------------------------------
 
 

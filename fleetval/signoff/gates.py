@@ -132,9 +132,11 @@ REGRESSION = Gate(
     name="regression",
     config=RegressionGate,
     evaluate=_regression,
-    requires=lambda c: "every measurement shown unchanged (or better) vs the baseline, "
-    "beyond the thresholds: regressions, unproven (noisy) changes and missing ones fail"
-    + (f" ({c.threshold_pct:g}%)" if c.threshold_pct else " (the suite's compare section)"),
+    requires=lambda c: (
+        "every measurement shown unchanged (or better) vs the baseline, "
+        "beyond the thresholds: regressions, unproven (noisy) changes and missing ones fail"
+        + (f" ({c.threshold_pct:g}%)" if c.threshold_pct else " (the suite's compare section)")
+    ),
     order=20,
 )
 
@@ -176,7 +178,6 @@ class _GatesBase(_Model):
 
     def declared(self) -> list[GateName]:
         return [GateName(n) for n in GATES if n == COMPLETED.name or getattr(self, n)]
-
 
 
 # Sign-off gates of a suite (see the module docstring): one optional field per registered gate.

@@ -48,7 +48,9 @@ class BusbwGate(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     minimums: list[BusbwMinimum] = Field(default_factory=list)  # checked before the defaults
-    use_defaults: bool = True  # also the public per-SKU figures (fleetval.signoff.evaluate.BUSBW_DEFAULTS)
+    use_defaults: bool = (
+        True  # also the public per-SKU figures (fleetval.signoff.evaluate.BUSBW_DEFAULTS)
+    )
     fraction: float = Field(default=1.0, gt=0, le=2)  # scales every minimum
 
 
@@ -146,15 +148,19 @@ def _busbw(inp: GateInputs, cfg: BusbwGate) -> Outcome:
     if not evidence:
         why = "; ".join(gaps[:6]) or "no bandwidth rows in this run"
         return Outcome(None, f"no bandwidth-bound measurement with a minimum: {why}", [])
-    return Outcome(True, f"{plural(len(evidence), 'measurement')} at or above the minimum", evidence)
+    return Outcome(
+        True, f"{plural(len(evidence), 'measurement')} at or above the minimum", evidence
+    )
 
 
 GATE = Gate(
     name="busbw",
     config=BusbwGate,
     evaluate=_busbw,
-    requires=lambda c: "busbw at the largest bandwidth-bound size >= the GPU model's minimum"
-    + (f" x {c.fraction:g}" if c.fraction != 1 else ""),
+    requires=lambda c: (
+        "busbw at the largest bandwidth-bound size >= the GPU model's minimum"
+        + (f" x {c.fraction:g}" if c.fraction != 1 else "")
+    ),
     order=30,
 )
 

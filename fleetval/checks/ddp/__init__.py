@@ -76,7 +76,6 @@ def scaling_efficiency(
     ]
 
 
-
 def scaling_steps(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return sorted({r["step"] for r in rows if r["check"] == "ddp_scaling"})
 
@@ -148,7 +147,9 @@ SCALING_GATE = Gate(
     name="scaling",
     config=ScalingGate,
     evaluate=_scaling,
-    requires=lambda c: f"DDP weak-scaling efficiency >= {c.min_efficiency:g} at the largest world size",
+    requires=lambda c: (
+        f"DDP weak-scaling efficiency >= {c.min_efficiency:g} at the largest world size"
+    ),
     order=40,
 )
 

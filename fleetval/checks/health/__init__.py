@@ -57,7 +57,9 @@ def _health(inp: GateInputs, cfg: HealthGate) -> Outcome:
     ran = {r["check"] for r in inp.rows if r.get("metric") != "step_outcome"}
     missing = [c for c in cfg.checks if c not in ran]
     if evidence:
-        return Outcome(False, f"{plural(len(evidence), 'problem')}: " + _reasons(evidence), evidence)
+        return Outcome(
+            False, f"{plural(len(evidence), 'problem')}: " + _reasons(evidence), evidence
+        )
     if missing:
         return Outcome(None, f"no {', '.join(missing)} step ran in this run", [])
     steps = inp.record.summary.get("steps", [])
@@ -77,8 +79,10 @@ GATE = Gate(
     name="health",
     config=HealthGate,
     evaluate=_health,
-    requires=lambda c: "no straggler, hang, crash or unhealthy node"
-    + (f"; {', '.join(c.checks)} must have run" if c.checks else ""),
+    requires=lambda c: (
+        "no straggler, hang, crash or unhealthy node"
+        + (f"; {', '.join(c.checks)} must have run" if c.checks else "")
+    ),
     order=50,
 )
 

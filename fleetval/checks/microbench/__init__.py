@@ -41,7 +41,9 @@ def _microbench(inp: GateInputs, cfg: MicrobenchGate) -> Outcome:
         why = f"no expectations for {', '.join(names)}" if rows else "no microbench step ran"
         return Outcome(None, f"nothing judged against a spec sheet: {why}", [])
     return Outcome(
-        True, f"{plural(len(evidence), 'micro-benchmark')} at or above the expected fraction", evidence
+        True,
+        f"{plural(len(evidence), 'micro-benchmark')} at or above the expected fraction",
+        evidence,
     )
 
 
@@ -49,8 +51,10 @@ GATE = Gate(
     name="microbench",
     config=MicrobenchGate,
     evaluate=_microbench,
-    requires=lambda c: "every judged micro-benchmark at its expected fraction"
-    + (f" ({c.min_fraction:.0%} of peak)" if c.min_fraction else " (the check's pass fraction)"),
+    requires=lambda c: (
+        "every judged micro-benchmark at its expected fraction"
+        + (f" ({c.min_fraction:.0%} of peak)" if c.min_fraction else " (the check's pass fraction)")
+    ),
     order=60,
 )
 

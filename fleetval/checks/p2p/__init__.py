@@ -68,8 +68,12 @@ def _p2p(inp: GateInputs, cfg: P2pGate) -> Outcome:
                                      unit="GB/s"))  # fmt: skip
     failing = [e for e in evidence if not e.ok]
     if failing:
-        return Outcome(False, f"{len(failing)} of {len(evidence)} pair directions below the minimum", evidence)
-    return Outcome(True, f"{plural(len(evidence), 'pair direction')} at or above the minimum", evidence)
+        return Outcome(
+            False, f"{len(failing)} of {len(evidence)} pair directions below the minimum", evidence
+        )
+    return Outcome(
+        True, f"{plural(len(evidence), 'pair direction')} at or above the minimum", evidence
+    )
 
 
 GATE = Gate(

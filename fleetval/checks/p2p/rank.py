@@ -41,9 +41,7 @@ def _exchange(peer: int, send: torch.Tensor, recv: torch.Tensor) -> None:
         req.wait()
 
 
-def _pair_row(
-    ctx: CheckContext, p: P2pParams, peer: int, peer_node: str, size: int
-) -> Row:
+def _pair_row(ctx: CheckContext, p: P2pParams, peer: int, peer_node: str, size: int) -> Row:
     count = max(1, size // ITEM)
     send = _payload(ctx.rank.rank, count).to(ctx.device)
     recv = torch.empty(count, dtype=torch.float32, device=ctx.device)
@@ -83,7 +81,9 @@ def run_p2p(ctx: CheckContext, p: P2pParams) -> list[Row]:
     dist.all_gather_object(nodes, ctx.rank.node)  # a row names its peer's node: links are pairs
     rows: list[Row] = []
     for pairs in pair_rounds(world, p.pattern):
-        peer = next((b if a == ctx.rank.rank else a for a, b in pairs if ctx.rank.rank in (a, b)), None)
+        peer = next(
+            (b if a == ctx.rank.rank else a for a, b in pairs if ctx.rank.rank in (a, b)), None
+        )
         if peer is not None:  # NOTE: a rank left out of an odd round waits at the next barrier
             rows += [_pair_row(ctx, p, peer, nodes[peer], s) for s in p.sizes.sizes()]
         dist.barrier()  # rounds apart: a round's pairs run at once, never beside the next
