@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetval.run.bisection import isolate
-from fleetval.run.lateness import late_ranks
+from fleetval.run.lateness import late_ranks_in_step
 from fleetval.store.schema import Row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.rayprocs, for --real-isolate
@@ -165,7 +165,7 @@ def tally(named: list[set[int]], truth: set[int]) -> tuple[int, int]:
 
 def synthetic(repeats: int) -> bool:
     print(f"synthetic, {repeats} seeded repeats per case (6 sizes x 10 iterations)")
-    head = f"{'case':<36} {'fabric':<9} {'late_ranks false/miss':>22} {'old rule false/miss':>20} {'bisection false/miss':>21} {'spiky host':>11}"
+    head = f"{'case':<36} {'fabric':<9} {'late_ranks_in_step false/miss':>22} {'old rule false/miss':>20} {'bisection false/miss':>21} {'spiky host':>11}"
     print(head)
     print("-" * len(head))
     clean_ok = True
@@ -173,7 +173,7 @@ def synthetic(repeats: int) -> bool:
         new, old, bis, spiky = [], [], [], []
         for seed in range(repeats):
             rs = case.make(np.random.default_rng(seed))
-            new.append({lr.rank for lr in late_ranks(rs)})
+            new.append({lr.rank for lr in late_ranks_in_step(rs)})
             old.append(old_rule(rs))
             if case.bisect_slow is not None:
                 rng = np.random.default_rng(10_000 + seed)
@@ -215,7 +215,7 @@ def real(repeats: int) -> None:
             spec = parse_suite({"name": "bench", "placement": {"world_sizes": [4], "gpus_per_rank": 0},
                                 "steps": [step], "faults": fs})  # fmt: skip
             record = run_suite(spec, store)
-            late = late_ranks(store.results([record.run_id]).to_pylist())
+            late = late_ranks_in_step(store.results([record.run_id]).to_pylist())
             named.append({lr.rank for lr in late})
             scores += [round(lr.score, 1) for lr in late]
         f, m = tally(named, truth)

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from fleetval.analysis import statistics as st
 from fleetval.analysis.baselines import Baselines, resolve
 from fleetval.analysis.compare_settings import CompareSettings, settings_from_suite_json
-from fleetval.analysis.outliers import Outlier, late_ranks, slow_devices
+from fleetval.analysis.outliers import Outlier, late_rank_outliers, slow_devices
 from fleetval.analysis.runvalues import ID_COLS, Identity, run_values
 from fleetval.arrays import arrow, dict_codes, group_rows, np_col, segment_median
 from fleetval.metrics import Direction, MetricDecl, infer, merge
@@ -116,10 +116,6 @@ class Comparison:
             return self.results.having(*verdicts)
         return tuple(r for r in self.results if r.verdict in verdicts)
 
-    @property
-    def regressions(self) -> tuple[MetricComparison, ...]:
-        return self.having(Verdict.REGRESSION, Verdict.FAILED)
-
     def gate_reasons(self, strict: bool = False) -> list[str]:
         """Why the gate fails (empty: it passes)."""
         bad = (*_GATE, Verdict.NOISY) if strict else _GATE
@@ -134,10 +130,6 @@ class Comparison:
     def exit_code(self, strict: bool = False) -> int:
         """0: the gate passes; 1: it fails (see `gate_reasons`)."""
         return 1 if self.gate_reasons(strict) else 0
-
-    @property
-    def worst_exit_code(self) -> int:
-        return self.exit_code(strict=False)
 
 
 # -- inputs ----------------------------------------------------------------------------------
@@ -516,7 +508,7 @@ def run_outliers(
     """Late ranks and slow devices of one run: its ranks' stored lateness, and its rows that
     carry a metric (the per-device measurements); never its per-iteration samples."""
     sku_of = _sku_of(models, record.run_id)
-    late = late_ranks(record.run_id, store.lateness(record.run_id), sku_of, settings)
+    late = late_rank_outliers(record.run_id, store.lateness(record.run_id), sku_of, settings)
     rows = store.results(
         [record.run_id],
         columns=_DEVICE_COLS,

@@ -52,7 +52,7 @@ def _robust(values: np.ndarray, seg: np.ndarray, nseg: int) -> tuple[np.ndarray,
     return med[seg], mad[seg], n[seg]
 
 
-def late_ranks(
+def late_rank_outliers(
     run_id: str, lateness: pa.Table, sku_of: dict[str, str], settings: CompareSettings
 ) -> list[Outlier]:
     """Ranks the others wait for (see the module docstring), from the run's rank lateness

@@ -159,7 +159,7 @@ def _measurements(
     return by_key
 
 
-def late_ranks(
+def late_ranks_in_step(
     rows: Sequence[Row | Mapping[str, Any]], threshold: float = THRESHOLD
 ) -> list[LateRank]:
     """The late ranks of a finished step (or steps), most late first; nobody on clean data.
@@ -222,30 +222,7 @@ def _with_node(
     return LateRank(lr.rank, lr.node, lr.device_id, lr.score, lr.lateness_us, lr.detail + extra)
 
 
-def late_nodes(late: Sequence[LateRank], rows: Sequence[Row | Mapping[str, Any]]) -> list[str]:
-    """Nodes whose every rank (at least two) is late: the node, not one device, is slow.
-
-    `rows` are one job's rows (the step `late` was found in): they say which ranks a node hosts.
-    """
-    hosted: dict[str, set[int]] = {}
-    for rec in map(_record, rows):
-        hosted.setdefault(rec.get("node") or "", set()).add(int(rec["rank"]))
-    named = {}
-    for lr in late:
-        named.setdefault(lr.node, set()).add(lr.rank)
-    return sorted(n for n, ranks in named.items() if len(hosted[n]) > 1 and ranks >= hosted[n])
-
-
 def _fmt_us(us: float) -> str:
     if abs(us) >= 1000:
         return f"{us / 1000:.1f} ms"
     return f"{us:.1f} µs" if abs(us) >= 10 else f"{us:.2f} µs"
-
-
-def describe(late: Sequence[LateRank]) -> str:
-    """One line for a step's message: who is late, with node and device."""
-    return "; ".join(
-        f"rank {lr.rank} on {lr.node}" + (f" ({lr.device_id})" if lr.device_id else "")
-        + f" {lr.detail}"
-        for lr in late
-    )  # fmt: skip

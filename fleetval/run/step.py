@@ -135,7 +135,7 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
         culprits = flightrec.confirm(culprits, traces, ranks)
         keep_traces(traces, state, f"job{job.index}-{name}")
     else:
-        culprits = [late_culprit(x, ranks) for x in lateness.late_ranks(rows)]
+        culprits = [late_culprit(x, ranks) for x in lateness.late_ranks_in_step(rows)]
     rows += [culprit_row(c, job, step, state.run_id, ranks) for c in culprits]
     outcome = StepOutcome(
         job.index,

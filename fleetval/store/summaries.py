@@ -155,7 +155,7 @@ def rank_lateness(table: pa.Table) -> pa.Table:
     In a blocking collective every rank leaves together, so at iteration i the others wait
     (max over ranks of t_i - own t_i) for a rank: as a share of max t_i, the share of the
     collective spent waiting for it. Per row the median over iterations, then per (check,
-    collective, world size, rank) the median over sizes and dtypes. `outliers.late_ranks`
+    collective, world size, rank) the median over sizes and dtypes. `outliers.late_rank_outliers`
     judges these against the rank's peers; written with each results part, so that check
     never reads the samples.
     """

@@ -40,7 +40,7 @@ def test_late_rank_warns_the_step_and_run_is_shown_and_the_job_goes_on(tmp_path,
         r1 = next(r for r in rows if r.rank == 1)
         return [LateRank(1, r1.node, "GPU-fake-1", 4.2, 1500.0, "last in 9 of 10 iterations")]
 
-    monkeypatch.setattr(lateness, "late_ranks", fake_late_ranks)
+    monkeypatch.setattr(lateness, "late_ranks_in_step", fake_late_ranks)
     path = tmp_path / "late.yaml"
     path.write_text(yaml.safe_dump(SUITE))
     runner = CliRunner()

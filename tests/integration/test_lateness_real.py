@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fleetval.run.execute import run_suite
-from fleetval.run.lateness import late_nodes, late_ranks
+from fleetval.run.lateness import late_ranks_in_step
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 from tests.rayprocs import rank_pids, throttled
@@ -51,15 +51,15 @@ def flagged_by_isolation(rows: list[dict[str, Any]]) -> list[int]:
 
 def test_clean_run_names_nobody(tmp_path):
     rows = run(tmp_path, [BANDWIDTH, {"check": "straggler", "iters": 20, "warmup": 2}, ISOLATE])
-    assert late_ranks(step_rows(rows, "bw")) == []
-    assert late_ranks(step_rows(rows, "straggler")) == []
+    assert late_ranks_in_step(step_rows(rows, "bw")) == []
+    assert late_ranks_in_step(step_rows(rows, "straggler")) == []
     assert flagged_by_isolation(rows) == []
     assert all(r["status"] == "pass" for r in rows)
 
 
 def test_a_30ms_delay_on_rank_2_is_named_with_its_node(tmp_path):
     rows = run(tmp_path, [BANDWIDTH], faults=[{"kind": "delay", "rank": 2, "ms": 30}])
-    (late,) = late_ranks(step_rows(rows, "bw"))
+    (late,) = late_ranks_in_step(step_rows(rows, "bw"))
     assert (late.rank, late.node) == (2, "node-b")
     assert 25_000 < late.lateness_us < 40_000
     assert "node-b hosts ranks 2,3, late: 2" in late.detail
@@ -70,10 +70,9 @@ def test_a_slow_node_is_named_by_lateness_and_by_isolation(tmp_path):
         tmp_path, [BANDWIDTH, ISOLATE], faults=[{"kind": "delay", "node": "node-b", "ms": 10}]
     )
     bw = step_rows(rows, "bw")
-    late = late_ranks(bw)
+    late = late_ranks_in_step(bw)
     assert sorted((lr.rank, lr.node) for lr in late) == [(2, "node-b"), (3, "node-b")]
     assert all("node late" in lr.detail for lr in late)
-    assert late_nodes(late, bw) == ["node-b"]
     assert flagged_by_isolation(rows) == [2, 3]
 
 
@@ -102,4 +101,4 @@ def test_a_rank_throttled_from_outside_is_isolated(tmp_path):
     verdict = next(r for r in rows if r["metric"] == "isolated" and r["rank"] == victim)
     assert f"rank {victim} on node-b" in verdict["message"] and "round 1" in verdict["message"]
     # Lateness may see part of it (stops that land between collectives), never someone else.
-    assert {lr.rank for lr in late_ranks(step_rows(rows, "bw"))} <= {victim}
+    assert {lr.rank for lr in late_ranks_in_step(step_rows(rows, "bw"))} <= {victim}

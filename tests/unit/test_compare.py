@@ -105,10 +105,10 @@ def test_planted_busbw_drop_is_a_regression_and_nothing_else(tmp_path: Path) -> 
     verdicts = _by_size(c)
     assert verdicts.pop(DROP_SIZE) == Verdict.REGRESSION
     assert set(verdicts.values()) == {Verdict.UNCHANGED}
-    reg = c.regressions[0]
+    reg = c.having(Verdict.REGRESSION, Verdict.FAILED)[0]
     assert reg.identity.metric == "busbw_gbps" and reg.identity.group == "MI300X"
     assert -6.5 < reg.change_pct < -3.5 and reg.ci_high_pct < 0 and reg.p_value < 0.01
-    assert c.worst_exit_code == 1
+    assert c.exit_code() == 1
     assert [(e.key, e.baseline, e.candidate) for e in c.env_diff] == [
         ("rocm_version", ("6.1.2",), ("6.2.0",))
     ]
@@ -137,7 +137,7 @@ def test_faster_is_an_improvement(tmp_path: Path) -> None:
     _baseline(fleet)
     c = compare_runs(fleet.store, "rocm6.1", [fleet.run(slow={4 << 20: 0.8}) for _ in range(3)])
     assert _by_size(c)[4 << 20] == Verdict.IMPROVEMENT
-    assert c.worst_exit_code == 0
+    assert c.exit_code() == 0
 
 
 def test_correctness_is_absolute(tmp_path: Path) -> None:
@@ -148,7 +148,7 @@ def test_correctness_is_absolute(tmp_path: Path) -> None:
     failed = [r for r in c.results if r.verdict == Verdict.FAILED]
     assert [(r.identity.size_bytes, r.wrong) for r in failed] == [(16384, 7)]
     assert "7 wrong elements" in failed[0].reason
-    assert c.worst_exit_code == 1
+    assert c.exit_code() == 1
 
 
 def test_rows_on_one_side_are_missing_or_new(tmp_path: Path) -> None:
@@ -156,7 +156,7 @@ def test_rows_on_one_side_are_missing_or_new(tmp_path: Path) -> None:
     _baseline(fleet, sizes=(1024, 16384))
     c = compare_runs(fleet.store, "rocm6.1", [fleet.run(sizes=(16384, 4 << 20))])
     assert _by_size(c) == {1024: Verdict.MISSING, 16384: Verdict.UNCHANGED, 4 << 20: Verdict.NEW}
-    assert c.worst_exit_code == 1  # missing fails the gate: a job that did not run is no pass
+    assert c.exit_code() == 1  # missing fails the gate: a job that did not run is no pass
     assert c.gate_reasons() == ["1 missing"]
 
 

@@ -1,4 +1,4 @@
-"""late_ranks on synthetic blocking collectives: seeded noise that varies run to run."""
+"""late_ranks_in_step on synthetic blocking collectives: seeded noise that varies run to run."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from fleetval.checks.straggler.rank import score, stragglers
 from fleetval.run.bisection import isolate
-from fleetval.run.lateness import late_nodes, late_ranks
+from fleetval.run.lateness import late_ranks_in_step
 from fleetval.store.schema import Row
 
 
@@ -64,22 +64,22 @@ EIGHT_ON_TWO = ["node-a"] * 4 + ["node-b"] * 4
 @pytest.mark.parametrize("seed", range(40))
 def test_clean_runs_name_nobody(seed):
     rng = np.random.default_rng(seed)
-    assert late_ranks(rows_of(sweep(rng, 4), FOUR_ON_TWO)) == []
-    assert late_ranks(rows_of(sweep(rng, 8, jitter_us=500.0), EIGHT_ON_TWO)) == []
+    assert late_ranks_in_step(rows_of(sweep(rng, 4), FOUR_ON_TWO)) == []
+    assert late_ranks_in_step(rows_of(sweep(rng, 8, jitter_us=500.0), EIGHT_ON_TWO)) == []
 
 
 @pytest.mark.parametrize("seed", range(10))
 def test_a_30ms_delay_on_one_rank_of_four_is_named_with_node_and_device(seed):
     rng = np.random.default_rng(seed)
     rows = rows_of(sweep(rng, 4, delay_us={2: 30_000}, jitter_us=300.0), FOUR_ON_TWO)
-    (late,) = late_ranks(rows)
+    (late,) = late_ranks_in_step(rows)
     assert (late.rank, late.node, late.device_id) == (2, "node-b", "GPU-2")
     assert 29_000 < late.lateness_us < 31_000
     assert (
         f"late by {late.lateness_us / 1000:.1f} ms" in late.detail
         and "node-b hosts ranks 2,3, late: 2" in late.detail
     )
-    assert late_nodes([late], rows) == []
+    assert "node late" not in late.detail  # node-b's other rank was on time
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -87,12 +87,11 @@ def test_a_slow_node_hosting_half_the_ranks_is_named(seed):
     rng = np.random.default_rng(seed)
     slow = {r: 5_000.0 for r in range(4, 8)}
     rows = rows_of(sweep(rng, 8, delay_us=slow, jitter_us=300.0), EIGHT_ON_TWO)
-    late = late_ranks(rows)
+    late = late_ranks_in_step(rows)
     assert sorted(lr.rank for lr in late) == [4, 5, 6, 7]
     assert all(
         lr.node == "node-b" and "node-b hosts ranks 4,5,6,7: node late" in lr.detail for lr in late
     )
-    assert late_nodes(late, rows) == ["node-b"]
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -100,13 +99,13 @@ def test_a_delay_small_in_absolute_terms_but_large_against_the_noise_is_found(se
     # A GPU all_reduce: 30 µs, 1 µs of jitter; a rank 15 µs late every time.
     rng = np.random.default_rng(seed)
     rows = rows_of(sweep(rng, 8, delay_us={5: 15.0}, jitter_us=1.0), EIGHT_ON_TWO)
-    assert [lr.rank for lr in late_ranks(rows)] == [5]
+    assert [lr.rank for lr in late_ranks_in_step(rows)] == [5]
 
 
 def test_the_same_delay_within_the_noise_is_not_claimed():
     rng = np.random.default_rng(7)
     rows = rows_of(sweep(rng, 4, delay_us={1: 15.0}, jitter_us=400.0), FOUR_ON_TWO)
-    assert late_ranks(rows) == []
+    assert late_ranks_in_step(rows) == []
 
 
 def test_stored_records_and_rows_without_samples_or_peers_are_handled():
@@ -116,9 +115,9 @@ def test_stored_records_and_rows_without_samples_or_peers_are_handled():
     rooted = Row(job=0, step="bw", check="bandwidth", collective="broadcast", rank=1,
                  node="node-a", samples_us=(1.0, 1.0, 1.0))  # fmt: skip
     records = [r.to_record() for r in [*rows, culprit, rooted]]
-    assert [lr.rank for lr in late_ranks(records)] == [0]
-    assert late_ranks([]) == []
-    assert late_ranks(rows[:1]) == []  # one rank has no peers to be late against
+    assert [lr.rank for lr in late_ranks_in_step(records)] == [0]
+    assert late_ranks_in_step([]) == []
+    assert late_ranks_in_step(rows[:1]) == []  # one rank has no peers to be late against
 
 
 def test_ddp_step_rows_count_and_compute_only_rows_do_not():
@@ -127,8 +126,8 @@ def test_ddp_step_rows_count_and_compute_only_rows_do_not():
     step = [Row(job=0, step="ddp", check="ddp_scaling", metric="step_time_ms", rank=r,
                 node=FOUR_ON_TWO[r], samples_us=tuple(m[r])) for r in range(4)]  # fmt: skip
     compute = [Row(**{**s.__dict__, "metric": "compute_time_ms"}) for s in step]
-    assert [lr.rank for lr in late_ranks(step)] == [3]
-    assert late_ranks(compute) == []
+    assert [lr.rank for lr in late_ranks_in_step(step)] == [3]
+    assert late_ranks_in_step(compute) == []
 
 
 def test_straggler_check_scoring_is_the_same_judgement():
@@ -184,7 +183,7 @@ def test_one_measurement_cannot_outvote_the_others():
     measurements[2] = collective_samples(
         rng, 4, 10, base_us=120.0, jitter_us=50.0, delay_us={1: 20_000}
     )
-    assert late_ranks(rows_of(measurements, FOUR_ON_TWO)) == []
+    assert late_ranks_in_step(rows_of(measurements, FOUR_ON_TWO)) == []
 
 
 def test_bisection_measures_a_round_side_by_side_and_needs_a_measure():
