@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetval.run.bisection import isolate
-from fleetval.run.lateness import late_ranks_in_step
+from fleetval.detect.bisection import isolate
+from fleetval.detect.lateness import late_ranks_in_step
 from fleetval.store.schema import Row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.rayprocs, for --real-isolate

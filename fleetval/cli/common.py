@@ -68,12 +68,3 @@ def bad_input_exits() -> Iterator[None]:
         raise typer.Exit(Exit.BAD_INPUT) from err
 
 
-def parse_pairs(pairs: list[str], option: str) -> dict[str, str]:
-    """KEY=VALUE options into a dict; a malformed one is bad input."""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"{option} {pair!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out

@@ -19,8 +19,8 @@ from fleetval.cli.common import (
     console,
     open_catalog,
     open_store,
-    parse_pairs,
 )
+from fleetval.store.catalog import parse_pairs
 
 if TYPE_CHECKING:
     from fleetval.store.catalog import Catalog

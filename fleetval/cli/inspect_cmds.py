@@ -28,7 +28,7 @@ from fleetval.store.catalog import ENV_COLUMNS
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from fleetval.store.catalog import Catalog, RunRecord
+    from fleetval.store.catalog import Catalog
 
 RunArg = Annotated[str, typer.Argument(help="Run id (see `fleetval runs`), or `latest`")]
 
@@ -44,7 +44,7 @@ def runs(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     with bad_input_exits():
         records = open_catalog(data).runs()
     if as_json:
-        typer.echo(json.dumps([_run_json(r) for r in records], default=str))
+        typer.echo(json.dumps([r.to_dict() for r in records], default=str))
         return
     table = Table(title="runs")
     table.add_column("run", no_wrap=True)
@@ -65,13 +65,6 @@ def runs(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     console.print(table)
 
 
-def _run_json(r: RunRecord) -> dict:
-    """A run record for tools: everything but the stored suite text."""
-    out = {k: v for k, v in r.__dict__.items() if k != "suite_json"}
-    out["metrics"] = [m.to_dict() for m in r.metrics]
-    return out
-
-
 def _resolve(store: Catalog, run: str) -> str:
     return store.latest_run().run_id if run == "latest" else store.run(run).run_id
 
@@ -88,7 +81,7 @@ def show(run: RunArg, data: DataOpt = None, as_json: JsonOpt = False) -> None:
         outliers = fleet_outliers(store, record.run_id)
     if as_json:
         data_out = {
-            "run": _run_json(record),
+            "run": record.to_dict(),
             "nodes": nodes,
             "outliers": [asdict(o) for o in outliers],
         }
@@ -128,9 +121,6 @@ def _print_check_tables(rows: list[dict]) -> None:
             console.print(table)
 
 
-_ITEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8}
-
-
 def _filtered(table: pa.Table, filters: dict[str, object]) -> pa.Table:
     """Rows matching every given filter (string columns compare exactly, rank as an int)."""
     import numpy as np
@@ -144,56 +134,6 @@ def _filtered(table: pa.Table, filters: dict[str, object]) -> pa.Table:
         elif value is not None:
             keep &= np_col(table[col]) == value  # a null (NaN) is never equal
     return table if keep.all() else table.filter(arrow(keep))
-
-
-def nccl_summary(table: pa.Table) -> pa.Table:
-    """nccl-tests style: per step, collective, op, dtype and size, over the ranks that ran it:
-    count (elements), time (mean of the ranks' medians, us) with min/avg/max, algbw and busbw
-    (means), #wrong (sum).
-
-    NOTE: numpy over reduction.group_rows, not Table.group_by: Arrow's group-by imports
-    pandas when it is installed (~0.3 s, most of this command's start).
-    """
-    import numpy as np
-    import pyarrow as pa
-
-    from fleetval.arrays import arrow, group_rows, np_col
-
-    timed = table.filter(arrow(~np.isnan(np_col(table["time_us_median"]))))
-    keys = ["step", "collective", "op", "dtype", "size_bytes", "world_size"]
-    grp, first = group_rows(timed, keys)
-    n = len(first)
-
-    def mean(col: str) -> pa.Array:
-        x = np_col(timed[col])
-        ok = ~np.isnan(x)
-        count = np.bincount(grp[ok], minlength=n)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return arrow(np.bincount(grp[ok], x[ok], minlength=n) / count, nan_is_null=True)
-
-    def extreme(ufunc: np.ufunc, start: float) -> pa.Array:
-        out = np.full(n, start)
-        ufunc.at(out, grp, np_col(timed["time_us_median"]))
-        return arrow(out)
-
-    time_us = mean("time_us_median")
-    head = timed.take(arrow(first))
-    item = np.array([_ITEM_BYTES.get(d or "", 1) for d in head["dtype"].to_pylist()])
-    wrong = np.bincount(grp, np.nan_to_num(np_col(timed["wrong"])), minlength=n)
-    out = pa.table(
-        {
-            "step": head["step"], "size": head["size_bytes"],
-            "count": arrow(np_col(head["size_bytes"]).astype(np.int64) // item),
-            "type": head["dtype"], "redop": head["op"], "collective": head["collective"],
-            "ranks": arrow(np.bincount(grp, minlength=n).astype(np.int64)),
-            "time_us": time_us, "algbw_gbps": mean("algbw_gbps"),
-            "busbw_gbps": mean("busbw_gbps"), "wrong": arrow(wrong.astype(np.int64)),
-            "time_min_us": extreme(np.minimum, np.inf), "time_avg_us": time_us,
-            "time_max_us": extreme(np.maximum, -np.inf),
-        }
-    )  # fmt: skip
-    return out.sort_by([("step", "ascending"), ("collective", "ascending"),
-                        ("type", "ascending"), ("size", "ascending")])  # fmt: skip
 
 
 def results(
@@ -220,6 +160,8 @@ def results(
     table = _filtered(table, filters)
     fmt = Format.JSON if as_json else fmt
     if summary:
+        from fleetval.analysis.nccl_summary import nccl_summary
+
         table = nccl_summary(table)
     elif fmt == Format.CSV:
         table = table.drop_columns(["samples_us"])  # CSV holds no lists: JSON and Parquet keep them

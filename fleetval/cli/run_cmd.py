@@ -14,9 +14,9 @@ from fleetval.cli.common import (
     bad_input_exits,
     console,
     open_store,
-    parse_pairs,
 )
 from fleetval.status import exit_status
+from fleetval.store.catalog import parse_pairs
 
 if TYPE_CHECKING:
     from fleetval.run.execute import Event
@@ -52,7 +52,7 @@ def run(
         else:
             record = _run_with_progress(spec, store, address, labels)
     if as_json:
-        typer.echo(json.dumps(_record_json(record), indent=2, default=str))
+        typer.echo(json.dumps(record.to_dict(), indent=2, default=str))
     else:
         print_summary(record)
     raise typer.Exit(exit_status(record.status, strict=strict))
@@ -92,12 +92,6 @@ def _run_with_progress(spec, store, address, labels) -> RunRecord:
                 )
 
         return run_suite(spec, store, address=address, labels=labels, on_event=on_event)
-
-
-def _record_json(record: RunRecord) -> dict:
-    out = {k: v for k, v in record.__dict__.items() if k != "suite_json"}
-    out["metrics"] = [m.to_dict() for m in record.metrics]
-    return out
 
 
 def print_summary(record: RunRecord) -> None:

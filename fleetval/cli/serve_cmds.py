@@ -22,11 +22,10 @@ from fleetval.cli.common import (
     bad_input_exits,
     console,
     err_console,
-    parse_pairs,
 )
 from fleetval.cli.run_cmd import STATUS_STYLE, print_steps
 from fleetval.status import exit_status
-from fleetval.store.catalog import default_data_dir
+from fleetval.store.catalog import default_data_dir, parse_pairs
 
 if TYPE_CHECKING:
     import httpx

@@ -200,6 +200,6 @@ class RankActor:
         return out
 
     def fingerprint(self) -> dict[str, Any]:
-        from fleetval.run.environment import fingerprint
+        from fleetval.checks.environment import fingerprint
 
         return fingerprint()

@@ -12,8 +12,10 @@ from typing import Any
 import ray
 
 from fleetval import status
+from fleetval.checks import synchronizing_metrics
 from fleetval.checks.base import ActiveFault, Progress, RankContext
-from fleetval.run import flightrec, lateness
+from fleetval.detect import lateness
+from fleetval.run import flightrec
 from fleetval.run.culprits import RankEvidence, name_culprits, short
 from fleetval.run.job import JobAborted, RankHandle, gather
 from fleetval.run.outcome import Culprit, RunState, StepOutcome
@@ -135,7 +137,7 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
         culprits = flightrec.confirm(culprits, traces, ranks)
         keep_traces(traces, state, f"job{job.index}-{name}")
     else:
-        culprits = [late_culprit(x, ranks) for x in lateness.late_ranks_in_step(rows)]
+        culprits = [late_culprit(x, ranks) for x in lateness.late_ranks_in_step(rows, metrics=synchronizing_metrics())]
     rows += [culprit_row(c, job, step, state.run_id, ranks) for c in culprits]
     outcome = StepOutcome(
         job.index,

@@ -1,6 +1,6 @@
 """Fleet sweep: isolate a slow node by bisection over node groups (one rank per node).
 
-The bisection itself is `fleetval.run.bisection.isolate` (shared with the `isolate` check,
+The bisection itself is `fleetval.detect.bisection.isolate` (shared with the `isolate` check,
 which bisects ranks inside one job); here each group of nodes is one STRICT_SPREAD job
 running the suite's steps, scored by `group_score` (median busbw, else 1/time). One slow
 node among N is found in about log2(N) rounds of two jobs; every round's groups and
@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from fleetval.run.bisection import Isolation, isolate
+from fleetval.detect.bisection import Isolation, isolate
 from fleetval.run.execute import RunState, StepOutcome, cluster_shape, connect, recording, run_job
 from fleetval.run.plan import PlanError, eligible_nodes, node_group_job
 from fleetval.store.dataset import RunRecord, Store

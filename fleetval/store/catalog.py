@@ -66,6 +66,17 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
+def parse_pairs(pairs: list[str], option: str) -> dict[str, str]:
+    """KEY=VALUE strings (labels, filters) into a dict; a malformed one is bad input."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise StoreError(f"{option} {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunRecord:
     run_id: str
@@ -81,6 +92,12 @@ class RunRecord:
     summary: dict[str, Any] = field(default_factory=dict)
     message: str = ""
     metrics: list[MetricDecl] = field(default_factory=list)  # declared by the checks run
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record for tools (`--json`, the API): everything but the stored suite text."""
+        out = {k: v for k, v in self.__dict__.items() if k != "suite_json"}
+        out["metrics"] = [m.to_dict() for m in self.metrics]
+        return out
 
     def to_record(self) -> dict[str, Any]:
         return {

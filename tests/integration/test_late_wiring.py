@@ -1,6 +1,6 @@
 """Late ranks from the lateness scorer become `late` culprits: rows, step WARN, the job goes on.
 
-The scorer itself (fleetval.run.lateness) is another engineer's; here only its seam is replaced
+The scorer itself (fleetval.detect.lateness) is another engineer's; here only its seam is replaced
 by a fixed answer, to prove the wiring through the real engine, store and CLI.
 """
 
@@ -13,8 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 from fleetval.cli import app
-from fleetval.run import lateness
-from fleetval.run.lateness import LateRank
+from fleetval.detect import lateness
+from fleetval.detect.lateness import LateRank
 from fleetval.store.dataset import Store
 from fleetval.store.schema import Row
 

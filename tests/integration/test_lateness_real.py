@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from fleetval.detect.lateness import late_ranks_in_step
 from fleetval.run.execute import run_suite
-from fleetval.run.lateness import late_ranks_in_step
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 from tests.rayprocs import rank_pids, throttled

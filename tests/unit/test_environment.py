@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fleetval.run import environment as env
+from fleetval.checks import environment as env
 from fleetval.store.schema import NODES_SCHEMA
 
 DATA = Path(__file__).resolve().parent.parent / "data"

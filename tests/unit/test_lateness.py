@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fleetval.checks import synchronizing_metrics
 from fleetval.checks.straggler.rank import score, stragglers
-from fleetval.run.bisection import isolate
-from fleetval.run.lateness import late_ranks_in_step
+from fleetval.detect.bisection import isolate
+from fleetval.detect.lateness import late_ranks_in_step
 from fleetval.store.schema import Row
 
 
@@ -126,8 +127,9 @@ def test_ddp_step_rows_count_and_compute_only_rows_do_not():
     step = [Row(job=0, step="ddp", check="ddp_scaling", metric="step_time_ms", rank=r,
                 node=FOUR_ON_TWO[r], samples_us=tuple(m[r])) for r in range(4)]  # fmt: skip
     compute = [Row(**{**s.__dict__, "metric": "compute_time_ms"}) for s in step]
-    assert [lr.rank for lr in late_ranks_in_step(step)] == [3]
-    assert late_ranks_in_step(compute) == []
+    declared = synchronizing_metrics()  # the ddp_scaling plug-in declares step_time_ms
+    assert [lr.rank for lr in late_ranks_in_step(step, metrics=declared)] == [3]
+    assert late_ranks_in_step(compute, metrics=declared) == []
 
 
 def test_straggler_check_scoring_is_the_same_judgement():

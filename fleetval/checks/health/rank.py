@@ -20,10 +20,10 @@ import torch
 import torch.distributed as dist
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from fleetval.checks import environment
 from fleetval.checks.base import CheckContext
 from fleetval.checks.spec import StepSpec
 from fleetval.formats.nccllog import NcclLogSummary, read_nccl_log
-from fleetval.run import environment
 from fleetval.store.schema import Row
 from fleetval.vocab import Status
 

@@ -3,7 +3,7 @@
 A throttled process, a slow link or a NIC that stalls stops everyone inside the
 collective, so every rank measures the same slow time and arrival order names nobody.
 Timing each half of the ranks alone does: the half holding the culprit is slow, the
-other is not. `fleetval.run.bisection.isolate` picks the halves (O(log N) rounds; a lone
+other is not. `fleetval.detect.bisection.isolate` picks the halves (O(log N) rounds; a lone
 suspect is paired with a rank already cleared); here each group is a `dist.new_group`
 that every rank creates, the groups of a round take turns in short bursts (so a
 passing load hits them alike), and the members' times are gathered to every rank, so all
@@ -11,7 +11,7 @@ ranks take the same next step. A group's time is the wall time per iteration of 
 (first entry to last exit), its slowest member's, median over bursts: wall time, not
 the median iteration, because a process stopped 10 ms in every 20 stalls one iteration
 in ten, which a median iteration would never see. A verdict, "no slow rank" included,
-is kept only when two measurements in a row agree (`fleetval.run.bisection`): one disturbed
+is kept only when two measurements in a row agree (`fleetval.detect.bisection`): one disturbed
 measurement neither names nor hides a culprit.
 
 Use it after a step that was slow against its baseline or its peers, or on its own in a
@@ -35,7 +35,7 @@ from pydantic import AfterValidator, ByteSize, Field, PositiveFloat
 
 from fleetval.checks.base import CheckContext
 from fleetval.checks.spec import StepSpec
-from fleetval.run.bisection import Isolation, Trial, isolate
+from fleetval.detect.bisection import Isolation, Trial, isolate
 from fleetval.store.schema import Row
 from fleetval.vocab import Collective, Status
 

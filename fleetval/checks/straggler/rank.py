@@ -2,7 +2,7 @@
 
 Clock-free across nodes: in a blocking collective the last rank to arrive waits least,
 while everyone else waits for it. Every rank's waits are gathered and scored by
-`fleetval.run.lateness` (each rank's lateness against the earliest rank, in units of the
+`fleetval.detect.lateness` (each rank's lateness against the earliest rank, in units of the
 jitter measured in this very step), so a 30 µs GPU all_reduce and a 5 ms CPU one are
 judged alike, and a slow node hosting half the ranks is as visible as one slow rank.
 Entry and exit times are kept per iteration for later analysis.
@@ -22,7 +22,7 @@ from pydantic import ByteSize, Field, PositiveFloat
 from fleetval.checks.base import CheckContext
 from fleetval.checks.collectives.rank import pattern
 from fleetval.checks.spec import StepSpec
-from fleetval.run.lateness import THRESHOLD, scores
+from fleetval.detect.lateness import THRESHOLD, scores
 from fleetval.store.schema import Row
 from fleetval.vocab import Status
 

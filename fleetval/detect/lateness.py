@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 
-from fleetval.checks import synchronizing_metrics
 from fleetval.store.schema import Row
 
 THRESHOLD = 3.0  # lateness in units of measured noise; figures in bench/RESULTS.md
@@ -50,7 +49,6 @@ ABS_FLOOR_US = 0.5  # and at least the timer's resolution
 # Rooted and point-to-point patterns (broadcast, reduce, send/recv) let ranks leave at
 # different times by design, and compute-only or per-GPU timings have no peers to wait on.
 SYNCHRONIZING = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"})
-SYNCHRONIZING_METRICS = synchronizing_metrics()  # declared by the checks (a DDP step: its all-reduce)
 
 
 @dataclass(frozen=True)
@@ -126,10 +124,10 @@ def _details(rec: Mapping[str, Any]) -> dict[str, Any]:
     return d if isinstance(d, dict) else {}
 
 
-def _synchronizing(rec: Mapping[str, Any]) -> bool:
+def _synchronizing(rec: Mapping[str, Any], metrics: frozenset[str]) -> bool:
     if not rec.get("samples_us"):  # culprit rows, skipped measurements
         return False
-    return rec.get("collective") in SYNCHRONIZING or rec.get("metric") in SYNCHRONIZING_METRICS
+    return rec.get("collective") in SYNCHRONIZING or rec.get("metric") in metrics
 
 
 def _key(rec: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -149,25 +147,30 @@ class _Who:
 
 
 def _measurements(
-    recs: Sequence[Mapping[str, Any]],
+    recs: Sequence[Mapping[str, Any]], metrics: frozenset[str]
 ) -> dict[tuple[Any, ...], dict[int, list[float]]]:
     """Per job and set of ranks, the samples matrices (rank -> samples) of its measurements."""
     by_key: dict[tuple[Any, ...], dict[int, list[float]]] = {}
     for rec in recs:
-        if _synchronizing(rec):
+        if _synchronizing(rec, metrics):
             by_key.setdefault(_key(rec), {})[int(rec["rank"])] = list(rec["samples_us"])
     return by_key
 
 
 def late_ranks_in_step(
-    rows: Sequence[Row | Mapping[str, Any]], threshold: float = THRESHOLD
+    rows: Sequence[Row | Mapping[str, Any]],
+    threshold: float = THRESHOLD,
+    *,
+    metrics: frozenset[str] = frozenset(),
 ) -> list[LateRank]:
     """The late ranks of a finished step (or steps), most late first; nobody on clean data.
 
     `rows` are one run's Row objects or stored records (as `Store.results(...).to_pylist()`
     gives). Rows without per-iteration samples (culprit rows) and measurements in which
     ranks need not leave together are ignored. Ranks are judged per job, over every
-    measurement that the same set of ranks took part in.
+    measurement that the same set of ranks took part in. Collectives are judged by their
+    name; `metrics` names the other timed rows whose end is a collective (the checks
+    declare them: `fleetval.checks.synchronizing_metrics()`).
     """
     recs = [_record(r) for r in rows]
     who = {
@@ -176,7 +179,7 @@ def late_ranks_in_step(
     }
     # Group measurements by (job, ranks taking part): each group is judged on its own.
     groups: dict[tuple[Any, tuple[int, ...]], list[np.ndarray]] = {}
-    for key, per_rank in _measurements(recs).items():
+    for key, per_rank in _measurements(recs, metrics).items():
         ranks = tuple(sorted(per_rank))
         n = min(len(per_rank[r]) for r in ranks)
         if len(ranks) < 2 or n < MIN_ITERS:
