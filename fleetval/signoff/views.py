@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from fleetval.analysis.baselines import Baselines
 from fleetval.analysis.compare import Comparison
-from fleetval.checks import CHECKS
+from fleetval.checks import CHECKS, bandwidth
 from fleetval.checks.ddp import scaling_efficiency, scaling_steps
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import ENV_COLUMNS
@@ -94,7 +94,7 @@ def _per_call(table: pa.Table) -> dict[tuple, dict[int, list[np.ndarray]]]:
     """
     busbw = pc.fill_null(table["busbw_gbps"], 0.0)
     keep = pc.and_(
-        pc.and_(pc.equal(table["check"], "bandwidth"), pc.greater(busbw, 0.0)),
+        pc.and_(pc.equal(table["check"], bandwidth.PLUGIN.name), pc.greater(busbw, 0.0)),
         pc.and_(
             pc.greater(table["world_size"], 1),
             pc.greater(pc.list_value_length(table["samples_us"]), 0),
