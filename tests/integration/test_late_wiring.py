@@ -33,7 +33,8 @@ SUITE = {
 def test_late_rank_warns_the_step_and_run_is_shown_and_the_job_goes_on(tmp_path, monkeypatch):
     seen: list[str] = []
 
-    def fake_late_ranks(rows: list[Row]) -> list[LateRank]:
+    def fake_late_ranks(rows: list[Row], *, metrics: frozenset[str]) -> list[LateRank]:
+        assert "step_time_ms" in metrics  # the checks' declarations reach the scorer
         seen.append(rows[0].step)
         if rows[0].step != "bw":
             return []
