@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from fleetval.analysis.baselines import UnknownBaseline
 from fleetval.run.plan import PlanError
@@ -133,6 +134,16 @@ def suite_errors(err: SuiteError, kind: str = "invalid_suite") -> list[dict[str,
     return out
 
 
+def _allowed(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route serves at this request's path."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
+
+
 def _summary(errors: list[dict[str, Any]]) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
 
@@ -145,8 +156,11 @@ def install(app: FastAPI) -> None:
         return problem(err.status, err.detail, err.errors, err.headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
-        return problem(err.status_code, str(err.detail), None, err.headers)
+    async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        headers = dict(err.headers or {})
+        if err.status_code == 405:  # NOTE: Starlette names only the first route's methods
+            headers["Allow"] = ", ".join(_allowed(app, request))
+        return problem(err.status_code, str(err.detail), None, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
@@ -188,6 +202,7 @@ def install(app: FastAPI) -> None:
 # -- the OpenAPI ------------------------------------------------------------------------
 
 _DESCRIPTIONS = {
+    400: "The body cannot be read (not UTF-8 / not JSON text)",
     401: "No token, an unknown, revoked or expired one",
     403: "The token lacks the scope, or the run is another owner's",
     404: "No such run or resource",
@@ -222,7 +237,7 @@ def complete_openapi(app: FastAPI, extra: dict[tuple[str, str], tuple[int, ...]]
             if "{" in path:
                 statuses.add(404)
             if "requestBody" in op:
-                statuses.add(413)
+                statuses |= {400, 413}
             responses = op["responses"]
             for status in statuses:
                 entry = responses.setdefault(str(status), {})

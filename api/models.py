@@ -38,7 +38,8 @@ SuiteSpec = Annotated[
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NOTE: strict: `"retries": false` or `"3"` is not a number, as the schema says
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class SubmitRequest(_In):

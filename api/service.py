@@ -62,11 +62,11 @@ def submit(
 ) -> tuple[Submission, bool]:
     """Validate and queue (committed on return); the owner's repeated submission_id gives
     its run back, another owner's is a conflict."""
+    suite = resolve_suite(req.suite)  # NOTE: first: an invalid body is 422 even when repeated
     if req.submission_id is not None:
         sub = db.find_submission(req.submission_id)
         if sub is not None:
             return _same_owner(sub, token), False
-    suite = resolve_suite(req.suite)
     check_submission(db, suite, limits)
     active = db.active_count(token.name)
     if active >= limits.max_active_per_owner:

@@ -18,6 +18,16 @@ from fleetval.api.deps import DbDep, ReadToken, StoreDep
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
+# One event as a client parses it: its id (the sequence number), its kind, its JSON data.
+SSE_EVENT = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "event": {"enum": ["run_start", "step_start", "step_progress", "step_end", "run_end"]},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+    },
+}
 POLL_S = 0.2
 KEEPALIVE_S = 15.0
 
@@ -60,7 +70,7 @@ async def _stream(db: ServiceDB, run_id: str, after: int, request: Request) -> A
     response_class=StreamingResponse,
     responses={
         200: {
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": SSE_EVENT}},
             "description": "step_start / step_progress / step_end / run_end",
         },
     },

@@ -26,13 +26,13 @@ def _out(t: Token) -> TokenOut:
     )
 
 
-@router.get("")
+@router.get("", operation_id="list_tokens")
 def list_tokens(_: AdminToken, db: DbDep) -> list[TokenOut]:
     """Every token by id, owner, scope, expiry and revocation (never the token itself)."""
     return [_out(t) for t in db.tokens()]
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, operation_id="create_token")
 def create_token(body: TokenRequest, _: AdminToken, db: DbDep) -> NewToken:
     """A new token, shown once in `token`; only its hash is stored."""
     raw = db.create_token(Scope(body.scope), body.name, expires_in_s=body.expires_in_s)
@@ -42,7 +42,7 @@ def create_token(body: TokenRequest, _: AdminToken, db: DbDep) -> NewToken:
     return NewToken(**_out(made).model_dump(), token=raw)
 
 
-@router.delete("/{token_id}")
+@router.delete("/{token_id}", operation_id="revoke_token")
 def revoke_token(token_id: TokenId, _: AdminToken, db: DbDep) -> TokenOut:
     """Revoke: from now on the token answers 401."""
     token = db.revoke_token(token_id)
