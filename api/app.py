@@ -3,26 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fleetval.analysis.baselines import UnknownBaseline
-from fleetval.api import metrics
+from fleetval.analysis.baselines import BaselineError
+from fleetval.analysis.compare import CompareError
+from fleetval.api import errors, metrics
 from fleetval.api.db import ServiceDB
+from fleetval.api.errors import problem
 from fleetval.api.executor import Executor
 from fleetval.api.routes import ROUTERS
-from fleetval.api.service import Conflict, NotFound
 from fleetval.api.settings import Settings
 from fleetval.store.dataset import Store
-from fleetval.suite import SuiteError
+
+# Statuses only some operations answer with (the rest are added to every operation that
+# can answer them: see errors.complete_openapi).
+EXTRA_STATUSES = {
+    ("POST", "/v1/runs"): (409, 429),
+    ("POST", "/v1/runs/{run_id}/cancel"): (409,),
+    ("PUT", "/v1/baselines/{name}"): (409,),
+    ("GET", "/v1/baselines/{name}"): (409,),
+    ("POST", "/v1/compare"): (409,),
+    ("GET", "/v1/runs/{run_id}/report"): (409,),
+}
 
 
 class BodyTooLarge(HTTPException):
@@ -44,10 +51,11 @@ class BodyLimit:
             return
         length = dict(scope["headers"]).get(b"content-length", b"0")
         if not length.isdigit():
-            await _error(400, "Content-Length is not a number")(scope, receive, send)
+            await problem(400, "Content-Length is not a number")(scope, receive, send)
             return
         if int(length) > self.max_bytes:
-            await self._too_large()(scope, receive, send)
+            detail = f"request body larger than {self.max_bytes} bytes"
+            await problem(413, detail)(scope, receive, send)
             return
         seen = 0
 
@@ -61,59 +69,17 @@ class BodyLimit:
 
         await self.app(scope, limited, send)
 
-    def _too_large(self) -> ASGIApp:
-        return _error(413, f"request body larger than {self.max_bytes} bytes")
-
-
-def _error(status: int, detail: object) -> JSONResponse:
-    return JSONResponse({"detail": detail}, status_code=status)
-
-
-def _suite_detail(err: SuiteError) -> list[dict]:
-    """Suite problems in FastAPI's shape: a location under body.suite and a message."""
-    out = []
-    for problem in err.problems:
-        path, _, msg = problem.partition(": ")
-        loc = ["body", "suite", *[p for p in path.split(".") if p != "(suite)"]]
-        out.append({"loc": loc, "msg": msg, "type": "invalid_suite"})
-    return out
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or Infinity, but Python's parser accepts them in a request body:
-    echo them back as strings, or rendering the 422 would fail."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
 
 def _install_errors(app: FastAPI) -> None:
-    """Library errors are the client's: 404, 409 or 422 with the reason, never a 500."""
+    """Library errors are the client's (404, 409, 422) or the stored data's (500), each a
+    problem naming the reason; never a bare 500."""
+    errors.install(app)
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
-        return _error(422, _finite(jsonable_encoder(err.errors())))
-
-    @app.exception_handler(SuiteError)
-    async def _suite(_: Request, err: SuiteError) -> JSONResponse:
-        return _error(422, _suite_detail(err))
-
-    @app.exception_handler(NotFound)
-    @app.exception_handler(UnknownBaseline)
-    async def _missing(_: Request, err: Exception) -> JSONResponse:
-        return _error(404, str(err.args[0]) if err.args else "not found")
-
-    @app.exception_handler(Conflict)
-    async def _conflict(_: Request, err: Conflict) -> JSONResponse:
-        return _error(409, str(err))
-
-    @app.exception_handler(ValueError)
-    async def _bad(_: Request, err: ValueError) -> JSONResponse:
-        return _error(422, str(err))
+    @app.exception_handler(BaselineError)
+    @app.exception_handler(CompareError)
+    async def _unresolved(_: Any, err: Exception) -> Any:
+        # NOTE: well-formed, but the runs stored now cannot satisfy it: a conflict with state
+        return problem(409, str(err))
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -123,6 +89,9 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # NOTE: the run index is built from the files once per store (a scan): before the
+        # first request, not during it
+        await asyncio.to_thread(store.run_index)
         if settings.run_executor:
             executor.start()
         yield
@@ -142,6 +111,13 @@ def create_app(settings: Settings) -> FastAPI:
     _install_errors(app)
     for router in ROUTERS:
         app.include_router(router)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = errors.complete_openapi(app, EXTRA_STATUSES)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 

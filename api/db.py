@@ -4,7 +4,11 @@ WAL journal with synchronous=FULL: a submission is on disk before its 201 return
 `kill -9` (or power loss) never loses one. One connection per process behind a lock: every
 statement is short, and the lock makes claim / cancel / finish atomic in the process;
 SQLite's own locking does the same across uvicorn workers. Progress and events live here
-too (not in memory), so any worker can serve them and they survive a restart.
+too (not in memory), so any worker can serve them and they survive a restart. Reads go
+through a second connection: in WAL mode they never wait for a write's fsync.
+
+What /metrics and /healthz report is kept as it changes (counters maintained by triggers
+and at each run's end), so a scrape costs the same at 50 runs and at 50,000.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import secrets
 import sqlite3
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from fleetval.store.catalog import RunFilter
 
 DB_NAME = "service.sqlite"
 
@@ -45,11 +51,52 @@ CREATE TABLE IF NOT EXISTS submissions (
     finished_at TEXT
 );
 CREATE INDEX IF NOT EXISTS submissions_status ON submissions (status, seq);
+CREATE INDEX IF NOT EXISTS submissions_owner ON submissions (submitter, status);
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,                    -- from 1 per run: the SSE event id
     data TEXT NOT NULL,                      -- JSON, with a `kind`
     PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS status_counts (   -- submissions by status, kept by the triggers
+    status TEXT PRIMARY KEY,
+    n INTEGER NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS count_insert AFTER INSERT ON submissions BEGIN
+    INSERT INTO status_counts (status, n) VALUES (NEW.status, 1)
+        ON CONFLICT (status) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS count_update AFTER UPDATE OF status ON submissions
+    WHEN OLD.status != NEW.status BEGIN
+    UPDATE status_counts SET n = n - 1 WHERE status = OLD.status;
+    INSERT INTO status_counts (status, n) VALUES (NEW.status, 1)
+        ON CONFLICT (status) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS count_delete AFTER DELETE ON submissions BEGIN
+    UPDATE status_counts SET n = n - 1 WHERE status = OLD.status;
+END;
+CREATE TABLE IF NOT EXISTS step_stats (      -- /metrics' step histogram, added to at each run's end
+    check_name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    bucket TEXT NOT NULL,                    -- an upper bound of STEP_BUCKETS, or '+Inf'
+    n INTEGER NOT NULL,
+    PRIMARY KEY (check_name, status, bucket)
+);
+CREATE TABLE IF NOT EXISTS step_sums (
+    check_name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    seconds REAL NOT NULL,
+    PRIMARY KEY (check_name, status)
+);
+CREATE TABLE IF NOT EXISTS culprit_counts (
+    node TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (node, reason)
+);
+CREATE TABLE IF NOT EXISTS meta (            -- e.g. the cluster shape the executor sees
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS busbw (          -- the latest bus bandwidth, for /metrics
     collective TEXT NOT NULL,
@@ -61,11 +108,18 @@ CREATE TABLE IF NOT EXISTS busbw (          -- the latest bus bandwidth, for /me
 );
 CREATE TABLE IF NOT EXISTS tokens (
     hash TEXT PRIMARY KEY,                   -- sha256 of the token; the token itself is never kept
-    name TEXT NOT NULL,
+    name TEXT NOT NULL,                      -- its owner: runs it submits belong to this name
     scope TEXT NOT NULL,
     created_at TEXT NOT NULL
 );
 """
+# Columns added since the first release: (table, column, declaration), added when missing.
+MIGRATIONS = (
+    ("tokens", "expires_at", "TEXT"),
+    ("tokens", "revoked_at", "TEXT"),
+)
+STEP_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
+TOKEN_ID_CHARS = 12  # a token's public id: the start of its hash, for listing and revoking
 
 
 class QueueStatus(StrEnum):
@@ -93,6 +147,13 @@ class Scope(StrEnum):
 
 
 SCOPE_RANK = {Scope.READ: 0, Scope.SUBMIT: 1, Scope.ADMIN: 2}
+
+
+class TokenState(StrEnum):
+    VALID = "valid"
+    UNKNOWN = "unknown"
+    REVOKED = "revoked"
+    EXPIRED = "expired"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,14 +191,45 @@ class Submission:
         return self.status not in ACTIVE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Token:
-    name: str
+    id: str
+    name: str  # the owner
     scope: Scope
+    created_at: str = ""
+    expires_at: str | None = None
+    revoked_at: str | None = None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Token:
+        return cls(
+            id=row["hash"][:TOKEN_ID_CHARS],
+            name=row["name"],
+            scope=Scope(row["scope"]),
+            created_at=row["created_at"],
+            expires_at=row["expires_at"],
+            revoked_at=row["revoked_at"],
+        )
+
+    def state(self, at: str) -> TokenState:
+        if self.revoked_at is not None:
+            return TokenState.REVOKED
+        if self.expires_at is not None and self.expires_at <= at:
+            return TokenState.EXPIRED
+        return TokenState.VALID
+
+    @property
+    def admin(self) -> bool:
+        return self.scope == Scope.ADMIN
+
+    def owns(self, sub: Submission) -> bool:
+        """A run belongs to the name of the token that submitted it; admin may act on any."""
+        return self.admin or sub.submitter == self.name
 
 
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+def now(after_s: float = 0.0) -> str:
+    """UTC, ISO 8601 to the millisecond: sorts as text in time order."""
+    return (datetime.now(UTC) + timedelta(seconds=after_s)).isoformat(timespec="milliseconds")
 
 
 def hash_token(token: str) -> str:
@@ -152,21 +244,45 @@ class ServiceDB:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.path = data_dir / DB_NAME
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.row_factory = sqlite3.Row
+        self._conn = self._connect()
         self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.execute("PRAGMA busy_timeout=5000")
         self._conn.executescript(SCHEMA)
+        self._migrate()
+        self._read_lock = threading.Lock()
+        self._read = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        return conn
+
+    def _migrate(self) -> None:
+        for table, column, decl in MIGRATIONS:
+            have = {r["name"] for r in self._conn.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+        # NOTE: counters for a database written before they were kept: counted once
+        if self._conn.execute("SELECT COUNT(*) FROM status_counts").fetchone()[0] == 0:
+            self._conn.execute(
+                "INSERT INTO status_counts (status, n)"
+                " SELECT status, COUNT(*) FROM submissions GROUP BY status"
+            )
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
             self._conn.close()
+            self._read.close()
+
+    def _query(self, sql: str, args: tuple | list = ()) -> list[sqlite3.Row]:
+        """A read on the reading connection (never waits for a write's fsync)."""
+        with self._read_lock:
+            return self._read.execute(sql, args).fetchall()
 
     def _one(self, sql: str, args: tuple = ()) -> Submission | None:
-        with self._lock:
-            row = self._conn.execute(sql, args).fetchone()
-        return Submission.from_row(row) if row else None
+        rows = self._query(sql, args)
+        return Submission.from_row(rows[0]) if rows else None
 
     # -- submissions -------------------------------------------------------------------
 
@@ -186,24 +302,11 @@ class ServiceDB:
         """Queue a run (committed on return); for a known `submission_id`, the run it made."""
         with self._lock:
             try:
-                self._conn.execute(
-                    "INSERT INTO submissions (run_id, submission_id, suite, suite_json, labels,"
-                    " submitter, retries, attempt, retry_of, status, submitted_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        submission_id,
-                        suite,
-                        suite_json,
-                        json.dumps(labels),
-                        submitter,
-                        retries,
-                        attempt,
-                        retry_of,
-                        QueueStatus.QUEUED.value,
-                        now(),
-                    ),
-                )
+                self._insert(
+                    run_id=run_id, submission_id=submission_id, suite=suite,
+                    suite_json=suite_json, labels=labels, submitter=submitter, retries=retries,
+                    attempt=attempt, retry_of=retry_of,
+                )  # fmt: skip
                 created = True
             except sqlite3.IntegrityError:
                 if submission_id is None:
@@ -212,6 +315,26 @@ class ServiceDB:
         sub = self.get(run_id) if created else self.find_submission(submission_id)
         assert sub is not None
         return sub, created
+
+    def _insert(self, **fields: Any) -> None:
+        self._conn.execute(
+            "INSERT INTO submissions (run_id, submission_id, suite, suite_json, labels,"
+            " submitter, retries, attempt, retry_of, status, submitted_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                fields["run_id"],
+                fields["submission_id"],
+                fields["suite"],
+                fields["suite_json"],
+                json.dumps(fields["labels"]),
+                fields["submitter"],
+                fields["retries"],
+                fields["attempt"],
+                fields["retry_of"],
+                QueueStatus.QUEUED.value,
+                now(),
+            ),
+        )
 
     def find_submission(self, submission_id: str | None) -> Submission | None:
         """The run a submission id made: its latest attempt, if it was requeued."""
@@ -230,31 +353,50 @@ class ServiceDB:
     def get(self, run_id: str) -> Submission | None:
         return self._one("SELECT * FROM submissions WHERE run_id = ?", (run_id,))
 
-    def submissions(self) -> list[Submission]:
-        with self._lock:
-            rows = self._conn.execute("SELECT * FROM submissions ORDER BY seq").fetchall()
+    def page(self, where: RunFilter, *, before: str | None, limit: int) -> list[Submission]:
+        """Up to `limit` submissions matching `where`, newest run id first, below `before`."""
+        sql, args = where.sql()
+        terms = [t for t in (sql, "run_id < ?" if before is not None else "") if t]
+        if before is not None:
+            args.append(before)
+        clause = f"WHERE {' AND '.join(terms)}" if terms else ""
+        rows = self._query(
+            f"SELECT * FROM submissions {clause} ORDER BY run_id DESC LIMIT ?", (*args, limit)
+        )
         return [Submission.from_row(r) for r in rows]
 
+    def known(self, run_ids: list[str]) -> set[str]:
+        """Which of `run_ids` the service has a submission for (one query)."""
+        if not run_ids:
+            return set()
+        marks = ",".join("?" * len(run_ids))
+        rows = self._query(f"SELECT run_id FROM submissions WHERE run_id IN ({marks})", run_ids)
+        return {r[0] for r in rows}
+
     def counts(self) -> dict[str, int]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT status, COUNT(*) FROM submissions GROUP BY status"
-            ).fetchall()
-        return {r[0]: r[1] for r in rows}
+        """Submissions by status (kept by triggers: one small read)."""
+        return {r[0]: r[1] for r in self._query("SELECT status, n FROM status_counts")}
+
+    def active_count(self, submitter: str) -> int:
+        """Queued and running submissions of one owner (an index range)."""
+        row = self._query(
+            "SELECT COUNT(*) FROM submissions WHERE submitter = ? AND status IN (?, ?)",
+            (submitter, *[s.value for s in ACTIVE]),
+        )[0]
+        return int(row[0])
 
     def queue_position(self, sub: Submission) -> int | None:
         """How many queued runs go before this one (0: next), None when not queued."""
         if sub.status != QueueStatus.QUEUED:
             return None
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT COUNT(*) FROM submissions WHERE status = ? AND seq < ?",
-                (QueueStatus.QUEUED.value, sub.seq),
-            ).fetchone()
+        row = self._query(
+            "SELECT COUNT(*) FROM submissions WHERE status = ? AND seq < ?",
+            (QueueStatus.QUEUED.value, sub.seq),
+        )[0]
         return int(row[0])
 
-    def claim_next(self) -> Submission | None:
-        """The oldest queued run, now marked running."""
+    def claim_next(self) -> str | None:
+        """The oldest queued run's id, now marked running (read it with `get`)."""
         with self._lock:
             row = self._conn.execute(
                 "SELECT run_id FROM submissions WHERE status = ? ORDER BY seq LIMIT 1",
@@ -266,23 +408,7 @@ class ServiceDB:
                 "UPDATE submissions SET status = ?, started_at = ? WHERE run_id = ?",
                 (QueueStatus.RUNNING.value, now(), row[0]),
             )
-        return self.get(row[0])
-
-    def cancel_queued(self, run_id: str) -> bool:
-        """Cancel a run that has not started; False when it is no longer queued."""
-        with self._lock:
-            cur = self._conn.execute(
-                "UPDATE submissions SET status = ?, message = ?, finished_at = ?"
-                " WHERE run_id = ? AND status = ?",
-                (
-                    QueueStatus.CANCELLED.value,
-                    "cancelled before it started",
-                    now(),
-                    run_id,
-                    QueueStatus.QUEUED.value,
-                ),
-            )
-        return cur.rowcount == 1
+        return str(row[0])
 
     def request_cancel(self, run_id: str) -> None:
         with self._lock:
@@ -291,11 +417,8 @@ class ServiceDB:
             )
 
     def cancel_requested(self, run_id: str) -> bool:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT cancel_requested FROM submissions WHERE run_id = ?", (run_id,)
-            ).fetchone()
-        return bool(row and row[0])
+        rows = self._query("SELECT cancel_requested FROM submissions WHERE run_id = ?", (run_id,))
+        return bool(rows and rows[0][0])
 
     def record_event(
         self,
@@ -307,18 +430,15 @@ class ServiceDB:
         finish: tuple[str, str] | None = None,
     ) -> int:
         """Append an event (and the run's new progress, or its end: status and message) in
-        one transaction, so a reader never sees the end without its event; its number."""
+        one transaction, so a reader never sees the end without its event; its number.
+
+        A run ends once: `finish` applies only to a queued or running submission. At its end
+        the run's progress events are pruned (its step events stay, for a late reader) and
+        its steps are added to the counters /metrics reports."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                row = self._conn.execute(
-                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?", (run_id,)
-                ).fetchone()
-                seq = int(row[0])
-                self._conn.execute(
-                    "INSERT INTO events (run_id, seq, data) VALUES (?, ?, ?)",
-                    (run_id, seq, json.dumps({**event, "seq": seq}, default=str)),
-                )
+                seq = self._append(run_id, event)
                 if progress is not None:
                     self._conn.execute(
                         "UPDATE submissions SET progress = ? WHERE run_id = ?",
@@ -330,23 +450,121 @@ class ServiceDB:
                         (json.dumps(steps, default=str), run_id),
                     )
                 if finish is not None:
-                    self._conn.execute(
-                        "UPDATE submissions SET status = ?, message = ?, finished_at = ?"
-                        " WHERE run_id = ?",
-                        (*finish, now(), run_id),
-                    )
+                    self._finish(run_id, *finish)
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
         return seq
 
-    def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+    def _append(self, run_id: str, event: dict[str, Any]) -> int:
+        row = self._conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        seq = int(row[0])
+        self._conn.execute(
+            "INSERT INTO events (run_id, seq, data) VALUES (?, ?, ?)",
+            (run_id, seq, json.dumps({**event, "seq": seq}, default=str)),
+        )
+        return seq
+
+    def _finish(self, run_id: str, status: str, message: str) -> bool:
+        """Inside a transaction: end an active run; False when it had ended already."""
+        cur = self._conn.execute(
+            "UPDATE submissions SET status = ?, message = ?, finished_at = ?"
+            " WHERE run_id = ? AND status IN (?, ?)",
+            (status, message, now(), run_id, *[s.value for s in ACTIVE]),
+        )
+        if cur.rowcount != 1:
+            return False
+        self._conn.execute(
+            "DELETE FROM events WHERE run_id = ? AND json_extract(data, '$.kind') = 'step_progress'",
+            (run_id,),
+        )
+        row = self._conn.execute("SELECT steps FROM submissions WHERE run_id = ?", (run_id,))
+        self._count_steps(json.loads(row.fetchone()[0]))
+        return True
+
+    def _count_steps(self, steps: list[dict[str, Any]]) -> None:
+        for step in steps:
+            key, seconds = (step["check"], step["status"]), float(step["seconds"])
+            buckets = [str(b) for b in STEP_BUCKETS if seconds <= b] + ["+Inf"]
+            self._conn.executemany(
+                "INSERT INTO step_stats (check_name, status, bucket, n) VALUES (?, ?, ?, 1)"
+                " ON CONFLICT DO UPDATE SET n = n + 1",
+                [(*key, b) for b in buckets],
+            )
+            self._conn.execute(
+                "INSERT INTO step_sums (check_name, status, seconds) VALUES (?, ?, ?)"
+                " ON CONFLICT DO UPDATE SET seconds = seconds + excluded.seconds",
+                (*key, seconds),
+            )
+            for c in step.get("culprits", []):
+                self._conn.execute(
+                    "INSERT INTO culprit_counts (node, reason, n) VALUES (?, ?, 1)"
+                    " ON CONFLICT DO UPDATE SET n = n + 1",
+                    (c["node"], c["reason"]),
+                )
+
+    def cancel_queued(self, run_id: str) -> bool:
+        """Cancel a run that has not started, with its end event; False when it is no
+        longer queued."""
+        message = "cancelled before it started"
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
-                (run_id, after),
-            ).fetchall()
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._conn.execute(
+                    "UPDATE submissions SET status = ?, message = ?, finished_at = ?"
+                    " WHERE run_id = ? AND status = ?",
+                    (QueueStatus.CANCELLED.value, message, now(), run_id, QueueStatus.QUEUED.value),
+                )
+                if cur.rowcount == 1:
+                    end = {"kind": "run_end", "status": "cancelled", "message": message}
+                    self._append(run_id, end)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return cur.rowcount == 1
+
+    def interrupt(
+        self, sub: Submission, message: str, *, retry_id: str | None
+    ) -> Submission | None:
+        """End a run the service died in as `interrupted` (`message` says so, and names the
+        retry), and with `retry_id` queue its next attempt, in one transaction: recovery that dies halfway leaves the run `running` to
+        be recovered again, never requeued twice. The new attempt, if any."""
+        status = QueueStatus.INTERRUPTED.value
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                live = self._conn.execute(
+                    "SELECT status FROM submissions WHERE run_id = ?", (sub.run_id,)
+                ).fetchone()
+                if live is None or live[0] not in {s.value for s in ACTIVE}:
+                    self._conn.execute("ROLLBACK")
+                    return None
+                if retry_id is not None:
+                    self._insert(
+                        run_id=retry_id, submission_id=None, suite=sub.suite,
+                        suite_json=sub.suite_json, labels=sub.labels, submitter=sub.submitter,
+                        retries=sub.retries, attempt=sub.attempt + 1, retry_of=sub.run_id,
+                    )  # fmt: skip
+                    self._conn.execute(
+                        "UPDATE submissions SET retried_as = ? WHERE run_id = ?",
+                        (retry_id, sub.run_id),
+                    )
+                self._append(sub.run_id, {"kind": "run_end", "status": status, "message": message})
+                self._finish(sub.run_id, status, message)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return self.get(retry_id) if retry_id is not None else None
+
+    def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        rows = self._query(
+            "SELECT data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq", (run_id, after)
+        )
         return [json.loads(r[0]) for r in rows]
 
     def set_busbw(self, run_id: str, values: list[tuple[str, str, str, float]]) -> None:
@@ -359,41 +577,70 @@ class ServiceDB:
             )
 
     def busbw(self) -> list[tuple[str, str, str, float]]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT collective, size_class, node, gbps FROM busbw"
-            ).fetchall()
+        rows = self._query("SELECT collective, size_class, node, gbps FROM busbw")
         return [tuple(r) for r in rows]  # type: ignore[misc]
 
-    def mark_retried(self, run_id: str, retried_as: str) -> None:
-        with self._lock:
-            self._conn.execute(
-                "UPDATE submissions SET retried_as = ? WHERE run_id = ?", (retried_as, run_id)
-            )
+    def step_stats(self) -> dict[tuple[str, str], tuple[dict[str, int], float]]:
+        """(check, status) -> (count per bucket bound, sum of seconds): /metrics' histogram."""
+        out: dict[tuple[str, str], tuple[dict[str, int], float]] = {}
+        for r in self._query("SELECT check_name, status, seconds FROM step_sums"):
+            out[(r[0], r[1])] = ({}, float(r[2]))
+        for r in self._query("SELECT check_name, status, bucket, n FROM step_stats"):
+            out.setdefault((r[0], r[1]), ({}, 0.0))[0][r[2]] = int(r[3])
+        return out
+
+    def culprit_counts(self) -> dict[tuple[str, str], int]:
+        rows = self._query("SELECT node, reason, n FROM culprit_counts")
+        return {(r[0], r[1]): int(r[2]) for r in rows}
 
     def running(self) -> list[Submission]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT * FROM submissions WHERE status = ? ORDER BY seq",
-                (QueueStatus.RUNNING.value,),
-            ).fetchall()
+        rows = self._query(
+            "SELECT * FROM submissions WHERE status = ? ORDER BY seq", (QueueStatus.RUNNING.value,)
+        )
         return [Submission.from_row(r) for r in rows]
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value))
+            )
+
+    def meta(self, key: str) -> Any:
+        rows = self._query("SELECT value FROM meta WHERE key = ?", (key,))
+        return json.loads(rows[0][0]) if rows else None
 
     # -- tokens --------------------------------------------------------------------------
 
-    def create_token(self, scope: Scope, name: str) -> str:
+    def create_token(self, scope: Scope, name: str, *, expires_in_s: float | None = None) -> str:
         """A new random token; only its hash is stored, so it is shown once."""
         token = "fv_" + secrets.token_urlsafe(32)
+        expires = now(expires_in_s) if expires_in_s is not None else None
         with self._lock:
             self._conn.execute(
-                "INSERT INTO tokens (hash, name, scope, created_at) VALUES (?, ?, ?, ?)",
-                (hash_token(token), name, scope.value, now()),
+                "INSERT INTO tokens (hash, name, scope, created_at, expires_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (hash_token(token), name, scope.value, now(), expires),
             )
         return token
 
     def lookup_token(self, token: str) -> Token | None:
+        """The token's record, revoked or expired ones included (the caller says which)."""
+        rows = self._query("SELECT * FROM tokens WHERE hash = ?", (hash_token(token),))
+        return Token.from_row(rows[0]) if rows else None
+
+    def tokens(self) -> list[Token]:
+        return [Token.from_row(r) for r in self._query("SELECT * FROM tokens ORDER BY created_at")]
+
+    def revoke_token(self, token_id: str) -> Token | None:
+        """Revoke the token with this public id (from now on it answers 401); None if unknown."""
+        if len(token_id) != TOKEN_ID_CHARS or not all(c in "0123456789abcdef" for c in token_id):
+            return None
         with self._lock:
-            row = self._conn.execute(
-                "SELECT name, scope FROM tokens WHERE hash = ?", (hash_token(token),)
-            ).fetchone()
-        return Token(row["name"], Scope(row["scope"])) if row else None
+            self._conn.execute(
+                "UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE substr(hash, 1, ?) = ?",
+                (now(), TOKEN_ID_CHARS, token_id),
+            )
+        rows = self._query(
+            "SELECT * FROM tokens WHERE substr(hash, 1, ?) = ?", (TOKEN_ID_CHARS, token_id)
+        )
+        return Token.from_row(rows[0]) if rows else None

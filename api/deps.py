@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 from fleetval.api.auth import require
 from fleetval.api.db import Scope, ServiceDB, Token
 from fleetval.api.executor import Executor
+from fleetval.api.limits import Limits
 from fleetval.api.settings import Settings
 from fleetval.store.dataset import Store
 
@@ -32,10 +33,15 @@ async def _executor(request: Request) -> Executor:
     return request.app.state.executor
 
 
+async def _limits(request: Request) -> Limits:
+    return request.app.state.settings.limits
+
+
 SettingsDep = Annotated[Settings, Depends(_settings)]
 DbDep = Annotated[ServiceDB, Depends(_db)]
 StoreDep = Annotated[Store, Depends(_store)]
 ExecutorDep = Annotated[Executor, Depends(_executor)]
+LimitsDep = Annotated[Limits, Depends(_limits)]
 
 ReadToken = Annotated[Token, Depends(require(Scope.READ))]
 SubmitToken = Annotated[Token, Depends(require(Scope.SUBMIT))]

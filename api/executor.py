@@ -4,6 +4,11 @@ One thread per data directory, across processes: it holds an exclusive lock on
 `executor.lock` while it works, so with several uvicorn workers one executes and the
 others stand by (and take over if it dies). The Ray connection is made once and kept
 between runs. Progress goes to the database as it happens, so every worker serves it.
+
+The thread is supervised: an exception outside a run's own handling (a database fault, a
+submission that cannot be read) is logged, the run it had claimed ends as `error` with the
+reason, and the loop starts again after a back-off; `/healthz` answers 503 (degraded) until
+a claim succeeds again.
 """
 
 from __future__ import annotations
@@ -13,12 +18,13 @@ import json
 import logging
 import statistics
 import threading
+import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 from fleetval.api.db import QueueStatus, ServiceDB, Submission
-from fleetval.run.execute import Event, connect, run_suite
+from fleetval.run.execute import Event, cluster_shape, connect, run_suite
 from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
 from fleetval.suite import parse_suite
 
@@ -33,6 +39,9 @@ SIZE_CLASSES = ((64 * 1024, "small"), (16 * 1024 * 1024, "medium"))
 # CPUs for the shipped suites' world sizes (ranks mostly wait on I/O; see execute.connect).
 EMBEDDED_MIN_CPUS = 8
 INTERRUPTED_MESSAGE = "the service stopped while this run was executing; finished steps are kept"
+PROGRESS_EVERY_S = 1.0  # step_progress events are stored at most this often (coalesced)
+BACKOFF_S = (1.0, 30.0)  # after a crash of the loop: first wait, doubling up to the second
+CLUSTER_KEY = "cluster"  # the service DB's meta key for the shape the executor sees
 
 
 def size_class(size_bytes: int) -> str:
@@ -49,8 +58,13 @@ class _Tracker:
         self.db, self.run_id = db, run_id
         self.steps: list[dict[str, Any]] = []
         self.culprits: list[dict[str, Any]] = []
+        self._last_progress = -PROGRESS_EVERY_S
 
     def on_event(self, e: Event) -> None:
+        if e.kind == "step_progress":  # NOTE: coalesced: the engine reports every 0.5 s
+            if time.monotonic() - self._last_progress < PROGRESS_EVERY_S:
+                return
+            self._last_progress = time.monotonic()
         percent = round(100.0 * e.index / e.total, 1) if e.total else 0.0
         data: dict[str, Any] = {
             "kind": e.kind,
@@ -86,6 +100,21 @@ class Executor:
         self._thread: threading.Thread | None = None
         self.active = False  # this process holds the executor lock
         self.ray_error = ""
+        self.failing = ""  # why the loop crashed last, until a claim succeeds again
+        self.crashes = 0
+        self._claimed: str | None = None  # the run the loop is on
+
+    def degraded(self) -> str:
+        """Why this process cannot run the queue now ("" when it can, or stands by)."""
+        if self._thread is None or self._stopping.is_set():
+            return ""
+        if not self._thread.is_alive():
+            return "the executor thread is not running"
+        if self.failing:
+            return f"the executor crashed ({self.crashes}x) and is restarting: {self.failing}"
+        if self.active and self.ray_error:
+            return f"Ray not reachable: {self.ray_error}"
+        return ""
 
     def start(self) -> None:
         # NOTE: when the lock is free now, recover before the app serves its first request,
@@ -120,25 +149,61 @@ class Executor:
             self.recover()
         try:
             self._connect()
-            while not self._stopping.is_set():
-                sub = self.db.claim_next()
-                if sub is None:
-                    self._wake.wait(IDLE_POLL_S)
-                    self._wake.clear()
-                    continue
-                try:
-                    self._execute(sub)
-                except Exception as err:  # NOTE: the queue must go on whatever one run did
-                    log.exception("executor: run %s", sub.run_id)
-                    status, message = QueueStatus.ERROR.value, f"{type(err).__name__}: {err}"
-                    self.db.record_event(
-                        sub.run_id,
-                        {"kind": "run_end", "status": status, "message": message},
-                        finish=(status, message),
-                    )
+            self._supervise()
         finally:
             self.active = False
             lock.close()  # releases the lock for a standby worker
+
+    def _supervise(self) -> None:
+        """Run the loop; when it raises, end the claimed run as `error` and start it again."""
+        backoff = BACKOFF_S[0]
+        while not self._stopping.is_set():
+            try:
+                self._loop()
+            except Exception as err:  # NOTE: whatever broke, the queue must go on
+                log.exception("executor crashed; restarting in %.0f s", backoff)
+                self.crashes += 1
+                self.failing = f"{type(err).__name__}: {err}"
+                self._fail_claimed(f"the executor crashed: {self.failing}")
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_S[1])
+            else:
+                return
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            run_id = self.db.claim_next()
+            self.failing = ""  # the database answers: healthy again
+            if run_id is None:
+                self._wake.wait(IDLE_POLL_S)
+                self._wake.clear()
+                continue
+            self._claimed = run_id
+            sub = self.db.get(run_id)
+            if sub is None:
+                raise RuntimeError(f"run {run_id} vanished after it was claimed")
+            self._publish_cluster()
+            try:
+                self._execute(sub)
+            except Exception as err:  # NOTE: one run's failure ends that run only
+                log.exception("executor: run %s", sub.run_id)
+                self._fail_claimed(f"{type(err).__name__}: {err}")
+            self._claimed = None
+
+    def _fail_claimed(self, message: str) -> None:
+        """The claimed run ends as `error` with the reason (once; never raises)."""
+        run_id, self._claimed = self._claimed, None
+        if run_id is None:
+            return
+        status = QueueStatus.ERROR.value
+        try:
+            self.db.record_event(
+                run_id,
+                {"kind": "run_end", "status": status, "message": message},
+                finish=(status, message),
+            )
+        except Exception:
+            log.exception("executor: could not mark run %s as error", run_id)
 
     def _try_lock(self) -> Any:
         """The executor lock's open file if this process got it, else None (never waits)."""
@@ -166,6 +231,18 @@ class Executor:
         except Exception as err:  # every run will say why it could not start
             self.ray_error = str(err)
             log.error("Ray not reachable: %s", err)
+            return
+        self._publish_cluster()
+
+    def _publish_cluster(self) -> None:
+        """The cluster's shape as the planner sees it, for the plan check at submit (every
+        worker reads it from the database)."""
+        try:
+            shape = cluster_shape()
+        except Exception as err:  # NOTE: a lost connection: the run itself will say so
+            log.warning("cluster shape unavailable: %s", err)
+            return
+        self.db.set_meta(CLUSTER_KEY, [asdict(n) for n in shape.nodes])
 
     def _execute(self, sub: Submission) -> None:
         tracker = _Tracker(self.db, sub.run_id)
@@ -247,38 +324,29 @@ class Executor:
                 finish=(stored, ""),
             )
             return
-        if sub.attempt <= sub.retries:
-            retry, _ = self.db.add(
-                run_id=new_run_id(),
-                submission_id=None,
-                suite=sub.suite,
-                suite_json=sub.suite_json,
-                labels=sub.labels,
-                submitter=sub.submitter,
-                retries=sub.retries,
-                attempt=sub.attempt + 1,
-                retry_of=sub.run_id,
-            )
-            self.db.mark_retried(sub.run_id, retry.run_id)
-            message += f"; requeued as {retry.run_id} (attempt {retry.attempt})"
+        retry_id = new_run_id() if sub.attempt <= sub.retries else None
+        if retry_id is not None:
+            message += f"; requeued as {retry_id} (attempt {sub.attempt + 1})"
         if not recorded:
             self._write_interrupted(sub, message)
-        status = QueueStatus.INTERRUPTED.value
-        self.db.record_event(
-            sub.run_id,
-            {"kind": "run_end", "status": status, "message": message},
-            finish=(status, message),
-        )
+        # NOTE: one transaction: a recovery that dies here leaves the run `running`, to be
+        # recovered again; the retry and the run's end are committed together or not at all.
+        self.db.interrupt(sub, message, retry_id=retry_id)
 
     def _stored_status(self, run_id: str) -> str | None:
         try:
             status = self.store.run(run_id).status
         except StoreError:
             return None
-        return None if status == "incomplete" else status
+        # NOTE: "interrupted" is this service's own record (a recovery that died before its
+        # commit): not an end the engine recorded, so the run is recovered again.
+        return None if status in ("incomplete", QueueStatus.INTERRUPTED) else status
 
     def _write_interrupted(self, sub: Submission, message: str) -> None:
-        """A run record in the store, so every reader sees the run as interrupted."""
+        """A run record in the store, so every reader sees the run as interrupted (kept when
+        an earlier recovery wrote it)."""
+        if (self.store.root / "runs" / f"{sub.run_id}.parquet").exists():
+            return
         started = datetime.fromisoformat(sub.started_at or sub.submitted_at)
         suite = json.loads(sub.suite_json)
         self.store.write_schema_note()

@@ -1,4 +1,5 @@
-"""Prometheus metrics, computed from the database at scrape time (right in every worker)."""
+"""Prometheus metrics, read from counters the database keeps as runs change (right in every
+worker, and one small read per family whatever the history's length)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from fleetval.api.db import QueueStatus, ServiceDB
-
-STEP_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
+from fleetval.api.db import STEP_BUCKETS, QueueStatus, ServiceDB
 
 
 class ServiceCollector(Collector):
@@ -43,30 +42,21 @@ class ServiceCollector(Collector):
         yield busbw
 
     def _steps(self) -> Iterator[Metric]:
-        durations: dict[tuple[str, str], list[float]] = {}
-        culprits: dict[tuple[str, str], int] = {}
-        for sub in self.db.submissions():
-            for step in sub.steps:
-                key = (step["check"], step["status"])
-                durations.setdefault(key, []).append(float(step["seconds"]))
-                for c in step.get("culprits", []):
-                    ckey = (c["node"], c["reason"])
-                    culprits[ckey] = culprits.get(ckey, 0) + 1
         hist = HistogramMetricFamily(
             "fleetval_step_duration_seconds",
             "Step durations by check and status",
             labels=["check", "status"],
         )
-        for key, values in sorted(durations.items()):
-            buckets = [(str(b), sum(v <= b for v in values)) for b in STEP_BUCKETS]
-            hist.add_metric(list(key), [*buckets, ("+Inf", len(values))], sum(values))
+        for key, (counts, total) in sorted(self.db.step_stats().items()):
+            buckets = [(str(b), counts.get(str(b), 0)) for b in STEP_BUCKETS]
+            hist.add_metric(list(key), [*buckets, ("+Inf", counts.get("+Inf", 0))], total)
         yield hist
         named = CounterMetricFamily(
             "fleetval_culprits",
             "Ranks named as culprits, by node and reason",
             labels=["node", "reason"],
         )
-        for key, n in sorted(culprits.items()):
+        for key, n in sorted(self.db.culprit_counts().items()):
             named.add_metric(list(key), n)
         yield named
 

@@ -4,21 +4,48 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
+
+from fleetval.suite import shipped_suites
 
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 LabelValue = Annotated[str, StringConstraints(max_length=1024)]
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
+# The store's run ids and baseline names: letters, digits, '.', '_' and '-'.
+RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+# NOTE: validated by the library (parse_suite: field paths, cross-field rules); the schema
+# documents the two forms: a shipped name, or an object with a suite file's keys.
+SuiteSpec = Annotated[
+    str | dict[str, Any],
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "enum": list(shipped_suites()), "title": "Shipped suite"},
+                {
+                    "type": "object",
+                    "title": "Inline suite",
+                    "description": "The keys of a suite YAML file (name, placement, steps, ...)",
+                    "required": ["name", "steps"],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "steps": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+                    },
+                },
+            ]
+        }
+    ),
+]
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NOTE: strict: `"retries": false` or `"3"` is not a number, as the schema says
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class SubmitRequest(_In):
     """A shipped suite by name, or an inline suite (the same keys as a suite YAML file)."""
 
-    suite: str | dict[str, Any] = Field(
+    suite: SuiteSpec = Field(
         description="A shipped suite name (smoke, collectives, ...) or an inline suite"
     )
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
@@ -30,18 +57,30 @@ class SubmitRequest(_In):
     )
 
 
-class BaselineRequest(_In):
-    """Explicit runs, or filters (labels, run and environment columns) resolved at compare time."""
+Description = Annotated[str, StringConstraints(max_length=1024)]
 
-    runs: list[Name] | None = Field(default=None, min_length=1, max_length=1000)
-    where: dict[LabelKey, LabelValue] | None = Field(default=None, min_length=1, max_length=64)
-    last: int | None = Field(default=None, ge=1)
-    description: Annotated[str, StringConstraints(max_length=1024)] = ""
+
+class BaselineRuns(_In):
+    """Explicit runs."""
+
+    runs: list[RunId] = Field(min_length=1, max_length=1000)
+    description: Description = ""
+
+
+class BaselineWhere(_In):
+    """Filters (labels, run and environment columns; globs) resolved at compare time."""
+
+    where: dict[LabelKey, LabelValue] = Field(min_length=1, max_length=64)
+    last: int | None = Field(default=None, ge=1, description="Only the newest N matching runs")
+    description: Description = ""
+
+
+BaselineRequest = BaselineRuns | BaselineWhere
 
 
 class CompareRequest(_In):
-    baseline: Name
-    runs: list[Name] = Field(min_length=1, max_length=1000)
+    baseline: RunId
+    runs: list[RunId] = Field(min_length=1, max_length=1000)
     threshold_pct: float | None = Field(default=None, gt=0, le=1000)
     per: Literal["sku", "node"] = "sku"
 
@@ -96,7 +135,34 @@ class BaselineOut(_Out):
 
 
 class Health(_Out):
-    status: Literal["ok"] = "ok"
+    status: Literal["ok", "degraded"] = "ok"
     executor: bool  # this process runs the queue
     queue_depth: int
     ray_error: str = ""
+    reason: str = ""  # why degraded
+
+
+class ResultPage(_Out):
+    run_id: str
+    count: int  # rows in this page
+    rows: list[dict[str, Any]]
+    next_cursor: str | None = None
+
+
+class TokenRequest(_In):
+    scope: Literal["read", "submit", "admin"]
+    name: Name = Field(description="The owner: runs this token submits belong to this name")
+    expires_in_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
+
+
+class TokenOut(_Out):
+    id: str
+    name: str
+    scope: str
+    created_at: str
+    expires_at: str | None = None
+    revoked_at: str | None = None
+
+
+class NewToken(TokenOut):
+    token: str = Field(description="Shown once; only its hash is stored")

@@ -1,20 +1,23 @@
-"""What the routes do, as plain functions over the database, the store and the library."""
+"""What the routes do, as plain functions over the database, the store and the library.
+
+Lookups cost the same whatever the history's length: a submission is one indexed read of
+the service database, a stored run one read of the store's run index (or its own files),
+a page of runs one keyset query on each side, merged.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fleetval.api.db import QueueStatus, ServiceDB, Submission, Token
-from fleetval.api.executor import Executor
+from fleetval.api.errors import Conflict, Forbidden, TooMany
+from fleetval.api.executor import CLUSTER_KEY, Executor
+from fleetval.api.limits import Limits, check_suite
 from fleetval.api.models import Progress, RunList, RunOut, SubmitRequest
-from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
+from fleetval.run.plan import ClusterShape, NodeShape, make_plan
+from fleetval.store.catalog import RunFilter
+from fleetval.store.dataset import RunRecord, Store, new_run_id
 from fleetval.suite import Suite, SuiteError, load_suite, parse_suite, shipped_suites
-
-
-class NotFound(LookupError):
-    """An unknown run or baseline (404)."""
-
-
-class Conflict(RuntimeError):
-    """The request contradicts the resource's state, e.g. cancelling a finished run (409)."""
 
 
 def resolve_suite(spec: str | dict) -> Suite:
@@ -30,15 +33,47 @@ def resolve_suite(spec: str | dict) -> Suite:
     return parse_suite(spec, "inline suite")
 
 
+def cluster(db: ServiceDB) -> ClusterShape | None:
+    """The cluster's shape as the executor last saw it; None before it has connected."""
+    nodes = db.meta(CLUSTER_KEY)
+    return ClusterShape(tuple(NodeShape(**n) for n in nodes)) if nodes else None
+
+
+def check_submission(db: ServiceDB, suite: Suite, limits: Limits) -> None:
+    """The service's ceilings, then the plan `fleetval run` would make on this cluster:
+    a suite that could never run is refused now (422), not failed later."""
+    check_suite(suite, limits)
+    shape = cluster(db)
+    if shape is not None:
+        make_plan(suite, shape)  # PlanError: the numbers, as `fleetval run` says them
+
+
+def _same_owner(sub: Submission, token: Token) -> Submission:
+    if not token.owns(sub):
+        raise Conflict(
+            f"submission_id {sub.submission_id!r} belongs to another owner's run; choose another",
+            loc=["body", "submission_id"],
+        )
+    return sub
+
+
 def submit(
-    db: ServiceDB, executor: Executor, req: SubmitRequest, token: Token
+    db: ServiceDB, executor: Executor, limits: Limits, req: SubmitRequest, token: Token
 ) -> tuple[Submission, bool]:
-    """Validate and queue (committed on return); a repeated submission_id gives its run back."""
+    """Validate and queue (committed on return); the owner's repeated submission_id gives
+    its run back, another owner's is a conflict."""
+    suite = resolve_suite(req.suite)  # NOTE: first: an invalid body is 422 even when repeated
     if req.submission_id is not None:
         sub = db.find_submission(req.submission_id)
         if sub is not None:
-            return sub, False
-    suite = resolve_suite(req.suite)
+            return _same_owner(sub, token), False
+    check_submission(db, suite, limits)
+    active = db.active_count(token.name)
+    if active >= limits.max_active_per_owner:
+        raise TooMany(
+            f"{token.name!r} has {active} runs queued or running; this service allows "
+            f"{limits.max_active_per_owner} (max_active_per_owner)"
+        )
     sub, created = db.add(
         run_id=new_run_id(),
         submission_id=req.submission_id,
@@ -50,7 +85,8 @@ def submit(
     )
     if created:
         executor.wake()
-    return sub, created
+        return sub, True
+    return _same_owner(sub, token), False
 
 
 def run_out(db: ServiceDB, sub: Submission) -> RunOut:
@@ -91,10 +127,8 @@ def record_out(rec: RunRecord) -> RunOut:
 
 
 def stored_run(store: Store, run_id: str) -> RunRecord:
-    try:
-        return store.run(run_id)
-    except StoreError as err:
-        raise NotFound(f"no run {run_id!r}") from err
+    """A run of the store: from its index row, else its own files (RunNotFound, CorruptFile)."""
+    return store.run_index().get(run_id) or store.run(run_id)
 
 
 def get_run(db: ServiceDB, store: Store, run_id: str) -> RunOut:
@@ -105,47 +139,76 @@ def get_run(db: ServiceDB, store: Store, run_id: str) -> RunOut:
 
 
 def require_run(db: ServiceDB, store: Store, run_id: str) -> None:
+    """RunNotFound unless the service or the store knows the run."""
     if db.get(run_id) is None:
         stored_run(store, run_id)
 
 
+def require_runs(store: Store, run_ids: list[str]) -> None:
+    """RunNotFound for the first of `run_ids` the store lacks (one query for all)."""
+    found = store.run_index().get_many(run_ids)
+    for run_id in run_ids:
+        if run_id not in found:
+            store.run(run_id)  # NOTE: not indexed (written by an older writer): its files
+
+
 def list_runs(
-    db: ServiceDB,
-    store: Store,
-    *,
-    status: str | None,
-    suite: str | None,
-    labels: dict[str, str],
-    limit: int,
-    cursor: str | None,
+    db: ServiceDB, store: Store, where: RunFilter, *, limit: int, cursor: str | None
 ) -> RunList:
-    """Newest first; `cursor` is the last run id of the previous page."""
-    runs = {s.run_id: run_out(db, s) for s in db.submissions()}
-    for rec in store.runs():
-        runs.setdefault(rec.run_id, record_out(rec))
-    picked = [
-        r
-        for _, r in sorted(runs.items(), reverse=True)
-        if (cursor is None or r.run_id < cursor)
-        and (status is None or r.status == status)
-        and (suite is None or r.suite == suite)
-        and all(r.labels.get(k) == v for k, v in labels.items())
+    """Newest first; `cursor` is the last run id of the previous page. A submission stands
+    for its run; the store adds runs made outside the service (`fleetval run`)."""
+    want = limit + 1  # one more than the page: whether there is a next one
+    subs = db.page(where, before=cursor, limit=want)
+    stored = _stored_page(db, store, where, cursor, want, subs)
+    merged: list[tuple[str, Any]] = sorted(
+        [(s.run_id, s) for s in subs] + [(r.run_id, r) for r in stored],
+        key=lambda pair: pair[0],
+        reverse=True,
+    )[:want]
+    page = [
+        run_out(db, item) if isinstance(item, Submission) else record_out(item)
+        for _, item in merged[:limit]
     ]
-    page = picked[:limit]
-    more = len(picked) > limit
+    more = len(merged) > limit
     return RunList(runs=page, next_cursor=page[-1].run_id if more and page else None)
 
 
-def cancel(db: ServiceDB, store: Store, run_id: str) -> RunOut:
-    """Queued: cancelled now. Running: the executor kills its actors and removes its group."""
+def _stored_page(
+    db: ServiceDB,
+    store: Store,
+    where: RunFilter,
+    cursor: str | None,
+    want: int,
+    subs: list[Submission],
+) -> list[RunRecord]:
+    """Stored runs the service has no submission for, enough to fill the page: batches of
+    the index until `want` are found, the index ends, or what is left sorts below a full
+    page of submissions anyway (the usual case: one batch)."""
+    index, out, before, batch = store.run_index(), [], cursor, want
+    while True:
+        got = index.page(where, before=before, limit=batch)
+        known = db.known([r.run_id for r in got])
+        out += [r for r in got if r.run_id not in known]
+        if len(got) < batch or len(out) >= want:
+            return out
+        if len(subs) == want and got[-1].run_id <= subs[-1].run_id:
+            return out
+        before, batch = got[-1].run_id, batch * 2
+
+
+def cancel(db: ServiceDB, store: Store, run_id: str, token: Token) -> RunOut:
+    """Queued: cancelled now. Running: the executor kills its actors and removes its group.
+    Only the run's owner (or an admin) may."""
     sub = db.get(run_id)
     if sub is None:
         rec = stored_run(store, run_id)
         raise Conflict(f"run {run_id} has finished ({rec.status}); nothing to cancel")
-    if db.cancel_queued(run_id):
-        message = "cancelled before it started"
-        db.record_event(run_id, {"kind": "run_end", "status": "cancelled", "message": message})
-    else:
+    if not token.owns(sub):
+        raise Forbidden(
+            f"run {run_id} belongs to {sub.submitter!r}; only its owner or an admin may cancel it",
+            loc=["path", "run_id"],
+        )
+    if not db.cancel_queued(run_id):
         sub = db.get(run_id) or sub  # NOTE: re-read: the executor may have just claimed it
         if sub.status != QueueStatus.RUNNING:
             raise Conflict(f"run {run_id} has finished ({sub.status}); nothing to cancel")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleetval.api.limits import Limits
 from fleetval.store.dataset import default_data_dir
 
 DEFAULT_MAX_BODY = 256 * 1024  # an inline suite is a few KiB; this leaves a wide margin
@@ -16,7 +17,10 @@ class Settings:
     data_dir: Path
     address: str | None = None  # Ray: None -> $RAY_ADDRESS, else an embedded local instance
     max_body_bytes: int = DEFAULT_MAX_BODY
-    run_executor: bool = True  # False: submissions queue but nothing runs (API-only tests)
+    run_executor: bool = (
+        True  # False: submissions queue but nothing runs here (API replicas, tests)
+    )
+    limits: Limits = field(default_factory=Limits)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -25,4 +29,6 @@ class Settings:
             data_dir=default_data_dir(),
             address=os.environ.get("FLEETVAL_RAY_ADDRESS") or None,
             max_body_bytes=int(os.environ.get("FLEETVAL_MAX_BODY", DEFAULT_MAX_BODY)),
+            run_executor=os.environ.get("FLEETVAL_EXECUTOR", "1") != "0",
+            limits=Limits.from_env(os.environ.get("FLEETVAL_LIMITS")),
         )

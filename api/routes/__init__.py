@@ -1,6 +1,6 @@
 """Every router of the app; a new route is one module here and one line in ROUTERS."""
 
-from fleetval.api.routes import baselines, compare, events, health, report, results, runs
+from fleetval.api.routes import baselines, compare, events, health, report, results, runs, tokens
 
 ROUTERS = [
     health.router,
@@ -10,4 +10,5 @@ ROUTERS = [
     baselines.router,
     compare.router,
     report.router,
+    tokens.router,
 ]

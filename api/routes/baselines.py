@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
 
 from fleetval.analysis.baselines import Baseline, Baselines
 from fleetval.api.deps import AdminToken, ReadToken, StoreDep
-from fleetval.api.models import BaselineOut, BaselineRequest
+from fleetval.api.models import BaselineOut, BaselineRequest, BaselineRuns
 
 router = APIRouter(prefix="/v1/baselines", tags=["baselines"])
-_ERRORS = {404: {"description": "No such baseline"}, 422: {"description": "Invalid name or body"}}
+BaselineName = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+_UNRESOLVED = {409: {"description": "It resolves to no stored run (unknown run ids, no match)"}}
 
 
 def _out(b: Baseline, resolved: tuple[str, ...] | None = None) -> BaselineOut:
@@ -29,8 +32,8 @@ def list_baselines(_: ReadToken, store: StoreDep) -> list[BaselineOut]:
     return [_out(b) for b in Baselines(store).list()]
 
 
-@router.get("/{name}", responses=_ERRORS)
-def get_baseline(name: str, _: ReadToken, store: StoreDep) -> BaselineOut:
+@router.get("/{name}", responses=_UNRESOLVED)
+def get_baseline(name: BaselineName, _: ReadToken, store: StoreDep) -> BaselineOut:
     """A baseline and the runs it stands for now."""
     resolved = Baselines(store).resolve(name)
     return _out(resolved.baseline, resolved.run_ids)
@@ -38,25 +41,27 @@ def get_baseline(name: str, _: ReadToken, store: StoreDep) -> BaselineOut:
 
 @router.put(
     "/{name}",
-    responses={200: {"model": BaselineOut, "description": "Replaced"}, **_ERRORS},
+    responses={200: {"model": BaselineOut, "description": "Replaced"}, **_UNRESOLVED},
     status_code=201,
 )
 def set_baseline(
-    name: str, body: BaselineRequest, _: AdminToken, store: StoreDep, response: Response
+    name: BaselineName, body: BaselineRequest, _: AdminToken, store: StoreDep, response: Response
 ) -> BaselineOut:
-    """Create (201) or replace (200); it must resolve to at least one run."""
+    """Create (201) or replace (200): explicit runs, or filters; it must resolve to a run now."""
     baselines = Baselines(store)
     existed = name in baselines.names()
-    resolved = baselines.set(
-        name, run_ids=body.runs, where=body.where, last=body.last, description=body.description
-    )
+    if isinstance(body, BaselineRuns):
+        resolved = baselines.set(name, run_ids=body.runs, description=body.description)
+    else:
+        resolved = baselines.set(
+            name, where=body.where, last=body.last, description=body.description
+        )
     if existed:
         response.status_code = 200
     return _out(resolved.baseline, resolved.run_ids)
 
 
-@router.delete("/{name}", responses=_ERRORS)
-def delete_baseline(name: str, _: AdminToken, store: StoreDep) -> dict[str, str]:
-    baselines = Baselines(store)
-    baselines.delete(name)
+@router.delete("/{name}")
+def delete_baseline(name: BaselineName, _: AdminToken, store: StoreDep) -> dict[str, str]:
+    Baselines(store).delete(name)
     return {"deleted": name}

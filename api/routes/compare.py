@@ -18,17 +18,16 @@ router = APIRouter(prefix="/v1", tags=["compare"])
     "/compare",
     responses={
         200: {
-            "content": {"application/json": {}},
+            "content": {"application/json": {"schema": {"type": "object"}}},
             "description": "Verdicts; exit_code as the CLI's",
         },
         404: {"description": "No such baseline or run"},
-        422: {"description": "Invalid request, or nothing to compare"},
+        409: {"description": "Nothing to compare with the runs stored now"},
     },
 )
 def compare(body: CompareRequest, _: ReadToken, store: StoreDep) -> Response:
     Baselines(store).get(body.baseline)  # unknown -> 404 with the known names
-    for run_id in body.runs:
-        service.stored_run(store, run_id)  # unknown -> 404
+    service.require_runs(store, body.runs)  # every id in one query; unknown -> 404
     comparison = compare_runs(
         store, body.baseline, body.runs, per=body.per, threshold_pct=body.threshold_pct
     )

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from fleetval.api import service
 from fleetval.api.db import ServiceDB
@@ -17,6 +18,16 @@ from fleetval.api.deps import DbDep, ReadToken, StoreDep
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
+# One event as a client parses it: its id (the sequence number), its kind, its JSON data.
+SSE_EVENT = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "event": {"enum": ["run_start", "step_start", "step_progress", "step_end", "run_end"]},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+    },
+}
 POLL_S = 0.2
 KEEPALIVE_S = 15.0
 
@@ -26,15 +37,17 @@ def _sse(event: dict[str, Any]) -> str:
 
 
 async def _stream(db: ServiceDB, run_id: str, after: int, request: Request) -> AsyncIterator[str]:
+    """Polls the database off the event loop (a thread each time), so a slow disk never
+    stalls other requests."""
     quiet_since = time.monotonic()
     while True:
-        events = db.events(run_id, after)
+        events = await run_in_threadpool(db.events, run_id, after)
         for event in events:
             yield _sse(event)
             after = event["seq"]
             if event["kind"] == "run_end":
                 return
-        sub = db.get(run_id)
+        sub = await run_in_threadpool(db.get, run_id)
         if sub is None or (sub.finished and not events):
             # NOTE: a run that ended without an end event (cancelled while queued before
             # events existed, or recovered): say how it ended, once.
@@ -53,13 +66,13 @@ async def _stream(db: ServiceDB, run_id: str, after: int, request: Request) -> A
 
 @router.get(
     "/{run_id}/events",
+    operation_id="get_events",
     response_class=StreamingResponse,
     responses={
         200: {
-            "content": {"text/event-stream": {}},
+            "content": {"text/event-stream": {"schema": SSE_EVENT}},
             "description": "step_start / step_progress / step_end / run_end",
         },
-        404: {"description": "No such run"},
     },
 )
 async def events(
@@ -71,11 +84,13 @@ async def events(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     """Progress as server-sent events; reconnect with Last-Event-ID to resume."""
-    if db.get(run_id) is None:
-        rec = service.stored_run(store, run_id)  # made by `fleetval run`: it has ended
+    if await run_in_threadpool(db.get, run_id) is None:
+        # made by `fleetval run`: it has ended
+        rec = await run_in_threadpool(service.stored_run, store, run_id)
         end = {"kind": "run_end", "status": rec.status, "message": rec.message, "seq": 1}
         return StreamingResponse(iter([_sse(end)]), media_type="text/event-stream")
-    after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+    digits = last_event_id and last_event_id.isdigit() and len(last_event_id) < 12
+    after = int(last_event_id) if digits else 0
     return StreamingResponse(
         _stream(db, run_id, after, request),
         media_type="text/event-stream",

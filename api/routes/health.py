@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fleetval.api.deps import DbDep, ExecutorDep, ReadToken
@@ -11,17 +12,30 @@ from fleetval.api.models import Health
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
-async def healthz(db: DbDep, executor: ExecutorDep) -> Health:
-    """Liveness (no token): whether this process runs the queue, and the queue depth."""
-    return Health(
+@router.get(
+    "/healthz",
+    responses={503: {"model": Health, "description": "Degraded: the executor cannot run"}},
+)
+def healthz(db: DbDep, executor: ExecutorDep) -> Response:
+    """Liveness (no token): whether this process runs the queue, and the queue depth; 503
+    while the executor cannot run the queue (crashed and restarting, thread gone, no Ray)."""
+    reason = executor.degraded()
+    health = Health(
+        status="degraded" if reason else "ok",
         executor=executor.active,
         queue_depth=db.counts().get("queued", 0),
         ray_error=executor.ray_error,
+        reason=reason,
     )
+    return JSONResponse(health.model_dump(), status_code=503 if reason else 200)
 
 
-@router.get("/metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+)
 def prometheus(request: Request, _: ReadToken) -> Response:
-    """Runs by status, queue depth, step durations, latest busbw, culprits by node."""
+    """Runs by status, queue depth, step durations, latest busbw, culprits by node: counters
+    kept as runs end, so a scrape costs the same whatever the history's length."""
     return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)

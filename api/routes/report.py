@@ -18,10 +18,14 @@ router = APIRouter(prefix="/v1/runs", tags=["reports"])
     "/{run_id}/report",
     responses={
         200: {
-            "content": {"text/html": {}, "text/markdown": {}, "application/json": {}},
+            "content": {
+                "text/html": {"schema": {"type": "string"}},
+                "text/markdown": {"schema": {"type": "string"}},
+                "application/json": {"schema": {"type": "object"}},
+            },
             "description": "The sign-off report; gates and their evidence",
         },
-        404: {"description": "No such run or baseline"},
+        409: {"description": "The baseline resolves to no stored run"},
     },
 )
 def report(
@@ -32,7 +36,7 @@ def report(
     accept: Annotated[str | None, Header()] = None,
 ) -> Response:
     """The same report as `fleetval report RUN [--baseline NAME] -o FILE`."""
-    service.stored_run(store, run_id)  # unknown -> 404
+    service.stored_run(store, run_id)  # unknown -> 404 (RunNotFound)
     if baseline is not None:
         Baselines(store).get(baseline)  # unknown -> 404 with the known names
     body, media_type = render_for_accept(store, run_id, accept, baseline=baseline)

@@ -2,88 +2,99 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Query, Response
 
 from fleetval.api import service
-from fleetval.api.deps import DbDep, ExecutorDep, ReadToken, StoreDep, SubmitToken
+from fleetval.api.deps import DbDep, ExecutorDep, LimitsDep, ReadToken, StoreDep, SubmitToken
 from fleetval.api.models import RunList, RunOut, SubmitRequest
+from fleetval.store.catalog import RunFilter
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
 StatusFilter = Literal[
     "queued", "running", "interrupted", "pass", "warn", "fail", "cancelled", "error", "incomplete"
 ]
-_ERRORS = {404: {"description": "No such run"}}
+# Follow a submission to its run, its cancel and its results (stateful clients and tests).
+_LINKS = {
+    name: {"operationId": op, "parameters": {"run_id": "$response.body#/run_id"}}
+    for name, op in (
+        ("GetRun", "get_run"),
+        ("CancelRun", "cancel_run"),
+        ("GetResults", "get_results"),
+        ("GetEvents", "get_events"),
+    )
+}
 
 
 @router.post(
     "",
     status_code=201,
+    operation_id="submit_run",
     responses={
-        200: {"model": RunOut, "description": "The run this submission_id made already"},
-        413: {"description": "Body too large"},
-        422: {"description": "Invalid suite or request"},
+        201: {"description": "Queued", "links": _LINKS},
+        200: {
+            "model": RunOut,
+            "description": "The run this owner's submission_id made already",
+            "links": _LINKS,
+        },
+        409: {"description": "The submission_id belongs to another owner's run"},
+        422: {"description": "Invalid suite, over a limit, or the cluster cannot place it"},
+        429: {"description": "The owner has too many runs queued or running"},
     },
 )
 def submit(
-    body: SubmitRequest, token: SubmitToken, db: DbDep, executor: ExecutorDep, response: Response
+    body: SubmitRequest,
+    token: SubmitToken,
+    db: DbDep,
+    executor: ExecutorDep,
+    limits: LimitsDep,
+    response: Response,
 ) -> RunOut:
     """Queue a suite run; it is on disk before this returns."""
-    sub, created = service.submit(db, executor, body, token)
+    sub, created = service.submit(db, executor, limits, body, token)
     if not created:
         response.status_code = 200
     return service.run_out(db, sub)
 
 
-@router.get("")
+@router.get("", operation_id="list_runs")
 def list_runs(
     _: ReadToken,
     db: DbDep,
     store: StoreDep,
     status: StatusFilter | None = None,
     suite: str | None = None,
-    label: Annotated[list[str], Query(description="KEY=VALUE, repeatable")] = [],  # noqa: B006
+    label: Annotated[
+        list[Annotated[str, Query(pattern=r"^[^=]+=.*$")]],
+        Query(description="KEY=VALUE, repeatable"),
+    ] = [],  # noqa: B006
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> RunList:
-    """Runs, newest first."""
-    labels = {}
-    for pair in label:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise HTTPException(
-                422,
-                [
-                    {
-                        "loc": ["query", "label"],
-                        "msg": f"expected KEY=VALUE, got {pair!r}",
-                        "type": "value_error",
-                    }
-                ],
-            )
-        labels[key] = value
-    return service.list_runs(
-        db, store, status=status, suite=suite, labels=labels, limit=limit, cursor=cursor
-    )
+    """Runs, newest first: one keyset page, whatever the history's length."""
+    labels = dict(pair.split("=", 1) for pair in label)  # the pattern checked KEY=VALUE
+    where = RunFilter(status=status, suite=suite, labels=labels)
+    return service.list_runs(db, store, where, limit=limit, cursor=cursor)
 
 
-@router.get("/{run_id}", responses=_ERRORS)
-async def get_run(run_id: str, _: ReadToken, db: DbDep, store: StoreDep) -> RunOut:
+@router.get("/{run_id}", operation_id="get_run")
+def get_run(run_id: str, _: ReadToken, db: DbDep, store: StoreDep) -> RunOut:
     """A run: status, live progress (job, step, percent, culprits so far) and step verdicts."""
-    sub = db.get(run_id)  # one indexed read: served on the event loop
-    if sub is not None:
-        return service.run_out(db, sub)
-    return await asyncio.to_thread(service.get_run, db, store, run_id)  # a scan of the store
+    return service.get_run(db, store, run_id)
 
 
 @router.post(
     "/{run_id}/cancel",
     status_code=202,
-    responses={**_ERRORS, 409: {"description": "The run has finished"}},
+    operation_id="cancel_run",
+    responses={
+        403: {"description": "The token lacks the scope, or the run is another owner's"},
+        409: {"description": "The run has finished"},
+    },
 )
-def cancel(run_id: str, _: SubmitToken, db: DbDep, store: StoreDep) -> RunOut:
-    """Cancel: a queued run never starts; a running one has its actors killed and group removed."""
-    return service.cancel(db, store, run_id)
+def cancel(run_id: str, token: SubmitToken, db: DbDep, store: StoreDep) -> RunOut:
+    """Cancel: a queued run never starts; a running one has its actors killed and group removed.
+    Only the run's owner or an admin may."""
+    return service.cancel(db, store, run_id, token)

@@ -122,18 +122,10 @@ def _print_check_tables(rows: list[dict]) -> None:
 
 
 def _filtered(table: pa.Table, filters: dict[str, object]) -> pa.Table:
-    """Rows matching every given filter (string columns compare exactly, rank as an int)."""
-    import numpy as np
+    """Rows matching every given filter: the same filter as the service's results route."""
+    from fleetval.store.query import filter_rows
 
-    from fleetval.arrays import arrow, equals, np_col
-
-    keep = np.ones(len(table), bool)
-    for col, value in filters.items():
-        if isinstance(value, str):
-            keep &= equals(table[col], value)
-        elif value is not None:
-            keep &= np_col(table[col]) == value  # a null (NaN) is never equal
-    return table if keep.all() else table.filter(arrow(keep))
+    return filter_rows(table, filters)
 
 
 def results(

@@ -47,21 +47,44 @@ def serve(
     access_log: Annotated[
         bool, typer.Option("--access-log/--no-access-log", help="Log every request (never headers)")
     ] = True,
+    limits: Annotated[
+        Path | None,
+        typer.Option(
+            "--limits",
+            help="YAML of ceilings on what a suite may ask (max_iterations, max_size_bytes, "
+            "max_timeout_s, max_world_size, max_model_params, max_active_per_owner, ...)",
+        ),
+    ] = None,
+    executor: Annotated[
+        bool,
+        typer.Option(
+            "--executor/--no-executor",
+            help="Run the queue here (default), or only serve the API (a replica beside one that runs it)",
+        ),
+    ] = True,
 ) -> None:
     """The REST service: submissions queue durably and run one at a time on Ray."""
     import uvicorn
 
     from fleetval.api import Settings, create_app
+    from fleetval.api.limits import Limits
 
     data_dir = (data or default_data_dir()).resolve()
+    with bad_input_exits():
+        ceilings = Limits.load(limits) if limits else Limits()
     if workers == 1:
-        app = create_app(Settings(data_dir=data_dir, address=address))
+        settings = Settings(
+            data_dir=data_dir, address=address, limits=ceilings, run_executor=executor
+        )
+        app = create_app(settings)
         # NOTE: open event streams would hold a graceful stop until their runs end.
         uvicorn.run(
             app, host=host, port=port, access_log=access_log, timeout_graceful_shutdown=GRACE_S
         )
         return
     os.environ["FLEETVAL_DATA"] = str(data_dir)
+    os.environ["FLEETVAL_LIMITS"] = ceilings.to_env()
+    os.environ["FLEETVAL_EXECUTOR"] = "1" if executor else "0"
     if address:
         os.environ["FLEETVAL_RAY_ADDRESS"] = address
     uvicorn.run(
@@ -75,10 +98,28 @@ def serve(
     )
 
 
+def parse_duration(text: str) -> float:
+    """Seconds from `90`, `30m`, `12h`, `30d` or `2w`."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"--expires-in {text!r}: expected a positive duration like 3600, 12h, 30d")
+    return seconds
+
+
 @token_app.command("create")
 def token_create(
     scope: Annotated[str, typer.Option("--scope", help="read, submit or admin")],
-    name: Annotated[str, typer.Option("--name", help="Who uses it (recorded as submitter)")] = "",
+    name: Annotated[
+        str, typer.Option("--name", help="Its owner: runs it submits belong to this name")
+    ] = "",
+    expires_in: Annotated[
+        str | None, typer.Option("--expires-in", help="Valid for this long: 3600, 12h, 30d, 2w")
+    ] = None,
     data: DataOpt = None,
 ) -> None:
     """Print a new token once; only its hash is stored."""
@@ -87,10 +128,55 @@ def token_create(
     with bad_input_exits():
         if scope not in set(Scope):
             raise ValueError(f"--scope must be one of {', '.join(Scope)}, not {scope!r}")
+        seconds = parse_duration(expires_in) if expires_in else None
         db = ServiceDB(data or default_data_dir())
-        token = db.create_token(Scope(scope), name or f"{scope}-token")
+        token = db.create_token(Scope(scope), name or f"{scope}-token", expires_in_s=seconds)
         db.close()
     typer.echo(token)
+
+
+@token_app.command("list")
+def token_list(
+    data: DataOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
+) -> None:
+    """Tokens by id, owner, scope, expiry and revocation (never the tokens themselves)."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from fleetval.api.db import ServiceDB, now
+
+    db = ServiceDB(data or default_data_dir())
+    tokens = db.tokens()
+    db.close()
+    if as_json:
+        typer.echo(json.dumps([{**asdict(t), "state": t.state(now())} for t in tokens]))
+        return
+    table = Table(title="tokens")
+    for col in ("id", "name", "scope", "created", "expires", "state"):
+        table.add_column(col)
+    for t in tokens:
+        state = t.state(now())
+        table.add_row(t.id, t.name, t.scope, t.created_at, t.expires_at or "never", state)
+    console.print(table)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: Annotated[str, typer.Argument(help="The token's id, as `fleetval token list` shows")],
+    data: DataOpt = None,
+) -> None:
+    """Revoke a token: from now on it answers 401."""
+    from fleetval.api.db import ServiceDB
+
+    with bad_input_exits():
+        db = ServiceDB(data or default_data_dir())
+        token = db.revoke_token(token_id)
+        db.close()
+        if token is None:
+            raise ValueError(f"no token {token_id!r}; `fleetval token list` shows the ids")
+    typer.echo(f"revoked {token.id} ({token.name}, {token.scope})")
 
 
 # -- submit ----------------------------------------------------------------------------
@@ -115,14 +201,11 @@ def _suite_body(suite: str) -> str | dict[str, Any]:
 
 
 def _detail(r: httpx.Response) -> str:
+    """A problem's detail (the service's one error shape), else the body as it came."""
     try:
         detail = r.json().get("detail", r.text)
-    except ValueError:
+    except (ValueError, AttributeError):
         detail = r.text
-    if isinstance(detail, list):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in d.get('loc', []))}: {d.get('msg', d)}" for d in detail
-        )
     return str(detail)
 
 

@@ -13,6 +13,11 @@ only when its Parquet file exists. A file without an index entry (a store writte
 the index, or a crash between the two writes) is read from Parquet and its entry written
 then, as Python writes a .pyc: the next reader finds it. Index writes are best effort: a
 read-only store is read from Parquet, and a run's Parquet file is stored either way.
+
+One run is found by its file names, never by a scan (`Catalog.run`). For readers that page
+through many runs (the service), `index/runs.sqlite` (`RunIndex`) keeps one row per run,
+written with each JSON entry and built from the files the first time it is opened: a page
+is one indexed query, whatever the history's length.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import json
 import os
 import re
 import secrets
+import sqlite3
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,6 +55,23 @@ ENV_COLUMNS = (
 
 class StoreError(ValueError):
     """Bad input to the store: an unknown run, an unsafe name, a file that exists already."""
+
+
+class RunNotFound(StoreError, LookupError):
+    """No run with this id in the store (the service answers 404)."""
+
+    def __init__(self, run_id: str, root: Path) -> None:
+        self.run_id = run_id
+        super().__init__(f"no run {run_id!r} in {root}; `fleetval runs` lists them")
+
+
+class CorruptFile(StoreError):
+    """A stored file that cannot be read: only the run it belongs to is affected. The CLI
+    exits 2 naming it; the service answers 500 (its own data's fault, never the request's)."""
+
+    def __init__(self, path: Path, reason: object) -> None:
+        self.path = path
+        super().__init__(f"{path} is corrupt: {reason}")
 
 
 def default_data_dir() -> Path:
@@ -192,21 +216,21 @@ class Catalog:
         records = {r["run_id"]: RunRecord.from_record(r) for r in rows}
         for d in (self.root / "results").glob("*"):
             if d.is_dir() and d.name not in records:
-                started = datetime.fromtimestamp(d.stat().st_mtime, UTC)
-                records[d.name] = RunRecord(
-                    run_id=d.name,
-                    suite="?",
-                    status="incomplete",
-                    started_at=started,
-                    message="no run record: the run was cut off; its finished steps are kept",
-                )
+                records[d.name] = _incomplete(d)
         return sorted(records.values(), key=lambda r: r.run_id)
 
     def run(self, run_id: str) -> RunRecord:
-        for r in self.runs():
-            if r.run_id == run_id:
-                return r
-        raise StoreError(f"no run {run_id!r} in {self.root}; `fleetval runs` lists them")
+        """One run, found by its file names (no scan): RunNotFound when there is none,
+        CorruptFile when its record cannot be read from the index or from Parquet."""
+        if not SAFE_NAME.match(run_id):
+            raise RunNotFound(run_id, self.root)
+        record = self.root / "runs" / f"{run_id}.parquet"
+        if record.exists():
+            return RunRecord.from_record(self._rows("runs", [record])[0])
+        results = self.root / "results" / run_id
+        if results.is_dir():
+            return _incomplete(results)
+        raise RunNotFound(run_id, self.root)
 
     def latest_run(self) -> RunRecord:
         runs = self.runs()
@@ -227,20 +251,179 @@ class Catalog:
         return [f for f in files if f.exists()]
 
     def write_index(self, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
-        """The index entry of `table`/<run_id>.parquet, whose rows are `rows`."""
+        """The index entry of `table`/<run_id>.parquet, whose rows are `rows` (and, for a
+        run, its row in the SQLite run index)."""
         text = _index_json(rows)
         with contextlib.suppress(OSError):  # NOTE: best effort: readers fall back to Parquet
             atomic_write(self.index_path(table, run_id), lambda f: f.write(text), replace=True)
+        if table == "runs" and rows:
+            with contextlib.suppress(OSError, sqlite3.Error):  # NOTE: best effort, as above
+                self.run_index().put(rows[0])
+
+    def run_index(self) -> RunIndex:
+        """The SQLite index of this store's runs, opened once per Catalog (built on first use)."""
+        if getattr(self, "_run_index", None) is None:
+            self._run_index = RunIndex.open(self)
+        return self._run_index
 
     def _rows(self, table: str, files: list[Path]) -> list[dict[str, Any]]:
         """The rows of a table's files (<run_id>.parquet), in file order: from the index,
-        else from Parquet (indexing the file on the way)."""
+        else from Parquet (indexing the file on the way). A corrupt index entry is read
+        from Parquet and rewritten; a corrupt Parquet file raises CorruptFile."""
         rows = []
         for f in files:
             try:
                 rows += _rows_from_json(table, self.index_path(table, f.stem).read_text())
-            except FileNotFoundError:
-                file_rows = _rows_from_parquet(table, [f])
+            except (FileNotFoundError, ValueError, KeyError, TypeError):
+                file_rows = _rows_from_parquet(table, [f])  # CorruptFile when unreadable
                 self.write_index(table, f.stem, file_rows)
                 rows += file_rows
         return rows
+
+
+def _incomplete(results: Path) -> RunRecord:
+    """A run with results but no record: cut off before it ended."""
+    return RunRecord(
+        run_id=results.name,
+        suite="?",
+        status="incomplete",
+        started_at=datetime.fromtimestamp(results.stat().st_mtime, UTC),
+        message="no run record: the run was cut off; its finished steps are kept",
+    )
+
+
+RUN_INDEX = "runs.sqlite"
+RUN_INDEX_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,                 -- sortable by start: keyset pages order by it
+    suite TEXT NOT NULL,
+    status TEXT NOT NULL,
+    labels TEXT NOT NULL,                    -- JSON object, for label filters
+    record TEXT NOT NULL                     -- the run's index entry (one row, JSON)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS built (done INTEGER NOT NULL);  -- a row once built from the files
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFilter:
+    """What a page of runs is filtered on; every field optional."""
+
+    status: str | None = None
+    suite: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """WHERE terms (joined with AND) and their arguments, over columns status, suite, labels."""
+        terms, args = [], []
+        if self.status is not None:
+            terms.append("status = ?")
+            args.append(self.status)
+        if self.suite is not None:
+            terms.append("suite = ?")
+            args.append(self.suite)
+        for key, value in self.labels.items():
+            terms.append("json_extract(labels, ?) = ?")
+            args += [label_path(key), value]
+        return " AND ".join(terms), args
+
+
+def label_path(key: str) -> str:
+    """A JSON path naming one key of an object, any characters quoted."""
+    return "$." + json.dumps(key)
+
+
+class RunIndex:
+    """One row per run in `index/runs.sqlite`: a run by id and a page of runs (newest first,
+    keyset cursor) in one indexed query each. Written beside every JSON entry
+    (`Catalog.write_index`); on first open built from the store's files, so a store written
+    before it is indexed once. Readers that need the files' exact state use `Catalog`."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA busy_timeout=5000")
+        with contextlib.suppress(sqlite3.OperationalError):  # another process set it already
+            self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.executescript(RUN_INDEX_SCHEMA)
+
+    @classmethod
+    def open(cls, catalog: Catalog) -> RunIndex:
+        index = cls(catalog.root / INDEX / RUN_INDEX)
+        if not index._built():
+            index._build(catalog)
+        return index
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def put(self, row: dict[str, Any]) -> None:
+        """A run's row (as its Parquet file reads back), replacing any older one."""
+        labels = dict(row["labels"] or [])
+        self.put_many([(row["run_id"], row["suite"], row["status"], labels, _index_json([row]))])
+
+    def put_many(self, rows: list[tuple[str, str, str, dict[str, str], bytes]]) -> None:
+        with self._lock:
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO runs (run_id, suite, status, labels, record)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(r, s, st, json.dumps(lb), rec.decode()) for r, s, st, lb, rec in rows],
+            )
+
+    def get(self, run_id: str) -> RunRecord | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT record FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        return _record(row[0]) if row else None
+
+    def get_many(self, run_ids: list[str]) -> dict[str, RunRecord]:
+        """The indexed runs among `run_ids`, in one query."""
+        found: dict[str, RunRecord] = {}
+        for i in range(0, len(run_ids), 500):  # NOTE: under SQLite's bound-parameter limit
+            chunk = run_ids[i : i + 500]
+            with self._lock:
+                rows = self._conn.execute(
+                    f"SELECT run_id, record FROM runs WHERE run_id IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+            found.update((r[0], _record(r[1])) for r in rows)
+        return found
+
+    def page(self, where: RunFilter, *, before: str | None, limit: int) -> list[RunRecord]:
+        """Up to `limit` runs matching `where`, newest first, with run ids below `before`."""
+        sql, args = where.sql()
+        terms = [t for t in (sql, "run_id < ?" if before is not None else "") if t]
+        if before is not None:
+            args.append(before)
+        clause = f"WHERE {' AND '.join(terms)}" if terms else ""
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT record FROM runs {clause} ORDER BY run_id DESC LIMIT ?", (*args, limit)
+            ).fetchall()
+        return [_record(r[0]) for r in rows]
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+
+    def _built(self) -> bool:
+        with self._lock:
+            return self._conn.execute("SELECT 1 FROM built").fetchone() is not None
+
+    def _build(self, catalog: Catalog) -> None:
+        """Every run the files hold (one scan, once per store)."""
+        rows = []
+        for rec in catalog.runs():
+            entry = rec.to_record()
+            rows.append((rec.run_id, rec.suite, rec.status, rec.labels, _index_json([entry])))
+        self.put_many(rows)
+        with self._lock:
+            self._conn.execute("INSERT INTO built (done) VALUES (1)")
+
+
+def _record(text: str) -> RunRecord:
+    return RunRecord.from_record(_rows_from_json("runs", text)[0])

@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fleetval.store.catalog import CorruptFile
+
 
 def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     """How the store encodes a table: dictionaries for strings only; floats (and float
@@ -56,16 +58,19 @@ def read_parquet(
         target = pa.schema([target.field(c) for c in columns])
     tables = []
     for f in files:
-        pf = pq.ParquetFile(f, read_dictionary=[c for c in dictionary if c in target.names])
-        have = set(pf.schema_arrow.names)
-        read = [c for c in target.names if c in have]
-        if having is not None:
-            groups = _row_groups_having(pf, having)
-            if not groups:
-                continue
-            t = pf.read_row_groups(groups, columns=read, use_threads=True)
-        else:
-            t = pf.read(columns=read, use_threads=True)
+        try:
+            pf = pq.ParquetFile(f, read_dictionary=[c for c in dictionary if c in target.names])
+            have = set(pf.schema_arrow.names)
+            read = [c for c in target.names if c in have]
+            if having is not None:
+                groups = _row_groups_having(pf, having)
+                if not groups:
+                    continue
+                t = pf.read_row_groups(groups, columns=read, use_threads=True)
+            else:
+                t = pf.read(columns=read, use_threads=True)
+        except (OSError, pa.ArrowException) as err:  # NOTE: name the file; others stay readable
+            raise CorruptFile(Path(f), err) from err
         for col in target:
             if col.name not in have:
                 t = t.append_column(col, pa.nulls(len(t), col.type))

@@ -50,6 +50,9 @@ ROUTES = [
     ("DELETE", "/v1/baselines/b", None, "admin"),
     ("POST", "/v1/compare", {"baseline": "b", "runs": ["x"]}, "read"),
     ("GET", "/metrics", None, "read"),
+    ("GET", "/v1/tokens", None, "admin"),
+    ("POST", "/v1/tokens", {"scope": "read", "name": "x"}, "admin"),
+    ("DELETE", "/v1/tokens/0123456789ab", None, "admin"),
 ]
 RANK = {"read": 0, "submit": 1, "admin": 2}
 
@@ -111,7 +114,9 @@ def test_invalid_suites_are_422_naming_the_field(api, suite, field):
     client, h = api
     r = client.post("/v1/runs", json={"suite": suite}, headers=h["submit"])
     assert r.status_code == 422
-    assert any(d["loc"][: len(field)] == field for d in r.json()["detail"]), r.json()
+    body = r.json()
+    assert r.headers["content-type"] == "application/problem+json" and body["status"] == 422
+    assert any(d["loc"][: len(field)] == field for d in body["errors"]), body
 
 
 def test_bad_request_fields_are_422(api):
@@ -125,7 +130,7 @@ def test_bad_request_fields_are_422(api):
     ):
         r = client.post("/v1/runs", json=body, headers=h["submit"])
         assert r.status_code == 422, body
-        assert r.json()["detail"]
+        assert r.json()["errors"] and isinstance(r.json()["detail"], str)
     r = client.post(
         "/v1/runs",
         content=b"{not json",
@@ -133,7 +138,7 @@ def test_bad_request_fields_are_422(api):
     )
     assert r.status_code == 422
     r = client.get("/v1/runs?label=nokey", headers=h["read"])
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "label"]
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"][:2] == ["query", "label"]
     assert client.get("/v1/runs?status=bogus", headers=h["read"]).status_code == 422
     assert client.get("/v1/runs?limit=0", headers=h["read"]).status_code == 422
 
@@ -170,7 +175,7 @@ def test_unknown_things_are_404_and_finished_cancel_is_409(api):
     r = client.post("/v1/compare", json={"baseline": "nope", "runs": ["x"]}, headers=h["read"])
     assert r.status_code == 404
     r = client.put("/v1/baselines/b", json={"runs": ["nope"]}, headers=h["admin"])
-    assert r.status_code == 422 and "nope" in r.json()["detail"]
+    assert r.status_code == 409 and "nope" in r.json()["detail"]  # well-formed; no such run now
     r = client.put("/v1/baselines/b", json={}, headers=h["admin"])
     assert r.status_code == 422
 

@@ -102,4 +102,4 @@ def test_no_request_gets_a_500(client, data):
 def test_non_finite_json_numbers_are_422_with_the_field(client, body):
     r = client.post("/v1/runs", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 422
-    assert r.json()["detail"][0]["loc"][:2] in (["body", "suite"], ["body", "retries"])
+    assert r.json()["errors"][0]["loc"][:2] in (["body", "suite"], ["body", "retries"])

@@ -1,0 +1,212 @@
+"""The service shared by many: owners, tokens, limits, plan checks, pages, faults of its data
+(TestClient over a real store and database, no executor)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fleetval.api import Settings, create_app
+from fleetval.api.db import Scope, ServiceDB
+from fleetval.api.executor import CLUSTER_KEY
+from fleetval.api.limits import Limits
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.schema import Row
+
+TINY = {
+    "name": "tiny",
+    "placement": {"world_sizes": [2], "gpus_per_rank": 0},
+    "steps": [{"check": "collectives", "collectives": ["barrier"], "size": 64}],
+}
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def svc(tmp_path: Path) -> Iterator[tuple[TestClient, ServiceDB, dict[str, dict[str, str]]]]:
+    limits = Limits(max_iterations=1000, max_active_per_owner=3)
+    app = create_app(Settings(data_dir=tmp_path, run_executor=False, limits=limits))
+    db: ServiceDB = app.state.db
+    tokens = {
+        "alice": db.create_token(Scope.SUBMIT, "alice"),
+        "bob": db.create_token(Scope.SUBMIT, "bob"),
+        "admin": db.create_token(Scope.ADMIN, "root"),
+    }
+    with TestClient(app) as client:
+        yield client, db, {k: bearer(v) for k, v in tokens.items()}
+
+
+def test_a_run_belongs_to_its_submitter(svc):
+    client, _, h = svc
+    run = client.post("/v1/runs", json={"suite": TINY, "submission_id": "a-1"}, headers=h["alice"])
+    run_id = run.json()["run_id"]
+    other = client.post(f"/v1/runs/{run_id}/cancel", headers=h["bob"])
+    assert other.status_code == 403 and "alice" in other.json()["detail"]
+    reused = client.post("/v1/runs", json={"suite": TINY, "submission_id": "a-1"}, headers=h["bob"])
+    assert reused.status_code == 409
+    assert reused.json()["errors"][0]["loc"] == ["body", "submission_id"]
+    again = client.post("/v1/runs", json={"suite": TINY, "submission_id": "a-1"}, headers=h["alice"])
+    assert again.status_code == 200 and again.json()["run_id"] == run_id
+    by_admin = client.post(f"/v1/runs/{run_id}/cancel", headers=h["admin"])
+    assert by_admin.status_code == 202 and by_admin.json()["status"] == "cancelled"
+
+
+def test_tokens_are_listed_revoked_and_expire(svc, tmp_path):
+    client, db, h = svc
+    made = client.post(
+        "/v1/tokens", json={"scope": "read", "name": "ci", "expires_in_s": 3600}, headers=h["admin"]
+    )
+    assert made.status_code == 201
+    token, token_id = made.json()["token"], made.json()["id"]
+    assert client.get("/v1/runs", headers=bearer(token)).status_code == 200
+    listed = client.get("/v1/tokens", headers=h["admin"]).json()
+    assert {t["name"] for t in listed} == {"alice", "bob", "root", "ci"}
+    assert all("token" not in t for t in listed)
+    assert client.delete(f"/v1/tokens/{token_id}", headers=h["admin"]).json()["revoked_at"]
+    r = client.get("/v1/runs", headers=bearer(token))
+    assert r.status_code == 401 and "revoked" in r.json()["detail"]
+    assert client.delete("/v1/tokens/0123456789ab", headers=h["admin"]).status_code == 404
+
+    expired = db.create_token(Scope.READ, "old", expires_in_s=1)
+    with db._lock:  # NOTE: expiry is a stored time: set it in the past rather than sleep
+        past = (datetime.now(UTC) - timedelta(seconds=5)).isoformat(timespec="milliseconds")
+        db._conn.execute("UPDATE tokens SET expires_at = ? WHERE name = 'old'", (past,))
+    r = client.get("/v1/runs", headers=bearer(expired))
+    assert r.status_code == 401 and "expired" in r.json()["detail"]
+
+
+def test_limits_quotas_and_the_plan_are_checked_at_submit(svc):
+    client, db, h = svc
+    big = {**TINY, "steps": [{"check": "bandwidth", "iters": 10**12, "sizes": {"max": "1PiB"}}]}
+    r = client.post("/v1/runs", json={"suite": big}, headers=h["alice"])
+    assert r.status_code == 422
+    errors = {".".join(map(str, e["loc"])): e["msg"] for e in r.json()["errors"]}
+    assert "max_iterations = 1000" in errors["body.suite.steps.0.iters"]
+    assert "max_size_bytes" in errors["body.suite.steps.0.sizes.max"]
+
+    db.set_meta(CLUSTER_KEY, [{"name": "node-a", "cpus": 4.0, "gpus": 0.0}])
+    wide = {**TINY, "placement": {"world_sizes": [8], "gpus_per_rank": 0}}
+    r = client.post("/v1/runs", json={"suite": wide}, headers=h["alice"])
+    assert r.status_code == 422
+    assert "world size 8 needs 8 bundles" in r.json()["detail"], r.json()
+    assert r.json()["errors"][0]["loc"] == ["body", "suite", "placement", "world_sizes"]
+
+    for _ in range(3):
+        assert client.post("/v1/runs", json={"suite": TINY}, headers=h["alice"]).status_code == 201
+    r = client.post("/v1/runs", json={"suite": TINY}, headers=h["alice"])
+    assert r.status_code == 429 and "max_active_per_owner" in r.json()["detail"]
+    assert r.headers["retry-after"]
+    assert client.post("/v1/runs", json={"suite": TINY}, headers=h["bob"]).status_code == 201
+
+
+def _stored_runs(store: Store, n: int) -> list[str]:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    ids = []
+    for i in range(n):
+        run_id = f"20260101-{i:06d}-cli000"
+        store.write_run(
+            RunRecord(
+                run_id=run_id, suite="cli", status="pass", started_at=start, labels={"i": str(i)}
+            )
+        )
+        ids.append(run_id)
+    return ids
+
+
+def test_pages_merge_stored_and_submitted_runs(svc, tmp_path):
+    client, _, h = svc
+    ids = _stored_runs(Store(tmp_path), 7)
+    submitted = [
+        client.post("/v1/runs", json={"suite": TINY}, headers=h[who]).json()["run_id"]
+        for who in ("alice", "bob", "admin")
+    ]
+    seen, cursor = [], None
+    while True:
+        q = {"limit": 3, **({"cursor": cursor} if cursor else {})}
+        page = client.get("/v1/runs", params=q, headers=h["bob"]).json()
+        seen += [r["run_id"] for r in page["runs"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == sorted(ids + submitted, reverse=True)
+    one = client.get("/v1/runs", params={"label": "i=4"}, headers=h["bob"]).json()["runs"]
+    assert [r["run_id"] for r in one] == [ids[4]]
+    assert client.get(f"/v1/runs/{ids[2]}", headers=h["bob"]).json()["suite"] == "cli"
+
+
+def test_results_pages_use_the_shared_filter(svc, tmp_path):
+    client, _, h = svc
+    store = Store(tmp_path)
+    run_id = _stored_runs(store, 1)[0]
+    rows = [Row(run_id=run_id, check="bandwidth", rank=r % 2, size_bytes=r) for r in range(25)]
+    store.write_results(run_id, "bw", rows)
+    got, cursor = [], None
+    while True:
+        q = {"rank": 1, "limit": 5, **({"cursor": cursor} if cursor else {})}
+        page = client.get(f"/v1/runs/{run_id}/results", params=q, headers=h["bob"]).json()
+        got += page["rows"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert [r["size_bytes"] for r in got] == list(range(1, 25, 2))
+
+
+def test_a_corrupt_file_affects_only_its_run(svc, tmp_path):
+    client, _, h = svc
+    store = Store(tmp_path)
+    good, bad = _stored_runs(store, 2)
+    store.write_results(bad, "bw", [Row(run_id=bad, check="bandwidth")])
+    part = tmp_path / "results" / bad / "bw.parquet"
+    part.write_bytes(b"not parquet at all")
+    (tmp_path / "index" / "runs" / f"{good}.json").write_text("{torn")
+    r = client.get(f"/v1/runs/{bad}/results", headers=h["bob"])
+    assert r.status_code == 500 and str(part) in r.json()["detail"]
+    assert r.headers["content-type"] == "application/problem+json"
+    listed = client.get("/v1/runs", headers=h["bob"])
+    assert listed.status_code == 200 and {good, bad} <= {x["run_id"] for x in listed.json()["runs"]}
+    assert client.get(f"/v1/runs/{good}", headers=h["bob"]).json()["status"] == "pass"
+    assert Store(tmp_path).run(good).status == "pass"  # the torn index entry: read from Parquet
+
+
+def test_metrics_counters_follow_run_ends(svc):
+    client, db, h = svc
+    run_id = client.post("/v1/runs", json={"suite": TINY}, headers=h["alice"]).json()["run_id"]
+    assert db.claim_next() == run_id
+    step = {"check": "collectives", "status": "fail", "seconds": 3.0,
+            "culprits": [{"node": "node-b", "reason": "hang"}]}  # fmt: skip
+    db.record_event(run_id, {"kind": "step_progress"})
+    db.record_event(run_id, {"kind": "step_end"}, steps=[step])
+    db.record_event(run_id, {"kind": "run_end"}, finish=("fail", "1 step failed"))
+    db.record_event(run_id, {"kind": "run_end"}, finish=("pass", ""))  # a run ends once
+    text = client.get("/metrics", headers=h["bob"]).text
+    assert 'fleetval_step_duration_seconds_bucket{check="collectives",le="5.0",status="fail"} 1.0' in text
+    assert 'fleetval_step_duration_seconds_bucket{check="collectives",le="1.0",status="fail"} 0.0' in text
+    assert 'fleetval_culprits_total{node="node-b",reason="hang"} 1.0' in text
+    assert 'fleetval_runs{status="fail"} 1.0' in text and 'fleetval_runs{status="running"} 0.0' in text
+    kinds = [e["kind"] for e in db.events(run_id)]
+    assert "step_progress" not in kinds and kinds.count("run_end") == 2
+    assert client.get(f"/v1/runs/{run_id}", headers=h["bob"]).json()["status"] == "fail"
+
+
+def test_openapi_declares_every_status_and_the_bearer_scheme(svc):
+    client, _, _ = svc
+    spec = client.get("/openapi.json").json()
+    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            codes = set(op["responses"])
+            assert "422" in codes, (method, path)
+            if op.get("security"):
+                assert {"401", "403"} <= codes, (method, path)
+            for code, resp in op["responses"].items():
+                if code.startswith("4"):
+                    assert list(resp["content"]) == ["application/problem+json"], (path, code)
+    assert {"409", "429"} <= set(spec["paths"]["/v1/runs"]["post"]["responses"])
+    assert json.dumps(spec).count("HTTPValidationError") == 0
