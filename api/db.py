@@ -20,6 +20,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from fleetval.vocab import QueueStatus  # one vocabulary: a finished one is its run's status
+
 DB_NAME = "service.sqlite"
 
 SCHEMA = """
@@ -66,19 +68,6 @@ CREATE TABLE IF NOT EXISTS tokens (
     created_at TEXT NOT NULL
 );
 """
-
-
-class QueueStatus(StrEnum):
-    """Where a submission is; the finished ones carry the run's own status."""
-
-    QUEUED = "queued"  # committed, waiting for the executor
-    RUNNING = "running"  # the executor is running it
-    INTERRUPTED = "interrupted"  # the service died while it ran; finished steps are kept
-    PASS = "pass"
-    WARN = "warn"  # passed with warnings (fleetval.status): exit 0 unless --strict
-    FAIL = "fail"
-    CANCELLED = "cancelled"
-    ERROR = "error"  # it could not run (e.g. the cluster cannot place it)
 
 
 ACTIVE = (QueueStatus.QUEUED, QueueStatus.RUNNING)

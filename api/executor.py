@@ -21,6 +21,7 @@ from fleetval.api.db import QueueStatus, ServiceDB, Submission
 from fleetval.run.execute import Event, connect, run_suite
 from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
 from fleetval.suite import parse_suite
+from fleetval.vocab import RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,7 @@ class Executor:
             status = self.store.run(run_id).status
         except StoreError:
             return None
-        return None if status == "incomplete" else status
+        return None if status == RunStatus.INCOMPLETE else status
 
     def _write_interrupted(self, sub: Submission, message: str) -> None:
         """A run record in the store, so every reader sees the run as interrupted."""

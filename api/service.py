@@ -144,7 +144,9 @@ def cancel(db: ServiceDB, store: Store, run_id: str) -> RunOut:
         raise Conflict(f"run {run_id} has finished ({rec.status}); nothing to cancel")
     if db.cancel_queued(run_id):
         message = "cancelled before it started"
-        db.record_event(run_id, {"kind": "run_end", "status": "cancelled", "message": message})
+        db.record_event(
+            run_id, {"kind": "run_end", "status": QueueStatus.CANCELLED.value, "message": message}
+        )
     else:
         sub = db.get(run_id) or sub  # NOTE: re-read: the executor may have just claimed it
         if sub.status != QueueStatus.RUNNING:

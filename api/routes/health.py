@@ -7,6 +7,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fleetval.api.deps import DbDep, ExecutorDep, ReadToken
 from fleetval.api.models import Health
+from fleetval.vocab import QueueStatus
 
 router = APIRouter(tags=["health"])
 
@@ -16,7 +17,7 @@ async def healthz(db: DbDep, executor: ExecutorDep) -> Health:
     """Liveness (no token): whether this process runs the queue, and the queue depth."""
     return Health(
         executor=executor.active,
-        queue_depth=db.counts().get("queued", 0),
+        queue_depth=db.counts().get(QueueStatus.QUEUED, 0),
         ray_error=executor.ray_error,
     )
 

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response
 
 from fleetval.api import service
 from fleetval.api.deps import DbDep, ExecutorDep, ReadToken, StoreDep, SubmitToken
 from fleetval.api.models import RunList, RunOut, SubmitRequest
+from fleetval.vocab import QueueStatus, RunStatus
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
-StatusFilter = Literal[
-    "queued", "running", "interrupted", "pass", "warn", "fail", "cancelled", "error", "incomplete"
-]
+# A listed run is a submission (QueueStatus) or a run found only in the store (RunStatus).
+StatusFilter = QueueStatus | RunStatus
 _ERRORS = {404: {"description": "No such run"}}
 
 

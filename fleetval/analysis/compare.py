@@ -37,6 +37,7 @@ from fleetval.analysis.outliers import Outlier, late_ranks, slow_devices
 from fleetval.analysis.runvalues import ID_COLS, Identity, human_bytes, run_values
 from fleetval.arrays import arrow, dict_codes, group_rows, np_col, segment_median
 from fleetval.metrics import Direction, MetricDecl, infer, merge
+from fleetval.status import passes_for_compare
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import DICT_COLS, ENV_COLUMNS
 from fleetval.vocab import Verdict
@@ -99,7 +100,9 @@ class Comparison:
     env_diff: tuple[EnvChange, ...] = ()
     outliers: tuple[Outlier, ...] = ()
     notes: tuple[str, ...] = ()
-    failed_candidates: tuple[str, ...] = ()  # candidate runs that neither passed nor warned
+    failed_candidates: tuple[
+        str, ...
+    ] = ()  # not passed in their own right (status.passes_for_compare)
 
     def counts(self) -> dict[Verdict, int]:
         if isinstance(self.results, Results):
@@ -585,8 +588,7 @@ def compare_runs(
         o for c in candidates for o in run_outliers(store, records[c], settings, decls, models)
     ]
     notes += _side_notes(len(base_runs), len(candidates))
-    # NOTE: `warn` (late ranks) passes here: the outliers judge lateness against the fleet
-    failed = tuple(c for c in candidates if records[c].status not in ("pass", "warn"))
+    failed = tuple(c for c in candidates if not passes_for_compare(records[c].status))
     return Comparison(
         baseline=baseline,
         baseline_selection=resolved.baseline.describe(),

@@ -16,7 +16,7 @@ from fleetval.checks.collectives import (
     verdict_fields,
 )
 from fleetval.store.schema import Row
-from fleetval.vocab import Collective, DType, ReduceOp
+from fleetval.vocab import Collective, DType, ReduceOp, Status
 
 
 def busbw_factor(collective: Collective, world: int) -> float:
@@ -86,9 +86,9 @@ def run_bandwidth(ctx: CheckContext, p: BandwidthParams) -> list[Row]:
     """Achieved algbw and busbw per size on every rank, with exact verification of the result."""
     rows: list[Row] = []
     world = ctx.rank.world_size
-    for ident, collective, op, dtype in runnable(
-        ctx, p.check, p.collectives, p.ops, p.dtypes, rows
-    ):
+    cases = list(runnable(ctx, p.check, p.collectives, p.ops, p.dtypes, rows))
+    ctx.plan(len(cases) * len(p.sizes.sizes()) * (p.warmup + p.iters))
+    for ident, collective, op, dtype in cases:
         for size in p.sizes.sizes():
             count = elements_for(collective, size, dtype, world)
             nbytes = count * TORCH_DTYPE[dtype].itemsize
@@ -96,7 +96,7 @@ def run_bandwidth(ctx: CheckContext, p: BandwidthParams) -> list[Row]:
             samples = ctx.measure(
                 collective.value, case.launch, warmup=p.warmup, iters=p.iters
             ).samples_us
-            verdict = verdict_fields(0, {}, 0)
+            verdict = {"status": Status.INFO.value, "message": "timed only (verify: false)"}
             if p.verify:
                 case.reset()
                 case.launch()

@@ -25,7 +25,7 @@ from fleetval.cli.common import (
     parse_pairs,
 )
 from fleetval.cli.run_cmd import STATUS_STYLE, print_steps
-from fleetval.status import exit_status
+from fleetval.status import combined_exit, exit_status
 from fleetval.store.catalog import default_data_dir
 
 if TYPE_CHECKING:
@@ -273,6 +273,6 @@ def submit(
             ).json()
             counts = ", ".join(f"{n} {v}" for v, n in result["summary"].items() if n)
             console.print(f"compare with {compare}: {counts}")
-            code = max(code, result["exit_code"])
+            code = Exit(combined_exit(code, result["exit_code"]))
     sys.stdout.flush()
     raise typer.Exit(code)

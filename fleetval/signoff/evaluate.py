@@ -36,6 +36,7 @@ from fleetval.signoff.gates import (
     gates_from_suite_json,
 )
 from fleetval.signoff.views import ScalingPoint, Views, build_views, gpu_label, scaling_points
+from fleetval.status import completed, judged, signoff_completed
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.vocab import Status, Verdict
 
@@ -60,7 +61,6 @@ BUSBW_DEFAULTS: tuple[BusbwMinimum, ...] = tuple(
     )
 )  # fmt: skip
 
-_CULPRIT_REASONS = ("crash", "hang", "error", "late", "not placed", "not joined")
 _EVIDENCE_CAP = 200  # per gate: a fleet can fail thousands of rows; the count says the rest
 
 
@@ -188,15 +188,27 @@ def _evidence(r: dict[str, Any], ok: bool, text: str, **extra: Any) -> Evidence:
 def _completed(inp: _Inputs, _: object) -> _Outcome:
     rec = inp.record
     steps = rec.summary.get("steps", [])
-    if rec.status in ("pass", "warn", "fail"):  # what it found is the other gates' to judge
+    cut = [s for s in steps if s.get("deadline")]  # ran out of time: nothing blamed, not done
+    if signoff_completed(rec.status) and not cut:  # what it found is the other gates' to judge
         text = f"run finished ({rec.status}) with {len(steps)} steps"
         return _Outcome(True, text, [Evidence(ok=True, text=text)])
+    if cut:
+        evidence = [Evidence(ok=False, text=f"step {s['step']} (n={s['world_size']}): "
+                             f"{s['message']}", check=s["check"], step=s["step"],
+                             world_size=s["world_size"]) for s in cut]  # fmt: skip
+        return _Outcome(False, f"{_n(len(cut), 'step')} cut off by its deadline", evidence)
+    if completed(rec.status):  # it ran to the end, but judged nothing
+        text = (f"run {rec.status}: no step judged anything against an expectation "
+                f"({len(steps)} steps); waive the gate to sign off on recorded figures")  # fmt: skip
+        return _Outcome(False, text, [Evidence(ok=False, text=text)])
     text = f"run {rec.status}: {rec.message or 'no message'}; {len(steps)} steps recorded"
     return _Outcome(False, text, [Evidence(ok=False, text=text)])
 
 
 def _correctness(inp: _Inputs, cfg: CorrectnessGate) -> _Outcome:
-    judged = [r for r in inp.rows if r["check"] in cfg.checks]
+    # NOTE: only judged rows count: a skipped combination (not on this backend) shows nothing
+    ran = [r for r in inp.rows if r["check"] in cfg.checks]
+    judged_rows = [r for r in ran if judged(r["status"])]
     bad = [
         r
         for r in inp.rows
@@ -215,14 +227,21 @@ def _correctness(inp: _Inputs, cfg: CorrectnessGate) -> _Outcome:
     if bad:
         steps = sorted({r["step"] for r in bad})
         return _Outcome(False, f"{_n(len(bad), 'failing row')} in {', '.join(steps)}", evidence)
-    if not judged:
-        return _Outcome(None, f"no rows of {', '.join(cfg.checks)} in this run", [])
-    counts = Counter((r["check"], r.get("collective") or r.get("metric") or "") for r in judged)
+    if not judged_rows:
+        why = f"{_n(len(ran), 'row')}, none judged" if ran else "no rows"
+        return _Outcome(None, f"{why} of {', '.join(cfg.checks)} in this run", [])
+    counts = Counter(
+        (r["check"], r.get("collective") or r.get("metric") or "") for r in judged_rows
+    )
     evidence = [
         Evidence(ok=True, text=f"{check} {what}: {n} rows pass", check=check, collective=what)
         for (check, what), n in sorted(counts.items())
     ]
-    return _Outcome(True, f"{_n(len(judged), 'correctness row')} pass, none wrong", evidence)
+    unjudged = len(ran) - len(judged_rows)
+    rest = f"; {unjudged} not judged (skipped or recorded only)" if unjudged else ""
+    return _Outcome(
+        True, f"{_n(len(judged_rows), 'correctness row')} pass, none wrong{rest}", evidence
+    )
 
 
 # NOTE: a sign-off is `compare --strict`: a change beyond the threshold that the runs cannot
@@ -283,7 +302,7 @@ def _job_models(inp: _Inputs) -> dict[int, tuple[str, int]]:
     return out
 
 
-def _rule_for(
+def busbw_rule_for(
     rules: Iterable[BusbwMinimum], model: str, collective: str, world: int, nodes: int
 ) -> BusbwMinimum | None:
     for rule in rules:
@@ -310,7 +329,7 @@ def _busbw(inp: _Inputs, cfg: BusbwGate) -> _Outcome:
     for (job, coll, _op, _dtype), by_size in sorted(series.items(), key=str):
         model, nnodes = jobs[job]
         world = next(iter(by_size.values()))[0]["world_size"]
-        rule = _rule_for(rules, model, coll, world, nnodes)
+        rule = busbw_rule_for(rules, model, coll, world, nnodes)
         if rule is None:
             gaps.append(f"{coll} n={world} on {model} ({nnodes} node(s)): no minimum declared")
             continue
@@ -453,7 +472,8 @@ _EVALUATORS: dict[GateName, Callable[[_Inputs, Any], _Outcome]] = {
 }
 
 _REQUIRES: dict[GateName, Callable[[Any], str]] = {
-    GateName.COMPLETED: lambda _: "the run finished (not cancelled, cut off or errored)",
+    GateName.COMPLETED: lambda _: "the run finished (not cancelled, cut off or errored) and "
+    "judged something against an expectation",
     GateName.CORRECTNESS: lambda c: f"every {', '.join(c.checks)} row passes; no wrong element in any row",
     GateName.REGRESSION: lambda c: "every measurement shown unchanged (or better) vs the baseline, "
     "beyond the thresholds: regressions, unproven (noisy) changes and missing ones fail"

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from fleetval.metrics import MetricDecl
+from fleetval.vocab import RunStatus
 
 DEFAULT_DATA = "fleetval-data"
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -70,7 +71,7 @@ def check_name(kind: str, name: str) -> str:
 class RunRecord:
     run_id: str
     suite: str
-    status: str  # pass / fail / cancelled / error; "incomplete" when read back without a record
+    status: str  # a RunStatus value; INCOMPLETE when read back without a record
     started_at: datetime
     finished_at: datetime | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -179,7 +180,7 @@ class Catalog:
                 records[d.name] = RunRecord(
                     run_id=d.name,
                     suite="?",
-                    status="incomplete",
+                    status=RunStatus.INCOMPLETE.value,
                     started_at=started,
                     message="no run record: the run was cut off; its finished steps are kept",
                 )
