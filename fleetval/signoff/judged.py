@@ -62,17 +62,20 @@ def judged_steps(store: Store, record: RunRecord) -> list[StepJudged]:
         figures = _FIGURES.get(s["check"], _worst_rows)(got, models, floors)
         more = len(figures) - _MAX_FIGURES
         shown = figures[:_MAX_FIGURES] + ([f"... {more} more"] if more > 0 else [])
-        out.append(StepJudged(s["job"], s["step"], s["check"], s["status"], _counts(got),
-                              tuple(shown)))  # fmt: skip
+        counts = _counts(got, explain_info=not figures)
+        out.append(StepJudged(s["job"], s["step"], s["check"], s["status"], counts, tuple(shown)))
     return out
 
 
-def _counts(rows: list[dict[str, Any]]) -> str:
+def _counts(rows: list[dict[str, Any]], *, explain_info: bool) -> str:
+    """Rows by status, with the first reason for skipped (and, where no figure says it,
+    recorded-only) rows."""
     if not rows:
         return "no rows"
     n = Counter(r["status"] for r in rows)
     text = ", ".join(f"{n[s]} {s}" for s in Status if n[s])
-    for s, what in ((Status.INFO, "recorded only"), (Status.SKIP, "skipped")):
+    reasons = [(Status.INFO, "recorded only")] if explain_info else []
+    for s, what in (*reasons, (Status.SKIP, "skipped")):
         first = next((r for r in rows if r["status"] == s and r["message"]), None)
         if first is not None:
             text += f"; {what}, e.g. {first['message']}"
@@ -128,14 +131,16 @@ def _microbench(rows: list[dict[str, Any]], *_: object) -> list[str]:
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         if r["value"] is not None:
-            groups[(r["metric"], r["dtype"] or "", r["size_bytes"])].append(r)
+            groups[(r["metric"], r["dtype"] or "", r["size_bytes"] or 0)].append(r)
     out = []
     for (metric, dtype, size), got in sorted(groups.items(), key=str):
         worst = min(got, key=lambda r: r["value"])
         exp = worst["details"].get("expectation")
         device = worst["details"].get("device_name") or "this device"
-        head = (f"{metric} {dtype} {human_bytes(size) if size else ''}: {worst['value']:.4g} "
-                f"{worst['unit']} (slowest: rank {worst['rank']})").replace("  ", " ")  # fmt: skip
+        n = worst["details"].get("n")
+        shape = f"{n}x{n}" if n else human_bytes(size) if size else ""
+        what = " ".join(w for w in (metric, dtype, shape) if w)
+        head = f"{what}: {worst['value']:.4g} {worst['unit']} (slowest: rank {worst['rank']})"
         if exp is None:
             out.append(f"{head}, recorded only: no expectation for {device!r}")
         else:

@@ -77,7 +77,8 @@ def test_no_status_literal_outside_vocab(path: Path) -> None:
 
 
 def test_templates_test_no_status_by_its_string() -> None:
-    quoted = re.compile(r"""["'](%s)["']""" % "|".join(sorted(VALUES)))
+    names = "|".join(sorted(VALUES))
+    quoted = re.compile(rf"""["']({names})["']""")
     templates = sorted((ROOT / "reports").rglob("*.j2"))
     assert templates
     hits = [(t.name, m.group(0)) for t in templates for m in quoted.finditer(t.read_text())]
