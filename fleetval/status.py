@@ -73,6 +73,11 @@ def judged(status: str) -> bool:
     return status in JUDGED
 
 
+def measured(status: str) -> bool:
+    """Whether a row holds a measurement to use: recorded (info) or judged and not failed."""
+    return status in (Status.PASS, Status.WARN, Status.INFO)
+
+
 def severity(status: str | None) -> int:
     """How bad a row status is, for showing the worst of several (unknown: -1)."""
     return _SEVERITY.get(status, -1)  # type: ignore[call-overload]  # NOTE: StrEnum keys hash as str

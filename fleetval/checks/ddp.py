@@ -42,6 +42,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from fleetval.checks.bandwidth import busbw_factor, percentile
 from fleetval.checks.base import CheckContext, StepSpec
 from fleetval.checks.collectives import TORCH_DTYPE
+from fleetval.status import measured
 from fleetval.store.schema import Row
 from fleetval.vocab import Collective, DType, FaultKind, ReduceOp, Status
 
@@ -254,7 +255,7 @@ def scaling_efficiency(
         for r in _records(rows)
         if r.get("check") == "ddp_scaling"
         and r.get("metric") == "throughput"
-        and r.get("status") == Status.PASS.value
+        and measured(r.get("status") or "")
         and r.get("value") is not None
     ]
     runs = sorted({r.get("run_id", "") for r in picked})
