@@ -15,7 +15,8 @@ Front to back:
 5. Fleet outliers of each candidate run (`outliers`): late ranks, slow devices.
 
 The gate (`Comparison.exit_code`) fails on regressions, failures, missing measurements,
-outliers, and candidate runs that did not pass in their own right (status.passes_for_compare); with `strict`, also on noisy.
+outliers, and candidate runs that did not pass in their own right
+(`fleetval.status.passes_for_compare`: pass or warn); with `strict`, also on noisy.
 """
 
 from __future__ import annotations
