@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetval.store.catalog import RunFilter
+from fleetval.vocab import QueueStatus  # one vocabulary: a finished one is its run's status
 
 DB_NAME = "service.sqlite"
 
@@ -120,19 +121,6 @@ MIGRATIONS = (
 )
 STEP_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 TOKEN_ID_CHARS = 12  # a token's public id: the start of its hash, for listing and revoking
-
-
-class QueueStatus(StrEnum):
-    """Where a submission is; the finished ones carry the run's own status."""
-
-    QUEUED = "queued"  # committed, waiting for the executor
-    RUNNING = "running"  # the executor is running it
-    INTERRUPTED = "interrupted"  # the service died while it ran; finished steps are kept
-    PASS = "pass"
-    WARN = "warn"  # passed with warnings (fleetval.status): exit 0 unless --strict
-    FAIL = "fail"
-    CANCELLED = "cancelled"
-    ERROR = "error"  # it could not run (e.g. the cluster cannot place it)
 
 
 ACTIVE = (QueueStatus.QUEUED, QueueStatus.RUNNING)
@@ -519,7 +507,11 @@ class ServiceDB:
                     (QueueStatus.CANCELLED.value, message, now(), run_id, QueueStatus.QUEUED.value),
                 )
                 if cur.rowcount == 1:
-                    end = {"kind": "run_end", "status": "cancelled", "message": message}
+                    end = {
+                        "kind": "run_end",
+                        "status": QueueStatus.CANCELLED.value,
+                        "message": message,
+                    }
                     self._append(run_id, end)
                 self._conn.execute("COMMIT")
             except BaseException:

@@ -27,6 +27,7 @@ from fleetval.api.db import QueueStatus, ServiceDB, Submission
 from fleetval.run.execute import Event, cluster_shape, connect, run_suite
 from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
 from fleetval.suite import parse_suite
+from fleetval.vocab import RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +341,7 @@ class Executor:
             return None
         # NOTE: "interrupted" is this service's own record (a recovery that died before its
         # commit): not an end the engine recorded, so the run is recovered again.
-        return None if status in ("incomplete", QueueStatus.INTERRUPTED) else status
+        return None if status in (RunStatus.INCOMPLETE, QueueStatus.INTERRUPTED) else status
 
     def _write_interrupted(self, sub: Submission, message: str) -> None:
         """A run record in the store, so every reader sees the run as interrupted (kept when

@@ -29,7 +29,9 @@ class ServiceCollector(Collector):
             runs.add_metric([status.value], counts.get(status.value, 0))
         yield runs
         yield GaugeMetricFamily(
-            "fleetval_queue_depth", "Submissions waiting to run", value=counts.get("queued", 0)
+            "fleetval_queue_depth",
+            "Submissions waiting to run",
+            value=counts.get(QueueStatus.QUEUED, 0),
         )
         yield from self._steps()
         busbw = GaugeMetricFamily(

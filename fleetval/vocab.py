@@ -64,23 +64,59 @@ class FaultKind(StrEnum):
 
 
 class CulpritReason(StrEnum):
-    """Why a rank is named as a step's culprit (crash, hang and error abort the job; late does not)."""
+    """Why a rank is named as a step's culprit (crash, hang and error abort the job; late and
+    slow do not by themselves)."""
 
     CRASH = "crash"  # the rank's process died (or its node was lost)
     HANG = "hang"  # stopped making progress: silent, or behind the others' collectives
     ERROR = "error"  # raised an exception of its own (not a peer's timeout or lost connection)
     LATE = "late"  # finished, but measurably later than its peers (a lateness score)
+    SLOW = "slow"  # still progressing when the step's deadline passed, but far behind the others
     NOT_PLACED = "not placed"  # its actor never started or could not describe its device
     NOT_JOINED = "not joined"  # did not join the process group
 
 
 class Status(StrEnum):
-    """Outcome of one measurement row, one step or a whole run."""
+    """Outcome of one measurement row or one step (fleetval.status derives one from the other).
 
-    PASS = "pass"
-    WARN = "warn"  # works, but something a human should look at
-    FAIL = "fail"
-    SKIP = "skip"  # could not be measured here (tool or feature absent); the reason says why
+    PASS, WARN and FAIL are judgements; SKIP, INFO and UNJUDGED say that nothing was judged.
+    """
+
+    PASS = "pass"  # judged against an expectation and met
+    WARN = "warn"  # judged: works, but something a human should look at
+    FAIL = "fail"  # judged and not met; also an error inside a check, or declared evidence missing
+    SKIP = (
+        "skip"  # not measured here (tool or feature absent, nothing declared); the reason says why
+    )
+    INFO = "info"  # row only: measured and recorded, with no expectation to judge it against
+    UNJUDGED = "unjudged"  # step only: it ran, but judged nothing (only info or skip rows)
+
+
+class RunStatus(StrEnum):
+    """Outcome of a whole run, as stored in the runs table (fleetval.status.run_status)."""
+
+    PASS = "pass"  # something was judged and every judgement passed
+    WARN = "warn"  # judged and passed, with warnings (late ranks, warn rows)
+    FAIL = "fail"  # a step failed: a culprit, a failed row, a deadline that ran out
+    UNJUDGED = "unjudged"  # it ran, but no step judged anything against an expectation
+    CANCELLED = "cancelled"  # stopped by request or Ctrl-C; finished steps are kept
+    ERROR = "error"  # the driver could not run it (e.g. the cluster cannot place it)
+    INTERRUPTED = "interrupted"  # the service died while it ran; finished steps are kept
+    INCOMPLETE = "incomplete"  # read back without a run record: cut off before it was written
+
+
+class QueueStatus(StrEnum):
+    """Where a service submission is; a finished one carries its run's own status."""
+
+    QUEUED = "queued"  # committed, waiting for the executor
+    RUNNING = "running"  # the executor is running it
+    PASS = RunStatus.PASS.value
+    WARN = RunStatus.WARN.value
+    FAIL = RunStatus.FAIL.value
+    UNJUDGED = RunStatus.UNJUDGED.value
+    CANCELLED = RunStatus.CANCELLED.value
+    ERROR = RunStatus.ERROR.value
+    INTERRUPTED = RunStatus.INTERRUPTED.value
 
 
 class Verdict(StrEnum):

@@ -18,11 +18,20 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from fleetval.signoff.views import ScalingView, Series
-from fleetval.units import human_bytes
+from fleetval.text import human_bytes
+from fleetval.vocab import Status
 
-# Status -> heat map colour index: not run, skip, pass, warn, fail.
-_HEAT_CODES = {None: 0, "skip": 1, "pass": 2, "warn": 3, "fail": 4}
-_HEAT_COLOURS = ["#f2f2f2", "#c9c9c9", "#4caf50", "#ffb300", "#e53935"]
+# Status -> heat map colour index: not run, skip, recorded only (info, unjudged), pass, warn, fail.
+_HEAT_CODES: dict[str | None, int] = {
+    None: 0,
+    Status.SKIP: 1,
+    Status.INFO: 2,
+    Status.UNJUDGED: 2,
+    Status.PASS: 3,
+    Status.WARN: 4,
+    Status.FAIL: 5,
+}
+_HEAT_COLOURS = ["#f2f2f2", "#c9c9c9", "#90caf9", "#4caf50", "#ffb300", "#e53935"]
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
 _CANDIDATE = ["#1565c0", "#6a1b9a", "#00838f", "#ef6c00", "#2e7d32", "#ad1457"]
 
@@ -101,11 +110,13 @@ def scaling_plot(points: Sequence[ScalingView], salt: str) -> str:
 def heat_map(
     nodes: Sequence[str], checks: Sequence[str], heat: Sequence[Sequence[str | None]], salt: str
 ) -> str:
-    """Worst status per node and check: green pass, amber warn, red fail, grey skip / not run."""
+    """Worst status per node and check: green pass, amber warn, red fail, blue recorded
+    only (info), grey skip / not run."""
     grid = np.array([[_HEAT_CODES.get(s, 0) for s in row] for row in heat], dtype=float)
     fig = Figure(figsize=(1.6 + 1.1 * len(checks), 1.0 + 0.38 * len(nodes)))
     ax = fig.add_subplot()
-    ax.imshow(grid, cmap=ListedColormap(_HEAT_COLOURS), vmin=0, vmax=4, aspect="auto")
+    top = len(_HEAT_COLOURS) - 1
+    ax.imshow(grid, cmap=ListedColormap(_HEAT_COLOURS), vmin=0, vmax=top, aspect="auto")
     ax.set_xticks(range(len(checks)), checks, rotation=30, ha="right")
     ax.set_yticks(range(len(nodes)), nodes)
     for i, row in enumerate(heat):

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from fleetval.reports import plots
 from fleetval.signoff.evaluate import Signoff
-from fleetval.units import human_bytes
+from fleetval.text import human_bytes
 from fleetval.vocab import Verdict
 
 JSON_SCHEMA = "fleetval.signoff/1"

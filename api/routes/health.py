@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fleetval.api.deps import DbDep, ExecutorDep, ReadToken
 from fleetval.api.models import Health
+from fleetval.vocab import QueueStatus
 
 router = APIRouter(tags=["health"])
 
@@ -23,7 +24,7 @@ def healthz(db: DbDep, executor: ExecutorDep) -> Response:
     health = Health(
         status="degraded" if reason else "ok",
         executor=executor.active,
-        queue_depth=db.counts().get("queued", 0),
+        queue_depth=db.counts().get(QueueStatus.QUEUED, 0),
         ray_error=executor.ray_error,
         reason=reason,
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
@@ -10,12 +10,12 @@ from fleetval.api import service
 from fleetval.api.deps import DbDep, ExecutorDep, LimitsDep, ReadToken, StoreDep, SubmitToken
 from fleetval.api.models import RunList, RunOut, SubmitRequest
 from fleetval.store.catalog import RunFilter
+from fleetval.vocab import QueueStatus, RunStatus
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
-StatusFilter = Literal[
-    "queued", "running", "interrupted", "pass", "warn", "fail", "cancelled", "error", "incomplete"
-]
+# A listed run is a submission (QueueStatus) or a run found only in the store (RunStatus).
+StatusFilter = QueueStatus | RunStatus
 # Follow a submission to its run, its cancel and its results (stateful clients and tests).
 _LINKS = {
     name: {"operationId": op, "parameters": {"run_id": "$response.body#/run_id"}}

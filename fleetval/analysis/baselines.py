@@ -20,6 +20,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from fleetval.status import usable_as_baseline
 from fleetval.store.catalog import ENV_COLUMNS, SAFE_NAME, Catalog, RunRecord, atomic_write
 
 # Environment columns of the nodes table a filter may name. A run matches a filter on
@@ -27,9 +28,6 @@ from fleetval.store.catalog import ENV_COLUMNS, SAFE_NAME, Catalog, RunRecord, a
 FILTER_COLUMNS = (*ENV_COLUMNS, "node")  # what a baseline's `where` may name of a node
 # Columns of the runs table a filter may name.
 RUN_COLUMNS = ("suite", "status", "submitter", "backend", "run_id")
-# Runs a filter selects unless it names `status`: finished runs, failed checks included
-# (a failed correctness row does not spoil the bandwidth rows of the same run).
-_USABLE_STATUS = ("pass", "fail")
 
 
 class BaselineError(ValueError):
@@ -195,7 +193,8 @@ def select_runs(
     env_ok = _runs_matching_env(store, env) if env else None
     out = []
     for run in runs:
-        if "status" not in where and run.status not in _USABLE_STATUS:
+        # Unless the filter names a status: the runs fleetval.status finds usable.
+        if "status" not in where and not usable_as_baseline(run.status):
             continue
         if env_ok is not None and run.run_id not in env_ok:
             continue

@@ -15,7 +15,8 @@ Front to back:
 5. Fleet outliers of each candidate run (`outliers`): late ranks, slow devices.
 
 The gate (`Comparison.exit_code`) fails on regressions, failures, missing measurements,
-outliers, and candidate runs whose own status is not `pass`; with `strict`, also on noisy.
+outliers, and candidate runs that did not pass in their own right
+(`fleetval.status.passes_for_compare`: pass or warn); with `strict`, also on noisy.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from fleetval.analysis.outliers import Outlier, late_rank_outliers, slow_devices
 from fleetval.analysis.runvalues import ID_COLS, Identity, run_values
 from fleetval.arrays import arrow, dict_codes, group_rows, np_col, segment_median
 from fleetval.metrics import Direction, MetricDecl, infer, merge
+from fleetval.status import passes_for_compare
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import DICT_COLS, ENV_COLUMNS
-from fleetval.units import human_bytes
+from fleetval.text import human_bytes
 from fleetval.vocab import Verdict
 
 Per = Literal["node", "sku"]
@@ -100,7 +102,9 @@ class Comparison:
     env_diff: tuple[EnvChange, ...] = ()
     outliers: tuple[Outlier, ...] = ()
     notes: tuple[str, ...] = ()
-    failed_candidates: tuple[str, ...] = ()  # candidate runs that neither passed nor warned
+    failed_candidates: tuple[
+        str, ...
+    ] = ()  # not passed in their own right (status.passes_for_compare)
 
     def counts(self) -> dict[Verdict, int]:
         if isinstance(self.results, Results):
@@ -578,8 +582,7 @@ def compare_runs(
         o for c in candidates for o in run_outliers(store, records[c], settings, decls, models)
     ]
     notes += _side_notes(len(base_runs), len(candidates))
-    # NOTE: `warn` (late ranks) passes here: the outliers judge lateness against the fleet
-    failed = tuple(c for c in candidates if records[c].status not in ("pass", "warn"))
+    failed = tuple(c for c in candidates if not passes_for_compare(records[c].status))
     return Comparison(
         baseline=baseline,
         baseline_selection=resolved.baseline.describe(),

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from fleetval.analysis.compare import Comparison, MetricComparison, Outlier
 from fleetval.analysis.trend import TrendReport
-from fleetval.units import human_bytes
+from fleetval.text import human_bytes
 from fleetval.vocab import Verdict
 
 _STYLE = {

@@ -15,7 +15,7 @@ from fleetval.arrays import (
     np_col,
 )
 from fleetval.store.summaries import KIND_CORRECT, KIND_TIMED
-from fleetval.units import human_bytes
+from fleetval.text import human_bytes
 
 ID_COLS = ["check", "collective", "op", "dtype", "size_bytes", "world_size", "metric", "group"]
 

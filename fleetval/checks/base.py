@@ -51,6 +51,16 @@ class Progress:
     phase: str = "idle"
     seq: int = 0  # collectives entered so far: a rank behind the others never arrived
     updated_at: float = field(default_factory=time.time)
+    calls: int = 0  # collectives (or timed calls) entered in this step
+    planned: int | None = None  # how many this step makes, where its check says (CheckContext.plan)
+    step_started_at: float | None = None  # wall clock when this step started on the rank
+
+    def rate(self) -> float | None:
+        """Calls per second in this step so far (None before the first)."""
+        if self.step_started_at is None or self.calls == 0:
+            return None
+        spent = self.updated_at - self.step_started_at
+        return self.calls / spent if spent > 0 else None
 
     def describe(self) -> str:
         where = [self.phase, self.step, self.collective]
@@ -136,10 +146,20 @@ class CheckContext:
                     time.sleep(3600)
             elif fault.kind == FaultKind.CRASH:
                 os._exit(17)
-        seq = self.heartbeat.get().seq + 1
+        last = self.heartbeat.get()
         self.heartbeat.set(
-            step=self.step, collective=collective, iteration=iteration, phase="in", seq=seq
+            step=self.step,
+            collective=collective,
+            iteration=iteration,
+            phase="in",
+            seq=last.seq + 1,
+            calls=last.calls + 1,
         )
+
+    def plan(self, calls: int) -> None:
+        """Say how many `enter` calls this step will make, so a deadline that runs out while
+        every rank progresses can say how far it got and what deadline would have fit."""
+        self.heartbeat.set(planned=calls)
 
     def has_fault(self, kind: FaultKind) -> bool:
         return any(f.kind == kind for f in self.faults)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, PositiveFloat
 
 from fleetval.metrics import MetricDecl
-from fleetval.units import human_bytes
+from fleetval.text import human_bytes
 
 if TYPE_CHECKING:
     from fleetval.analysis.compare import Comparison

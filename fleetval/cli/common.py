@@ -29,6 +29,7 @@ class Exit(IntEnum):
     OK = 0
     FAILED = 1  # a check failed / a regression / sign-off failed
     BAD_INPUT = 2  # bad input or usage: nothing ran, nothing was lost
+    UNJUDGED = 5  # the run judged nothing against an expectation (fleetval.status)
 
 
 DataOpt = Annotated[

@@ -1,4 +1,5 @@
-"""`fleetval run SUITE`: run a suite with a live progress bar; exit 0 pass, 1 fail, 2 bad input."""
+"""`fleetval run SUITE`: run a suite with a live progress bar, then what each step judged
+against what; exit 0 pass (or warn), 1 fail, 2 bad input, 5 nothing judged (fleetval.status)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,22 @@ from fleetval.cli.common import (
 )
 from fleetval.status import exit_status
 from fleetval.store.catalog import parse_pairs
+from fleetval.vocab import Status
 
 if TYPE_CHECKING:
     from fleetval.run.execute import Event
+    from fleetval.signoff.judged import StepJudged
     from fleetval.store.catalog import RunRecord
+    from fleetval.store.dataset import Store
 
-STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skip": "dim"}
+STATUS_STYLE: dict[str, str] = {
+    Status.PASS: "green",
+    Status.FAIL: "red",
+    Status.WARN: "yellow",
+    Status.SKIP: "dim",
+    Status.INFO: "cyan",
+    Status.UNJUDGED: "magenta",
+}
 
 
 def run(
@@ -37,7 +48,8 @@ def run(
         bool, typer.Option("--strict", help="Exit 1 on warnings too (default: warnings exit 0)")
     ] = False,
 ) -> None:
-    """Run a validation suite and store its results (exit 0 pass or warn, 1 fail, 2 bad input)."""
+    """Run a validation suite and store its results (exit 0 pass or warn, 1 fail, 2 bad input,
+    5 nothing judged)."""
     # NOTE: imported here: torch and ray cost seconds, and the store-reading commands
     # (runs, show, compare, ...) must start without them
     from fleetval.run.execute import run_suite
@@ -51,11 +63,32 @@ def run(
             record = run_suite(spec, store, address=address, labels=labels)
         else:
             record = _run_with_progress(spec, store, address, labels)
+    judged = _judged(store, record)
     if as_json:
-        typer.echo(json.dumps(record.to_dict(), indent=2, default=str))
+        out = record.to_dict() | {"judged": [j.to_dict() for j in judged]}
+        typer.echo(json.dumps(out, indent=2, default=str))
     else:
         print_summary(record)
+        print_judged(judged)
     raise typer.Exit(exit_status(record.status, strict=strict))
+
+
+def _judged(store: Store, record: RunRecord) -> list[StepJudged]:
+    from fleetval.signoff.judged import judged_steps
+
+    return judged_steps(store, record)
+
+
+def print_judged(judged: list[StepJudged]) -> None:
+    """What each step judged against what: the figures the user ran the suite for."""
+    console.print("[bold]judged[/bold] (per step: rows by status, then the figures against "
+                  "their expectation)")  # fmt: skip
+    for j in judged:
+        style = STATUS_STYLE.get(j.status, "")
+        console.print(f"  job {j.job} {j.step} ({j.check}): [{style}]{j.status}[/{style}]: "
+                      f"{j.counts}", highlight=False)  # fmt: skip
+        for line in j.figures:
+            console.print(f"    {line}", highlight=False)
 
 
 def _run_with_progress(spec, store, address, labels) -> RunRecord:

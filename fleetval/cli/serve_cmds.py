@@ -24,7 +24,7 @@ from fleetval.cli.common import (
     err_console,
 )
 from fleetval.cli.run_cmd import STATUS_STYLE, print_steps
-from fleetval.status import exit_status
+from fleetval.status import combined_exit, exit_status
 from fleetval.store.catalog import default_data_dir, parse_pairs
 
 if TYPE_CHECKING:
@@ -355,6 +355,6 @@ def submit(
             ).json()
             counts = ", ".join(f"{n} {v}" for v, n in result["summary"].items() if n)
             console.print(f"compare with {compare}: {counts}")
-            code = max(code, result["exit_code"])
+            code = Exit(combined_exit(code, result["exit_code"]))
     sys.stdout.flush()
     raise typer.Exit(code)

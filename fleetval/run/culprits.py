@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from fleetval.checks.base import Progress
 from fleetval.run.outcome import Culprit
+from fleetval.text import short
 from fleetval.vocab import CulpritReason
 
 # What a rank raises when a PEER failed: gloo/NCCL transport errors and timeouts.
@@ -43,12 +44,6 @@ _SYMPTOMS = re.compile(
 def is_symptom(error_text: str) -> bool:
     """Whether an exception's text says a peer failed (rather than this rank itself)."""
     return bool(_SYMPTOMS.search(error_text))
-
-
-def short(err: BaseException | str) -> str:
-    """The last non-empty line of an error (Ray wraps the original in a long traceback)."""
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else type(err).__name__)[:300]
 
 
 @dataclass(frozen=True)
@@ -145,6 +140,69 @@ def _fallback(ev: Sequence[RankEvidence]) -> list[Culprit]:
         for e in ev
         if e.outcome == "raised"
     ]
+
+
+# A heartbeat counts as moving while its age is within this many of the rank's own mean
+# interval between calls (at least STALE_S): a big gloo all_reduce takes seconds a call.
+STALL_INTERVALS = 3.0
+FAR_BEHIND = 0.5  # a moving rank with fewer than this share of the leader's calls is named
+FIT_HEADROOM = 1.2  # the step_s suggested: the planned calls at the rate seen, plus 20%
+
+
+@dataclass(frozen=True)
+class DeadlineFinding:
+    """A step's deadline ran out while every rank was still progressing: nobody stopped."""
+
+    message: str
+    slow: tuple[Culprit, ...] = ()  # moving, but far behind the others (the job still aborts)
+    fits_s: float | None = None  # the step_s that would have fit, where the check planned
+
+
+def moving(p: Progress, now: float) -> bool:
+    """Whether a rank's heartbeat is still advancing at its own pace (`now`: wall clock)."""
+    rate = p.rate()
+    allowed = max(STALE_S, STALL_INTERVALS / rate) if rate else STALE_S
+    return now - p.updated_at <= allowed
+
+
+def progressed(
+    evidence: Sequence[RankEvidence], step_s: float, now: float | None = None
+) -> DeadlineFinding | None:
+    """The deadline finding when every rank is still running the step, answered its final
+    probe and is moving; None when any rank stopped, died or raised (name_culprits names it)."""
+    when = time.time() if now is None else now
+    beats = [e.progress for e in evidence]
+    if not evidence or any(e.outcome != "pending" or not e.answered for e in evidence):
+        return None
+    if any(p is None or not moving(p, when) for p in beats):
+        return None
+    lead = max(evidence, key=lambda e: e.progress.calls if e.progress else 0)
+    p = lead.progress or Progress()  # NOTE: never None here (checked above)
+    rate = p.rate()
+    pace = f" at {rate:.4g} it/s" if rate else ""
+    of = f" of {p.planned}" if p.planned else ""
+    fits = p.planned / rate * FIT_HEADROOM if p.planned and rate else None
+    advice = (f"; step_s ≈ {fits:.0f} s would have fit" if fits is not None
+              else "; its check does not say how many calls remain: raise step_s")  # fmt: skip
+    what = f" ({p.collective})" if p.collective else ""
+    message = (f"deadline: step_s={step_s:g} s ran out while every rank progressed: "
+               f"iteration {p.calls}{of}{what}{pace}{advice}")  # fmt: skip
+    slow = _far_behind(evidence, lead)
+    if slow:
+        message += "; far behind: " + ", ".join(f"rank {c.rank} on {c.node}" for c in slow)
+    return DeadlineFinding(message, slow, fits)
+
+
+def _far_behind(evidence: Sequence[RankEvidence], lead: RankEvidence) -> tuple[Culprit, ...]:
+    top = lead.progress.calls if lead.progress else 0
+    out = []
+    for e in evidence:
+        calls = e.progress.calls if e.progress else 0
+        if calls < FAR_BEHIND * top and top - calls > 1:
+            detail = (f"far behind: {calls} calls in this step, rank {lead.rank} {top}; "
+                      f"still progressing, last reached {_where(e.progress)}")  # fmt: skip
+            out.append(e.culprit(CulpritReason.SLOW, detail))
+    return tuple(out)
 
 
 def _where(p: Progress | None) -> str:

@@ -24,7 +24,7 @@ from fleetval.run.plan import Job, make_plan
 from fleetval.run.step import StepBroke, culprit_row, run_step
 from fleetval.store.dataset import RunRecord, Store, new_run_id
 from fleetval.suite import Suite
-from fleetval.vocab import Status
+from fleetval.vocab import RunStatus, Status
 
 __all__ = [
     "ClusterUnreachable",
@@ -135,15 +135,16 @@ def recording(
     state.cancel = cancel
     started = datetime.now(UTC)
     store.write_schema_note()
-    run_status, message = "error", ""
+    run_status, message = RunStatus.ERROR.value, ""
     try:
         yield state
         run_status = status.run_status(o.status for o in state.outcomes).value
     except KeyboardInterrupt:
-        run_status, message = "cancelled", "interrupted; finished steps are kept"
+        run_status, message = RunStatus.CANCELLED.value, "interrupted; finished steps are kept"
         raise
     except RunCancelled:
-        run_status, message = "cancelled", "cancelled by request; finished steps are kept"
+        run_status = RunStatus.CANCELLED.value
+        message = "cancelled by request; finished steps are kept"
     finally:
         if state.nodes:
             store.write_nodes(state.run_id, list(state.nodes.values()))

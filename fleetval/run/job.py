@@ -30,11 +30,12 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from fleetval.checks.base import RankContext
-from fleetval.run.culprits import is_symptom, short
+from fleetval.run.culprits import is_symptom
 from fleetval.run.outcome import Culprit, RunState
 from fleetval.run.plan import NODE_LABEL, Job
 from fleetval.run.rank import Placed, RankActor
 from fleetval.suite import Suite
+from fleetval.text import short
 from fleetval.vocab import CulpritReason
 
 log = logging.getLogger(__name__)

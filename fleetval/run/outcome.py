@@ -42,6 +42,7 @@ class StepOutcome:
     message: str
     seconds: float
     culprits: tuple[Culprit, ...] = ()
+    deadline: bool = False  # cut off by its deadline while every rank progressed (no culprit)
 
 
 @dataclass(frozen=True)

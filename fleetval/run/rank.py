@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import os
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -159,7 +160,8 @@ class RankActor:
         if self._ctx is None:
             raise RuntimeError("run_step before join(): the driver must form the group first")
         ctx = CheckContext(self._ctx, step.step_name, faults, self._heartbeat)
-        self._heartbeat.set(step=step.step_name, phase="start", collective=None, iteration=None)
+        self._heartbeat.set(step=step.step_name, phase="start", collective=None, iteration=None,
+                            calls=0, planned=None, step_started_at=time.time())  # fmt: skip
         rows = CHECKS[step.check].run(ctx, step)
         ctx.synchronize()
         self._heartbeat.set(phase="done")

@@ -16,12 +16,18 @@ from fleetval.checks import synchronizing_metrics
 from fleetval.checks.base import ActiveFault, Progress, RankContext
 from fleetval.detect import lateness
 from fleetval.run import flightrec
-from fleetval.run.culprits import RankEvidence, name_culprits, short
+from fleetval.run.culprits import (
+    DeadlineFinding,
+    RankEvidence,
+    name_culprits,
+    progressed,
+)
 from fleetval.run.job import JobAborted, RankHandle, gather
 from fleetval.run.outcome import Culprit, RunState, StepOutcome
 from fleetval.run.plan import Job
 from fleetval.store.schema import Row
 from fleetval.suite import Suite
+from fleetval.text import short
 from fleetval.vocab import CulpritReason, Status
 
 ERROR_GRACE_S = 5.0  # after one rank fails, how long the others get before the step is cut
@@ -130,29 +136,37 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
     answers = gather(refs, started + timeout, grace_s=ERROR_GRACE_S, tick=tick, on_failure=snapshot)
     rows = [row for kind, got in answers if kind == "ok" for row in got]
     culprits: list[Culprit] = []
+    finding: DeadlineFinding | None = None
     if any(kind != "ok" for kind, _ in answers):
         if not traces:  # the deadline passed with nobody failing: take them now
             snapshot()
-        culprits = name_culprits(evidence(ranks, answers, beats))
-        culprits = flightrec.confirm(culprits, traces, ranks)
+        ranks_evidence = evidence(ranks, answers, beats)
+        # Every rank still moving at the deadline: the deadline was too short, nobody hung.
+        finding = progressed(ranks_evidence, timeout)
+        if finding is not None:
+            culprits = list(finding.slow)
+        else:
+            culprits = flightrec.confirm(name_culprits(ranks_evidence), traces, ranks)
         keep_traces(traces, state, f"job{job.index}-{name}")
     else:
         culprits = [late_culprit(x, ranks) for x in lateness.late_ranks_in_step(rows, metrics=synchronizing_metrics())]
     rows += [culprit_row(c, job, step, state.run_id, ranks) for c in culprits]
+    seconds = time.monotonic() - started
     outcome = StepOutcome(
         job.index,
         job.world_size,
         name,
         step.check,
-        status.step_status(rows, culprits).value,
-        step_message(rows, culprits, timeout, time.monotonic() - started),
-        time.monotonic() - started,
+        status.step_status(rows, culprits, deadline=finding is not None).value,
+        finding.message if finding else step_message(rows, culprits, timeout, seconds),
+        seconds,
         tuple(culprits),
+        deadline=finding is not None,
     )
     if rows:
         state.store.write_results(state.run_id, f"job{job.index}-{name}", rows)
-    if any(status.aborts(c) for c in culprits):
-        raise StepBroke(outcome)
+    if finding is not None or any(status.aborts(c) for c in culprits):
+        raise StepBroke(outcome)  # NOTE: at a deadline the ranks are still busy: tear down
     return outcome
 
 

@@ -40,6 +40,7 @@ from pydantic import (
 
 from fleetval.checks import check_gates
 from fleetval.checks.spec import Evidence, Gate, GateInputs, Outcome, plural
+from fleetval.status import completed, signoff_completed
 from fleetval.vocab import Verdict
 
 
@@ -69,9 +70,19 @@ class RegressionGate(_Model):
 def _completed(inp: GateInputs, _: object) -> Outcome:
     rec = inp.record
     steps = rec.summary.get("steps", [])
-    if rec.status in ("pass", "warn", "fail"):  # what it found is the other gates' to judge
+    cut = [s for s in steps if s.get("deadline")]  # ran out of time: nothing blamed, not done
+    if signoff_completed(rec.status) and not cut:  # what it found is the other gates' to judge
         text = f"run finished ({rec.status}) with {len(steps)} steps"
         return Outcome(True, text, [Evidence(ok=True, text=text)])
+    if cut:
+        evidence = [Evidence(ok=False, text=f"step {s['step']} (n={s['world_size']}): "
+                             f"{s['message']}", check=s["check"], step=s["step"],
+                             world_size=s["world_size"]) for s in cut]  # fmt: skip
+        return Outcome(False, f"{plural(len(cut), 'step')} cut off by its deadline", evidence)
+    if completed(rec.status):  # it ran to the end, but judged nothing
+        text = (f"run {rec.status}: no step judged anything against an expectation "
+                f"({len(steps)} steps); waive the gate to sign off on recorded figures")  # fmt: skip
+        return Outcome(False, text, [Evidence(ok=False, text=text)])
     text = f"run {rec.status}: {rec.message or 'no message'}; {len(steps)} steps recorded"
     return Outcome(False, text, [Evidence(ok=False, text=text)])
 
@@ -125,7 +136,8 @@ COMPLETED = Gate(
     name="completed",
     config=CompletedGate,
     evaluate=_completed,
-    requires=lambda _: "the run finished (not cancelled, cut off or errored)",
+    requires=lambda _: "the run finished (not cancelled, cut off or errored) and "
+    "judged something against an expectation",
     order=0,
 )
 REGRESSION = Gate(

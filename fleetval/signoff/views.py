@@ -18,11 +18,11 @@ from fleetval.analysis.baselines import Baselines
 from fleetval.analysis.compare import Comparison
 from fleetval.checks import CHECKS, bandwidth
 from fleetval.checks.ddp import scaling_efficiency, scaling_steps
+from fleetval.status import severity
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import ENV_COLUMNS
 from fleetval.vocab import Status
 
-_SEVERITY = {Status.SKIP.value: 0, Status.PASS.value: 1, Status.WARN.value: 2, Status.FAIL.value: 3}
 ENV_SHOWN = (
     "hostname", "gpu_model", "gpu_count", "driver_version", "cuda_version", "rocm_version",
     "nccl_version", "rccl_version", "torch_version", "ray_version", "python_version", "kernel",
@@ -154,7 +154,7 @@ def _heat(rows: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...],
     worst: dict[tuple[str, str], str] = {}
     for r in rows:
         cell = (r["node"], r["check"])
-        if _SEVERITY.get(r["status"], 0) >= _SEVERITY.get(worst.get(cell, ""), -1):
+        if max(severity(r["status"]), 0) >= severity(worst.get(cell)):
             worst[cell] = r["status"]
     nodes = tuple(sorted({n for n, _ in worst}))
     checks = tuple(sorted({c for _, c in worst}))

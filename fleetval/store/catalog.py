@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from fleetval.metrics import MetricDecl
+from fleetval.vocab import RunStatus
 
 DEFAULT_DATA = "fleetval-data"
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -105,7 +106,7 @@ def parse_pairs(pairs: list[str], option: str) -> dict[str, str]:
 class RunRecord:
     run_id: str
     suite: str
-    status: str  # pass / fail / cancelled / error; "incomplete" when read back without a record
+    status: str  # a RunStatus value; INCOMPLETE when read back without a record
     started_at: datetime
     finished_at: datetime | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -286,7 +287,7 @@ def _incomplete(results: Path) -> RunRecord:
     return RunRecord(
         run_id=results.name,
         suite="?",
-        status="incomplete",
+        status=RunStatus.INCOMPLETE.value,
         started_at=datetime.fromtimestamp(results.stat().st_mtime, UTC),
         message="no run record: the run was cut off; its finished steps are kept",
     )

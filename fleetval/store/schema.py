@@ -17,6 +17,7 @@ import pyarrow as pa
 # What a node runs and is: environment columns of NODES_SCHEMA (defined in the catalog,
 # which filters on them without pyarrow).
 from fleetval.store.catalog import ENV_COLUMNS as ENV_COLUMNS  # one definition, pyarrow-free
+from fleetval.vocab import Status
 
 SCHEMA_VERSION = 3  # 2: summaries/ table; runs.metrics (declarations of the checks run)
 # 3: lateness/ table (each rank's lateness, written with its results part)
@@ -50,7 +51,7 @@ class Row:
     value: float | None = None
     unit: str | None = None
     wrong: int = 0  # elements that differ from the exact expected value
-    status: str = "pass"
+    status: str = Status.INFO.value  # nothing is PASS unless a check judged it
     message: str = ""
     samples_us: tuple[float, ...] = ()  # per-iteration times, so statistics are possible later
     details: dict[str, Any] = field(default_factory=dict)  # check-specific, stored as JSON

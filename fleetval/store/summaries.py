@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from fleetval.arrays import arrow, equals, group_rows, np_col, one_chunk, plain, segment_median
 from fleetval.store.schema import LATENESS_SCHEMA, SUMMARIES_SCHEMA
+from fleetval.vocab import Status
 
 KIND_TIMED, KIND_VALUE, KIND_CORRECT = "timed", "value", "correct"
 
@@ -90,7 +91,7 @@ def _timed_centers(table: pa.Table, grp: np.ndarray, ngroups: int) -> tuple[np.n
 
 def summarize(table: pa.Table) -> pa.Table:
     """One run's result rows (any subset: a step, the whole run) -> SUMMARIES_SCHEMA rows."""
-    table = table.filter(pc.invert(pc.fill_null(pc.equal(table["status"], "skip"), False)))
+    table = table.filter(pc.invert(pc.fill_null(pc.equal(table["status"], Status.SKIP.value), False)))
     if not len(table):
         return SUMMARIES_SCHEMA.empty_table()
     kind = _kinds(table)
@@ -99,7 +100,7 @@ def summarize(table: pa.Table) -> pa.Table:
     ng = len(first)
     gkind = kind[first]
     wrong = np.nan_to_num(np_col(table["wrong"]).astype(float))
-    failed = equals(table["status"], "fail") | (wrong > 0)
+    failed = equals(table["status"], Status.FAIL.value) | (wrong > 0)
     center = np.full(ng, np.nan)
     spread = np.full(ng, np.nan)
     iters = np.zeros(ng, np.int64)
@@ -160,7 +161,7 @@ def rank_lateness(table: pa.Table) -> pa.Table:
     never reads the samples.
     """
     timed = np_col(pc.and_(pc.is_valid(table["time_us_median"]), pc.is_null(table["metric"])))
-    t = table.filter(arrow(timed & ~equals(table["status"], "skip")))
+    t = table.filter(arrow(timed & ~equals(table["status"], Status.SKIP.value)))
     if not len(t):  # NOTE: not LATENESS_SCHEMA.empty_table(), which imports pandas
         return pa.Table.from_batches([], schema=LATENESS_SCHEMA)
     keys = ["check", "collective", "op", "dtype", "size_bytes", "world_size", "run_id"]

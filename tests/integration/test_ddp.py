@@ -33,8 +33,10 @@ def test_ddp_scaling_rows_and_efficiency_across_world_sizes(tmp_path):
     store = Store(tmp_path)
     step = {"check": "ddp_scaling", **SMALL_MLP, "steps": 4, "warmup": 1}
     record = run_suite(suite([step], [1, 2]), store)
-    assert record.status == "pass", record.summary
+    # Measured, not judged: efficiency is judged by a sign-off's scaling gate, not the step.
+    assert record.status == "unjudged", record.summary
     got = rows(store, record.run_id)
+    assert {r["status"] for r in got} == {"info"}
     throughput = by_metric(got, "throughput")
     assert [(r["world_size"], r["rank"]) for r in throughput] == [(1, 0), (2, 0), (2, 1)]
     assert all(r["value"] > 0 and r["unit"] == "samples/s" for r in throughput)
@@ -112,11 +114,25 @@ def test_corrupt_rank_fails_ddp_health_and_is_named(tmp_path):
 
 
 def test_microbench_on_cpu_records_unjudged_rows_and_skips_host_links(tmp_path):
+    """No expectation for 'cpu': recorded (info), the step and run unjudged, never pass;
+    the same step with the suite's own expectation for the device is judged."""
     store = Store(tmp_path)
     step = {"check": "microbench", "cpu_gemm_sizes": [64], "dtypes": ["float32", "bfloat16"],
             "cpu_copy_bytes": "1MiB", "warmup": 1, "iters": 3}  # fmt: skip
+    own = {**step, "name": "own", "dtypes": ["float32"],
+           "expectations": [{"gpu_model": "^cpu$", "tflops": {"float32": 1e-6},
+                             "hbm_gbps": 1e-6, "source": "test floor"}]}  # fmt: skip
     record = run_suite(suite([step], [2]), store)
-    assert record.status == "pass", record.summary
+    assert record.status == "unjudged", record.summary
+    (only,) = record.summary["steps"]
+    assert only["status"] == "unjudged", only
+    judged = run_suite(suite([own], [2]), store)
+    assert judged.status == "pass", judged.summary
+    mine = [
+        r for r in rows(store, judged.run_id) if r["metric"] in ("gemm_tflops", "memory_bw_gbps")
+    ]
+    assert len(mine) == 4 and {r["status"] for r in mine} == {"pass"}
+    assert all('"peak": 1e-06' in r["details"] for r in mine)
     got = rows(store, record.run_id)
     gemm = by_metric(got, "gemm_tflops")
     assert [(r["rank"], r["dtype"]) for r in gemm] == [
@@ -124,8 +140,9 @@ def test_microbench_on_cpu_records_unjudged_rows_and_skips_host_links(tmp_path):
     ]  # fmt: skip
     copies = by_metric(got, "memory_bw_gbps")
     for r in gemm + copies:
-        assert r["status"] == "pass" and r["value"] > 0 and len(r["samples_us"]) == 3
+        assert r["status"] == "info" and r["value"] > 0 and len(r["samples_us"]) == 3
         assert '"expectation": null' in r["details"]
+        assert "no expectation for 'cpu'" in r["message"] and "expectations:" in r["message"]
     assert copies[0]["size_bytes"] == 1024**2
     links = [r for r in got if r["metric"] in ("h2d_gbps", "d2h_gbps")]
     assert len(links) == 4 and all(r["status"] == "skip" and "GPU" in r["message"] for r in links)

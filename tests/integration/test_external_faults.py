@@ -6,6 +6,7 @@ the right reason, within the step's deadline plus a stated grace, and nothing ma
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -104,3 +105,28 @@ def test_killed_rank_is_named_crash(tmp_path):
     assert step["status"] == "fail", step
     assert [(c["pid"], c["reason"]) for c in step["culprits"]] == [(pid, "crash")], step
     assert time.monotonic() - at < GRACE_S  # peers see the lost connection at once
+
+
+def test_a_clean_step_that_outlasts_its_deadline_blames_no_rank(tmp_path):
+    """The same step with nothing stopped: every rank still progresses when step_s runs out,
+    so the outcome is a deadline finding with progress and the step_s that would fit, and no
+    rank is named `hang`. (The SIGSTOP test above, in the same step, names exactly one.)"""
+    store = Store(tmp_path)
+    started = time.monotonic()
+    record = run_suite(long_bandwidth_suite(step_s=8, collective_s=60), store)
+    (step,) = record.summary["steps"]
+    assert record.status == "fail" and step["status"] == "fail", step
+    assert not step["culprits"] and step["deadline"] is True, step
+    message = step["message"]
+    assert message.startswith("deadline: step_s=8 s ran out while every rank progressed: "), step
+    # iteration i of n (warmup 0 + 1,000,000 iters of one size) at r it/s; step_s ~ X s fits
+    done, planned = re.search(
+        r"iteration (\d+) of (\d+) \(all_reduce\) at [\d.e+]+ it/s", message
+    ).groups()
+    assert planned == "1000000" and 0 < int(done) < 1_000_000, message
+    fits = float(re.search(r"step_s ≈ (\d+) s would have fit", message).group(1))
+    assert fits > 8, message
+    assert time.monotonic() - started < 8 + GRACE_S + 30  # placement and start-up included
+    assert not [
+        r for r in store.results([record.run_id]).to_pylist() if r["metric"] == "step_outcome"
+    ]

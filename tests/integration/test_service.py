@@ -62,7 +62,7 @@ HANG = {  # rank 1 stops participating: the step runs until cancelled (or its 60
     ],
     "faults": [{"kind": "hang", "rank": 1}],
 }
-FINISHED = ("pass", "fail", "cancelled", "error", "interrupted")
+FINISHED = ("pass", "fail", "unjudged", "cancelled", "error", "interrupted")
 
 
 def free_port() -> int:

@@ -20,7 +20,7 @@ PACKAGE = ROOT / "fleetval"
 LATER = ("fleetval.cli", "fleetval.api", "fleetval.reports")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "fleetval.vocab": ("fleetval.",),
-    "fleetval.units": ("fleetval.",),
+    "fleetval.text": ("fleetval.",),
     "fleetval.arrays": ("fleetval.",),
     "fleetval.metrics": ("fleetval.",),
     "fleetval.formats": ("fleetval.run", "fleetval.store", "fleetval.analysis", "fleetval.signoff",

@@ -8,7 +8,7 @@ import pytest
 
 from fleetval.checks.base import Progress
 from fleetval.run import flightrec
-from fleetval.run.culprits import RankEvidence, is_symptom, name_culprits
+from fleetval.run.culprits import RankEvidence, is_symptom, name_culprits, progressed
 from fleetval.run.outcome import Culprit
 
 GLOO_TIMEOUT = (
@@ -171,3 +171,74 @@ def test_a_busy_step_past_its_deadline_does_not_blame_the_rank_one_collective_be
     got = name_culprits(evidence, now=1005.0)
     assert names(got) == [(0, "hang"), (1, "hang")]
     assert all("did not finish" in c.detail for c in got)
+
+
+# -- a deadline that ran out while every rank progressed --------------------------------------
+
+
+def moving_at(calls: int, *, now: float = 1000.0, age: float = 0.1, rate: float = 100.0,
+              planned: int | None = 60_000) -> Progress:  # fmt: skip
+    """A heartbeat `age` seconds old, after `calls` calls at `rate` calls/s in this step."""
+    updated = now - age
+    return Progress(step="bw", collective="all_reduce", iteration=calls, phase="in", seq=calls,
+                    updated_at=updated, calls=calls, planned=planned,
+                    step_started_at=updated - calls / rate)  # fmt: skip
+
+
+def test_every_rank_progressing_at_the_deadline_is_a_finding_that_blames_no_rank():
+    evidence = [ev(r, "pending", progress=moving_at(11942 - r % 2)) for r in range(4)]
+    finding = progressed(evidence, 120.0, now=1000.0)
+    assert finding is not None and finding.slow == ()
+    assert finding.message == (
+        "deadline: step_s=120 s ran out while every rank progressed: iteration 11942 of 60000 "
+        "(all_reduce) at 100 it/s; step_s ≈ 720 s would have fit"
+    )
+    assert finding.fits_s == pytest.approx(720.0)
+
+
+def test_a_check_that_plans_nothing_still_gets_progress_and_advice():
+    evidence = [ev(r, "pending", progress=moving_at(50, planned=None)) for r in range(2)]
+    finding = progressed(evidence, 10.0, now=1000.0)
+    assert finding is not None and finding.fits_s is None
+    assert "iteration 50 (all_reduce) at 100 it/s" in finding.message
+    assert finding.message.endswith("does not say how many calls remain: raise step_s")
+
+
+def test_a_slow_iteration_is_still_progress():
+    """A 1 GiB gloo all_reduce takes seconds: a 5 s old heartbeat at 0.2 it/s is moving."""
+    evidence = [ev(r, "pending", progress=moving_at(4, age=5.0, rate=0.2)) for r in range(2)]
+    assert progressed(evidence, 30.0, now=1000.0) is not None
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        ev(2, "pending", progress=moving_at(11942), answered=False),  # SIGSTOPped: silent
+        ev(2, "pending", progress=moving_at(11000, age=30.0)),  # heartbeat stopped moving
+        ev(2, "crash", error="rank process died"),
+        ev(2, "raised", error="ValueError: boom"),
+        ev(2, "pending"),  # never heard from
+    ],
+)
+def test_a_rank_that_stopped_is_not_a_deadline_finding(broken):
+    evidence = [ev(r, "pending", progress=moving_at(11942)) for r in (0, 1, 3)] + [broken]
+    assert progressed(evidence, 120.0, now=1000.0) is None
+
+
+def test_the_silent_rank_is_still_the_one_hang():
+    """Named by the usual rules once the deadline finding declines: exactly the stopped rank."""
+    stopped = ev(2, "pending", progress=moving_at(11942, age=8.0), answered=False, silent_s=8.0)
+    evidence = [ev(r, "pending", progress=moving_at(11942, age=8.0)) for r in (0, 1, 3)]
+    evidence.append(stopped)
+    assert progressed(evidence, 8.0, now=1000.0) is None
+    assert names(name_culprits(evidence, now=1000.0)) == [(2, "hang")]
+
+
+def test_a_rank_far_behind_is_named_slow():
+    evidence = [ev(r, "pending", progress=moving_at(11942)) for r in range(3)]
+    evidence.append(ev(3, "pending", progress=moving_at(900, rate=8.0)))
+    finding = progressed(evidence, 120.0, now=1000.0)
+    assert finding is not None
+    assert names(list(finding.slow)) == [(3, "slow")]
+    assert "far behind: 900 calls in this step, rank 0 11942" in finding.slow[0].detail
+    assert finding.message.endswith("; far behind: rank 3 on node-1")

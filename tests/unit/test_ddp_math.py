@@ -243,7 +243,7 @@ def test_judge_bands():
     assert judge(700.0, 989.0, 0.6, 0.5) == Status.PASS
     assert judge(400.0, 989.0, 0.6, 0.5) == Status.WARN  # under 593, over 297
     assert judge(200.0, 989.0, 0.6, 0.5) == Status.FAIL
-    assert judge(0.001, None, 0.6, 0.5) == Status.PASS  # nothing to judge against: recorded
+    assert judge(0.001, None, 0.6, 0.5) == Status.INFO  # nothing to judge against: recorded only
     assert expectation(None, 0.6, 0.5) is None
     assert expectation(100.0, 0.6, 0.5) == pytest.approx(
         {"peak": 100.0, "pass_at": 60.0, "fail_below": 30.0}

@@ -1,5 +1,6 @@
 """Health check: every judgement on plain values, then run_health in-process on a gloo group."""
 
+import dataclasses
 import os
 import shutil
 import socket
@@ -84,8 +85,8 @@ def test_visible_devices_rocm_layers() -> None:
         (8, 8, Status.PASS),
         (7, 8, Status.FAIL),
         (9, 8, Status.WARN),
-        (8, None, Status.SKIP),
-        (None, 8, Status.SKIP),
+        (8, None, Status.INFO),  # counted, nothing declared to judge it against
+        (None, None, Status.SKIP),  # no tool, nothing declared
     ],
 )
 def test_gpu_count(found: int | None, expected: int | None, status: Status) -> None:
@@ -93,6 +94,29 @@ def test_gpu_count(found: int | None, expected: int | None, status: Status) -> N
     assert f.status == status
     if status == Status.FAIL:
         assert f.message == "nvidia-smi lists 7 GPUs, fewer than the 8 expected"
+
+
+def test_a_declared_gpu_count_without_evidence_fails_unless_optional() -> None:
+    """nvidia-smi failed: the suite's expect_gpus_per_node has nothing to judge it by."""
+    f = h.judge_gpu_count(None, 8, None)
+    assert f.status == Status.FAIL
+    assert f.message.startswith("expect_gpus_per_node=8 declared, but no evidence: no GPU tool")
+    assert "optional" in f.message  # says how to accept it
+    assert h.judge_gpu_count(None, 8, None, optional=True).status == Status.SKIP
+
+
+def test_declared_nccl_expectations_without_a_log_fail_unless_optional() -> None:
+    why = "no NCCL log: backend is gloo"
+    net = h.judge_transport(None, why_none=why, multinode=True, expect_network="IB")
+    assert net.status == Status.FAIL and "expect_network=IB declared" in net.message
+    assert why in net.message
+    assert h.judge_transport(None, why_none=why, multinode=True, expect_network="IB",
+                             optional=True).status == Status.SKIP  # fmt: skip
+    plugin = h.judge_net_plugin(None, why_none=why, expect_plugin="aws-ofi-rccl")
+    assert plugin.status == Status.FAIL
+    version = h.judge_nccl_version(None, "2.18", "nccl", why_none=why)
+    assert version.status == Status.FAIL and why in version.message
+    assert h.judge_nccl_version(None, "2.18", "nccl", optional=True).status == Status.SKIP
 
 
 TWO_NODES = {0: set(range(0, 8)), 1: set(range(8, 16))}
@@ -125,6 +149,7 @@ def test_nccl_version() -> None:
         old.status == Status.FAIL and old.message == "RCCL 2.18.3 is older than the minimum 2.20.0"
     )
     assert h.judge_nccl_version(None, None, "nccl").status == Status.SKIP
+    assert h.judge_nccl_version("2.28.9", None, "nccl").status == Status.INFO  # no minimum
     # Numeric, not lexical: 2.9 < 2.10.
     assert h.judge_nccl_version("2.9.6", "2.10", "nccl").status == Status.FAIL
 
@@ -241,7 +266,7 @@ def test_net_plugin() -> None:
     )
     assert missing.status == Status.FAIL and "no external plugin" in missing.message
     internal = h.judge_net_plugin(_log("nccl-debug-info.log"), why_none="", expect_plugin=None)
-    assert internal.status == Status.PASS
+    assert internal.status == Status.INFO  # nothing expected: recorded only
     assert h.judge_net_plugin(None, why_none="x", expect_plugin=None).status == Status.SKIP
 
 
@@ -399,7 +424,7 @@ def test_run_health_reads_the_nccl_debug_file(
     by = {r.metric: r for r in h.run_health(_ctx("nccl"), h.HealthParams(check="health"))}
     assert by["nccl_transport"].status == "fail"
     assert "ncclInvalidUsage" in by["nccl_transport"].message
-    assert by["net_plugin"].status == "pass"
+    assert by["net_plugin"].status == "info"
     # No log at the expanded path: SKIP says where it looked.
     monkeypatch.setenv("NCCL_DEBUG_FILE", str(tmp_path / "other.%p.log"))
     by = {r.metric: r for r in h.run_health(_ctx("nccl"), h.HealthParams(check="health"))}
@@ -411,4 +436,25 @@ def test_run_health_without_process_group_skips_balance() -> None:
     assert not dist.is_initialized()
     rows = h.run_health(_ctx("gloo"), h.HealthParams(check="health"))
     bal = next(r for r in rows if r.metric == "memory_balance")
-    assert (bal.status, bal.message) == ("skip", "no process group: nothing to compare")
+    assert (bal.status, bal.message) == ("skip", "one rank: nothing to compare")
+
+
+def test_run_health_without_the_jobs_process_group_fails_balance() -> None:
+    """A rank of a 2-rank job whose group is gone compared nothing: that is a failure."""
+    assert not dist.is_initialized()
+    ctx = _ctx("gloo")
+    ctx.rank = dataclasses.replace(ctx.rank, world_size=2, local_world_size=2)
+    bal = next(r for r in h.run_health(ctx, h.HealthParams(check="health"))
+               if r.metric == "memory_balance")  # fmt: skip
+    assert bal.status == "fail" and "no process group in a job of 2 ranks" in bal.message
+
+
+def test_a_probe_that_raises_is_a_fail_with_its_error() -> None:
+    def broken() -> h.Finding:
+        raise OSError("nvidia-smi: couldn't communicate with the NVIDIA driver")
+
+    f = h._safe("gpu_count", broken)
+    assert f.status == Status.FAIL
+    assert f.message == (
+        "probe failed: OSError: nvidia-smi: couldn't communicate with the NVIDIA driver"
+    )

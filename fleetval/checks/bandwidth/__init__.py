@@ -25,7 +25,7 @@ from fleetval.checks.spec import (
     where,
 )
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
-from fleetval.units import human_bytes
+from fleetval.text import human_bytes
 
 
 class BusbwMinimum(BaseModel):
@@ -91,7 +91,7 @@ def _job_models(inp: GateInputs) -> dict[int, tuple[str, int]]:
     return out
 
 
-def _rule_for(
+def busbw_rule_for(
     rules: Iterable[BusbwMinimum], model: str, collective: str, world: int, nodes: int
 ) -> BusbwMinimum | None:
     for rule in rules:
@@ -118,7 +118,7 @@ def _busbw(inp: GateInputs, cfg: BusbwGate) -> Outcome:
     for (job, coll, _op, _dtype), by_size in sorted(series.items(), key=str):
         model, nnodes = jobs[job]
         world = next(iter(by_size.values()))[0]["world_size"]
-        rule = _rule_for(rules, model, coll, world, nnodes)
+        rule = busbw_rule_for(rules, model, coll, world, nnodes)
         if rule is None:
             gaps.append(f"{coll} n={world} on {model} ({nnodes} node(s)): no minimum declared")
             continue

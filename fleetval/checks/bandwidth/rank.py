@@ -17,7 +17,7 @@ from fleetval.checks.collectives.rank import (
 )
 from fleetval.checks.spec import StepSpec
 from fleetval.store.schema import Row
-from fleetval.vocab import Collective, DType, ReduceOp
+from fleetval.vocab import Collective, DType, ReduceOp, Status
 
 
 def busbw_factor(collective: Collective, world: int) -> float:
@@ -87,9 +87,9 @@ def run_bandwidth(ctx: CheckContext, p: BandwidthParams) -> list[Row]:
     """Achieved algbw and busbw per size on every rank, with exact verification of the result."""
     rows: list[Row] = []
     world = ctx.rank.world_size
-    for ident, collective, op, dtype in runnable(
-        ctx, p.check, p.collectives, p.ops, p.dtypes, rows
-    ):
+    cases = list(runnable(ctx, p.check, p.collectives, p.ops, p.dtypes, rows))
+    ctx.plan(len(cases) * len(p.sizes.sizes()) * (p.warmup + p.iters))
+    for ident, collective, op, dtype in cases:
         for size in p.sizes.sizes():
             count = elements_for(collective, size, dtype, world)
             nbytes = count * TORCH_DTYPE[dtype].itemsize
@@ -97,7 +97,7 @@ def run_bandwidth(ctx: CheckContext, p: BandwidthParams) -> list[Row]:
             samples = ctx.measure(
                 collective.value, case.launch, warmup=p.warmup, iters=p.iters
             ).samples_us
-            verdict = verdict_fields(0, {}, 0)
+            verdict = {"status": Status.INFO.value, "message": "timed only (verify: false)"}
             if p.verify:
                 case.reset()
                 case.launch()

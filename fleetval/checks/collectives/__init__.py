@@ -21,6 +21,7 @@ from fleetval.checks.spec import (
     where,
 )
 from fleetval.metrics import CORRECT
+from fleetval.status import judged
 from fleetval.vocab import Status
 
 
@@ -33,7 +34,9 @@ class CorrectnessGate(BaseModel):
 
 
 def _correctness(inp: GateInputs, cfg: CorrectnessGate) -> Outcome:
-    judged = [r for r in inp.rows if r["check"] in cfg.checks]
+    # NOTE: only judged rows count: a skipped combination (not on this backend) shows nothing
+    ran = [r for r in inp.rows if r["check"] in cfg.checks]
+    judged_rows = [r for r in ran if judged(r["status"])]
     bad = [
         r
         for r in inp.rows
@@ -52,14 +55,21 @@ def _correctness(inp: GateInputs, cfg: CorrectnessGate) -> Outcome:
     if bad:
         steps = sorted({r["step"] for r in bad})
         return Outcome(False, f"{plural(len(bad), 'failing row')} in {', '.join(steps)}", evidence)
-    if not judged:
-        return Outcome(None, f"no rows of {', '.join(cfg.checks)} in this run", [])
-    counts = Counter((r["check"], r.get("collective") or r.get("metric") or "") for r in judged)
+    if not judged_rows:
+        why = f"{plural(len(ran), 'row')}, none judged" if ran else "no rows"
+        return Outcome(None, f"{why} of {', '.join(cfg.checks)} in this run", [])
+    counts = Counter(
+        (r["check"], r.get("collective") or r.get("metric") or "") for r in judged_rows
+    )
     evidence = [
         Evidence(ok=True, text=f"{check} {what}: {n} rows pass", check=check, collective=what)
         for (check, what), n in sorted(counts.items())
     ]
-    return Outcome(True, f"{plural(len(judged), 'correctness row')} pass, none wrong", evidence)
+    unjudged = len(ran) - len(judged_rows)
+    rest = f"; {unjudged} not judged (skipped or recorded only)" if unjudged else ""
+    return Outcome(
+        True, f"{plural(len(judged_rows), 'correctness row')} pass, none wrong{rest}", evidence
+    )
 
 
 GATE = Gate(

@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fleetval.checks.spec import CheckPlugin, Evidence, Gate, GateInputs, Outcome, ResultTable
 from fleetval.metrics import Direction, MetricDecl
+from fleetval.status import measured
 from fleetval.store.schema import Row
-from fleetval.vocab import Status
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def scaling_efficiency(
     """Per world size, job throughput and weak-scaling efficiency T_n / (n x T_1), ascending.
 
     `rows` are one run's rows (Row objects, stored records or an Arrow table); only the
-    passing `throughput` rows of `ddp_scaling` are used. With several ddp_scaling steps in
+    measured (recorded, not failed) `throughput` rows of `ddp_scaling` are used. With several ddp_scaling steps in
     the rows, `step` picks one. Efficiency is None when the run had no world-size-1 job.
     """
     picked = [
@@ -52,7 +52,7 @@ def scaling_efficiency(
         for r in _records(rows)
         if r.get("check") == "ddp_scaling"
         and r.get("metric") == "throughput"
-        and r.get("status") == Status.PASS.value
+        and measured(r.get("status") or "")
         and r.get("value") is not None
     ]
     runs = sorted({r.get("run_id", "") for r in picked})

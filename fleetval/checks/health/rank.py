@@ -25,9 +25,13 @@ from fleetval.checks.base import CheckContext
 from fleetval.checks.spec import StepSpec
 from fleetval.formats.nccllog import NcclLogSummary, read_nccl_log
 from fleetval.store.schema import Row
+from fleetval.text import short
 from fleetval.vocab import Status
 
 GIB = 1024**3
+# The expectations a suite declares that need evidence from the node (a tool, a log).
+Expectation = Literal["expect_gpus_per_node", "min_nccl_version", "expect_network",
+                      "expect_net_plugin"]  # fmt: skip
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")  # NCCL_NET_GDR_LEVEL names, nearest first
 VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 
@@ -46,6 +50,9 @@ class HealthParams(StepSpec):
     required_env: dict[str, str] = Field(default_factory=dict)  # exact values this rank must see
     # AMD's multi-GPU guidance asks for these on the kernel command line (ROCm only).
     rocm_kernel_args: list[str] = Field(default_factory=lambda: ["iommu=pt", "amd_iommu=on"])
+    # Declared expectations whose evidence may be missing: SKIP instead of FAIL when, e.g.,
+    # no NCCL log was written or no GPU tool answered. Not listed: missing evidence FAILS.
+    optional: list[Expectation] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
@@ -80,6 +87,15 @@ class Finding:
 
 
 # ---- pure judgements ----------------------------------------------------------------------
+
+
+def no_evidence(metric: str, declared: str, why: str, *, optional: bool) -> Finding:
+    """A declared expectation with nothing to judge it by: FAIL, or SKIP where the suite
+    marked it optional."""
+    if optional:
+        return Finding(metric, Status.SKIP, f"{why} ({declared}: optional in this suite)")
+    hint = f"list {declared.split('=')[0]} under `optional:` to accept that"
+    return Finding(metric, Status.FAIL, f"{declared} declared, but no evidence: {why}; {hint}")
 
 
 def device_list(value: str) -> list[str]:
@@ -143,14 +159,19 @@ def judge_visible_devices(env: Mapping[str, str], device_count: int, *, rocm: bo
     )
 
 
-def judge_gpu_count(found: int | None, expected: int | None, source: str | None) -> Finding:
+def judge_gpu_count(
+    found: int | None, expected: int | None, source: str | None, *, optional: bool = False
+) -> Finding:
     """The node has the number of GPUs the suite expects."""
     m = "gpu_count"
     if found is None:
-        return Finding(m, Status.SKIP, "no GPU tool found (nvidia-smi, amd-smi, rocm-smi)")
+        why = "no GPU tool answered (nvidia-smi, amd-smi, rocm-smi)"
+        if expected is None:
+            return Finding(m, Status.SKIP, why)
+        return no_evidence(m, f"expect_gpus_per_node={expected}", why, optional=optional)
     if expected is None:
         return Finding(
-            m, Status.SKIP, f"expect_gpus_per_node not set; {source} lists {found}", found, "gpus"
+            m, Status.INFO, f"expect_gpus_per_node not set; {source} lists {found}", found, "gpus"
         )
     if found < expected:
         status, word = Status.FAIL, "fewer"
@@ -195,18 +216,30 @@ def _version_tuple(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 
 
-def judge_nccl_version(version: str | None, minimum: str | None, library: str) -> Finding:
+def judge_nccl_version(
+    version: str | None,
+    minimum: str | None,
+    library: str,
+    *,
+    why_none: str = "",
+    optional: bool = False,
+) -> Finding:
     """The NCCL/RCCL in use is known and not older than the suite's minimum."""
     m = "nccl_version"
     name = library.upper()
     if version is None:
-        return Finding(m, Status.SKIP, f"{name} version unknown (no GPU or no log)")
+        why = why_none or f"{name} version unknown (no GPU or no log)"
+        if minimum is None:
+            return Finding(m, Status.SKIP, why)
+        return no_evidence(m, f"min_nccl_version={minimum}", why, optional=optional)
     details = {"library": library, "version": version}
-    if minimum and _version_tuple(version) < _version_tuple(minimum):
+    if minimum is None:
+        return Finding(m, Status.INFO, f"{name} {version} (no min_nccl_version)", details=details)
+    if _version_tuple(version) < _version_tuple(minimum):
         return Finding(
             m, Status.FAIL, f"{name} {version} is older than the minimum {minimum}", details=details
         )
-    return Finding(m, Status.PASS, f"{name} {version}", details=details)
+    return Finding(m, Status.PASS, f"{name} {version} >= {minimum}", details=details)
 
 
 def parse_nccl_filter(value: str) -> tuple[bool, bool, list[str]]:
@@ -325,12 +358,19 @@ def judge_gdr_level(value: str | None) -> Finding:
 
 
 def judge_transport(
-    log: NcclLogSummary | None, *, why_none: str, multinode: bool, expect_network: str | None
+    log: NcclLogSummary | None,
+    *,
+    why_none: str,
+    multinode: bool,
+    expect_network: str | None,
+    optional: bool = False,
 ) -> Finding:
     """NCCL set up its communicator cleanly, over the network the suite expects."""
     m = "nccl_transport"
     if log is None:
-        return Finding(m, Status.SKIP, why_none)
+        if expect_network is None:
+            return Finding(m, Status.SKIP, why_none)
+        return no_evidence(m, f"expect_network={expect_network}", why_none, optional=optional)
     details = asdict(log)
     via = log.network or "no network"
     if log.errors:
@@ -367,12 +407,18 @@ def _transport_text(log: NcclLogSummary) -> str:
 
 
 def judge_net_plugin(
-    log: NcclLogSummary | None, *, why_none: str, expect_plugin: str | None
+    log: NcclLogSummary | None,
+    *,
+    why_none: str,
+    expect_plugin: str | None,
+    optional: bool = False,
 ) -> Finding:
     """The external net plugin the fabric needs (e.g. aws-ofi-rccl on Slingshot) was loaded."""
     m = "net_plugin"
     if log is None:
-        return Finding(m, Status.SKIP, why_none)
+        if expect_plugin is None:
+            return Finding(m, Status.SKIP, why_none)
+        return no_evidence(m, f"expect_net_plugin={expect_plugin}", why_none, optional=optional)
     details = {"net_plugin": log.net_plugin, "ofi_provider": log.ofi_provider}
     found = log.net_plugin
     if expect_plugin and not (found or "").startswith(expect_plugin):
@@ -380,10 +426,11 @@ def judge_net_plugin(
         return Finding(
             m, Status.FAIL, f"expected {expect_plugin}; NCCL loaded {got}", details=details
         )
+    status = Status.PASS if expect_plugin else Status.INFO  # nothing declared: recorded only
     if found:
         provider = f" (provider {log.ofi_provider})" if log.ofi_provider else ""
-        return Finding(m, Status.PASS, f"{found}{provider}", details=details)
-    return Finding(m, Status.PASS, "no external net plugin: internal IB/Socket", details=details)
+        return Finding(m, status, f"{found}{provider}", details=details)
+    return Finding(m, status, "no external net plugin: internal IB/Socket", details=details)
 
 
 def judge_miopen_cache(rocm: bool, dirs: list[tuple[str, str, bool]]) -> Finding:
@@ -558,14 +605,20 @@ def _free_gib(ctx: CheckContext) -> float | None:
 
 def _memory_balance(ctx: CheckContext, p: HealthParams) -> Finding:
     if not dist.is_available() or not dist.is_initialized():
-        return Finding("memory_balance", Status.SKIP, "no process group: nothing to compare")
+        if ctx.rank.world_size == 1:
+            return Finding("memory_balance", Status.SKIP, "one rank: nothing to compare")
+        why = f"no process group in a job of {ctx.rank.world_size} ranks: nothing was compared"
+        return Finding("memory_balance", Status.FAIL, why)
+    mine, error = None, None
     try:
         mine = _free_gib(ctx)
-    except Exception:  # NOTE: still join the gather below: the other ranks wait for this one
-        mine = None
+    except Exception as e:  # NOTE: still join the gather below: the other ranks wait for this one
+        error = e
     gathered: list[float | None] = [None] * ctx.rank.world_size
     ctx.enter("all_gather_object", 0)
-    dist.all_gather_object(gathered, mine)
+    dist.all_gather_object(gathered, mine)  # NOTE: an error here is the check's: _safe FAILs it
+    if error is not None:
+        return _failed("memory_balance", error)
     what = "device memory free" if ctx.on_gpu else "host memory available"
     return judge_memory_balance(
         gathered, ctx.rank.rank, p.memory_balance_pct, p.memory_balance_fail_pct, what
@@ -588,7 +641,8 @@ def _nccl_log(ctx: CheckContext) -> tuple[NcclLogSummary | None, str]:
 def _gpu_count(p: HealthParams) -> Finding:
     gpus, tool = environment.node_gpus()
     found = len(gpus) if tool["source"] else None
-    return judge_gpu_count(found, p.expect_gpus_per_node, tool["source"])
+    optional = "expect_gpus_per_node" in p.optional
+    return judge_gpu_count(found, p.expect_gpus_per_node, tool["source"], optional=optional)
 
 
 def _affinity(ctx: CheckContext) -> Finding:
@@ -606,20 +660,28 @@ def _visible(ctx: CheckContext, rocm: bool) -> Finding:
 
 def _version(ctx: CheckContext, log: NcclLogSummary | None, p: HealthParams, rocm: bool) -> Finding:
     library = "rccl" if rocm else "nccl"
-    if ctx.rank.backend != "nccl" or not ctx.on_gpu:
-        return Finding(
-            "nccl_version", Status.SKIP, f"backend is {ctx.rank.backend}: no NCCL in use"
-        )
-    version = environment.version_string(torch.cuda.nccl.version())
-    return judge_nccl_version(version or (log and log.version), p.min_nccl_version, library)
+    version, why = None, f"backend is {ctx.rank.backend}: no NCCL in use"
+    if ctx.rank.backend == "nccl" and ctx.on_gpu:
+        version = environment.version_string(torch.cuda.nccl.version()) or (log and log.version)
+        why = ""
+    optional = "min_nccl_version" in p.optional
+    return judge_nccl_version(
+        version or None, p.min_nccl_version, library, why_none=why, optional=optional
+    )
+
+
+def _failed(metric: str, error: BaseException) -> Finding:
+    """An error inside a probe or the check's collective: a FAIL of that finding, with it."""
+    return Finding(metric, Status.FAIL, f"probe failed: {type(error).__name__}: {short(error)}")
 
 
 def _safe(metric: str, probe: Callable[..., Finding], *args: Any, **kwargs: Any) -> Finding:
-    """A probe that raises becomes a WARN row: one broken probe must not hide the others."""
+    """A probe that raises becomes a FAIL row with its error: one broken probe must not hide
+    the others, and an error is never a pass or a warning."""
     try:
         return probe(*args, **kwargs)
     except Exception as e:
-        return Finding(metric, Status.WARN, f"probe failed: {type(e).__name__}: {e}")
+        return _failed(metric, e)
 
 
 def run_health(ctx: CheckContext, p: HealthParams) -> list[Row]:
@@ -638,9 +700,18 @@ def run_health(ctx: CheckContext, p: HealthParams) -> list[Row]:
         judge_ib_hca(env.get("NCCL_IB_HCA"), _listdir("/sys/class/infiniband")),
         judge_gdr_level(env.get("NCCL_NET_GDR_LEVEL")),
         judge_transport(
-            log, why_none=why_none, multinode=multinode, expect_network=p.expect_network
+            log,
+            why_none=why_none,
+            multinode=multinode,
+            expect_network=p.expect_network,
+            optional="expect_network" in p.optional,
         ),
-        judge_net_plugin(log, why_none=why_none, expect_plugin=p.expect_net_plugin),
+        judge_net_plugin(
+            log,
+            why_none=why_none,
+            expect_plugin=p.expect_net_plugin,
+            optional="expect_net_plugin" in p.optional,
+        ),
         judge_miopen_cache(rocm, _miopen_dirs(env) if rocm else []),
         judge_fine_grain_pcie(rocm, env.get("HSA_FORCE_FINE_GRAIN_PCIE")),
         judge_required_env(env, p.required_env),

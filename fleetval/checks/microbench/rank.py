@@ -15,12 +15,21 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
 import torch
-from pydantic import ByteSize, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
 
 from fleetval.checks.bandwidth.rank import percentile
 from fleetval.checks.base import CheckContext
@@ -40,8 +49,8 @@ class GpuSpec:
 
     model: str
     tflops: dict[str, float]  # dense (no sparsity) peak by dtype value
-    hbm_gbps: float  # device memory bandwidth, GB/s (read + write together)
-    host_gbps: float  # host link, GB/s per direction
+    hbm_gbps: float | None  # device memory bandwidth, GB/s (read + write together)
+    host_gbps: float | None  # host link, GB/s per direction
     source: str
 
 
@@ -66,8 +75,28 @@ EXPECTATIONS: tuple[tuple[str, GpuSpec], ...] = (
 )  # fmt: skip
 
 
-def expectations_for(device_name: str) -> GpuSpec | None:
-    """The spec of the first table entry whose pattern matches the device name, if any."""
+class ModelExpectation(BaseModel):
+    """A suite's own peaks for a device model the built-in table lacks (or overrides)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu_model: str = Field(min_length=1)  # regex searched in torch's device name; "cpu" for CPU
+    tflops: dict[DType, PositiveFloat] = Field(default_factory=dict)  # dense peak per dtype
+    hbm_gbps: PositiveFloat | None = None  # device memory bandwidth, GB/s
+    host_gbps: PositiveFloat | None = None  # host link, GB/s per direction
+    source: str = "the suite"  # where the figures come from
+
+    def spec(self) -> GpuSpec:
+        tflops = {d.value: v for d, v in self.tflops.items()}
+        return GpuSpec(self.gpu_model, tflops, self.hbm_gbps, self.host_gbps, self.source)
+
+
+def expectations_for(device_name: str, own: Sequence[ModelExpectation] = ()) -> GpuSpec | None:
+    """The suite's first matching expectation, else the first table entry whose pattern
+    matches the device name; None where neither knows the model."""
+    for e in own:
+        if re.search(e.gpu_model, device_name, re.IGNORECASE):
+            return e.spec()
     for pattern, spec in EXPECTATIONS:
         if re.search(pattern, device_name, re.IGNORECASE):
             return spec
@@ -96,6 +125,9 @@ class MicrobenchParams(StepSpec):
     # Below fail_fraction x the pass threshold is FAIL (e.g. a PCIe link trained at half
     # width), between the two WARN.
     fail_fraction: float = Field(default=0.5, gt=0, le=1)
+    # Peaks for models the built-in table lacks (MI355X, B200, ...), tried before it; a
+    # measurement with no expectation is recorded (INFO), never passed.
+    expectations: list[ModelExpectation] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _known_dtypes(self) -> Self:
@@ -155,9 +187,10 @@ def host_samples(
 def judge(
     measured: float, peak: float | None, pass_fraction: float, fail_fraction: float
 ) -> Status:
-    """PASS at or above pass_fraction x peak, FAIL below fail_fraction of that, else WARN."""
+    """PASS at or above pass_fraction x peak, FAIL below fail_fraction of that, else WARN;
+    INFO (recorded, not judged) without a peak."""
     if peak is None:
-        return Status.PASS
+        return Status.INFO
     threshold = pass_fraction * peak
     if measured >= threshold:
         return Status.PASS
@@ -198,7 +231,9 @@ def _fields(
     status = judge(j.value, j.peak, j.pass_fraction, p.fail_fraction)
     exp = expectation(j.peak, j.pass_fraction, p.fail_fraction)
     if exp is None:
-        msg = f"no expectations for {dev.name!r}; recorded only"
+        msg = (f"{what}: {j.value:.4g}, recorded only: no expectation for {dev.name!r}; add one "
+               f"to the step: expectations: [{{gpu_model: ..., tflops: {{bfloat16: ...}}, "
+               f"hbm_gbps: ..., host_gbps: ...}}]")  # fmt: skip
     else:
         msg = f"{what}: {j.value:.4g} vs peak {j.peak:g} ({j.value / j.peak:.0%}; passes at {j.pass_fraction:.0%})"
     return {
@@ -275,17 +310,17 @@ def _host_rows(ctx: CheckContext, p: MicrobenchParams, dev: Device) -> list[Row]
     return rows
 
 
-def probe_device(ctx: CheckContext) -> Device:
+def probe_device(ctx: CheckContext, own: Sequence[ModelExpectation] = ()) -> Device:
     """The rank's device and its expectations (None on CPU or for a model not in the table)."""
     if not ctx.on_gpu:
-        return Device("cpu", None)
+        return Device("cpu", expectations_for("cpu", own) if own else None)
     name = torch.cuda.get_device_name(ctx.device)
-    return Device(name, expectations_for(name))
+    return Device(name, expectations_for(name, own))
 
 
 def run_microbench(ctx: CheckContext, p: MicrobenchParams) -> list[Row]:
     """This rank's GPU reaches its model's expected GEMM, memory and host-link throughput."""
-    dev = probe_device(ctx)
+    dev = probe_device(ctx, p.expectations)
     # GEMM first: it also warms clocks and the allocator for the bandwidth tests.
     rows = [*_gemm_rows(ctx, p, dev), _copy_row(ctx, p, dev), *_host_rows(ctx, p, dev)]
     ctx.synchronize()

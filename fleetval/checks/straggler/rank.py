@@ -69,6 +69,7 @@ def run_straggler(ctx: CheckContext, p: StragglerParams) -> list[Row]:
     """Names the rank (and node) that arrives last at collectives; a clean run names nobody."""
     n = max(1, int(p.size) // 4)
     buf = pattern(ctx.rank.seed, ctx.rank.rank, n, None).to(ctx.device, torch.float32)
+    ctx.plan(p.warmup + p.iters)
     timing = ctx.measure("all_reduce", lambda: dist.all_reduce(buf), warmup=p.warmup, iters=p.iters)
     waits = timing.samples_us
     everyone: list[tuple[str, list[float]] | None] = [None] * ctx.rank.world_size
