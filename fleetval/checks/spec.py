@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, PositiveFloat
 
 from fleetval.metrics import MetricDecl
+from fleetval.status import severity
 from fleetval.text import human_bytes
+from fleetval.vocab import Status
 
 if TYPE_CHECKING:
     from fleetval.analysis.compare import Comparison
@@ -133,6 +135,27 @@ class ResultTable:
     rows: tuple[tuple[str, ...], ...]
 
 
+@dataclass(frozen=True)
+class FigureContext:
+    """What a check's headline figures are judged against, beside its own rows."""
+
+    models: dict[str, str]  # node -> GPU model label (`gpu_label`)
+    gates: Any  # the suite's parsed `gates:` (signoff.gates.Gates) or None
+
+
+def worst_rows(rows: Sequence[dict[str, Any]], *_: object) -> list[str]:
+    """The failing and warning rows, worst first: the figures of a check without headline ones."""
+    bad = [r for r in rows if severity(r["status"]) >= severity(Status.WARN)]
+    bad.sort(key=lambda r: -severity(r["status"]))
+    return [f"{r['status']}: rank {r['rank']} {row_what(r)}: {r['message']}" for r in bad]
+
+
+def row_what(r: dict[str, Any]) -> str:
+    size = human_bytes(r["size_bytes"]) if r.get("size_bytes") is not None else None
+    parts = [r.get("metric"), r.get("collective"), r.get("op"), r.get("dtype"), size]
+    return " ".join(p for p in parts if p)
+
+
 # -- the plug-in --------------------------------------------------------------------------------
 
 
@@ -150,6 +173,8 @@ class CheckPlugin:
     incident: str | None = None  # the incident kind a failing row raises in reports
     synchronizing: frozenset[str] = frozenset()  # metrics whose end is a collective (lateness)
     tables: Callable[[Sequence[dict[str, Any]]], list[ResultTable]] | None = None  # for `show`
+    # what `fleetval run` prints per step: the headline figures against their expectation
+    figures: Callable[[Sequence[dict[str, Any]], FigureContext], list[str]] = worst_rows
 
     @cached_property
     def _rank(self) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, PositiveFloat, PositiveInt
@@ -15,6 +15,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, PositiveFloat, Posi
 from fleetval.checks.spec import (
     CheckPlugin,
     Evidence,
+    FigureContext,
     Gate,
     GateInputs,
     Outcome,
@@ -23,6 +24,7 @@ from fleetval.checks.spec import (
     plural,
     row_evidence,
     where,
+    worst_rows,
 )
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
 from fleetval.text import human_bytes
@@ -153,6 +155,38 @@ def _busbw(inp: GateInputs, cfg: BusbwGate) -> Outcome:
     )
 
 
+def _figures(rows: Sequence[dict[str, Any]], context: FigureContext) -> list[str]:
+    """Per collective, op and dtype: busbw at the largest size (slowest rank) vs its floor."""
+    gates = context.gates
+    floors = [*(gates.busbw.minimums if gates and gates.busbw else ()), *BUSBW_DEFAULTS]
+    models = context.models
+    series: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["busbw_gbps"] is not None:
+            series[(r["collective"], r["op"], r["dtype"])].append(r)
+    out = []
+    for (coll, op, dtype), got in sorted(series.items(), key=str):
+        top = max(r["size_bytes"] for r in got)
+        slowest = min((r for r in got if r["size_bytes"] == top), key=lambda r: r["busbw_gbps"])
+        world = slowest["world_size"]
+        nodes = sorted({r["node"] for r in got})
+        kinds = {models.get(n, "unknown") for n in nodes}
+        model = kinds.pop() if len(kinds) == 1 else "mixed"
+        head = (f"{coll} {op or ''} {dtype} {human_bytes(top)} n={world}: busbw "
+                f"{slowest['busbw_gbps']:.4g} GB/s (slowest: rank {slowest['rank']})")  # fmt: skip
+        rule = busbw_rule_for(floors, model, coll, world, len(nodes))
+        if rule is None:
+            out.append(f"{head}, recorded only: no floor for {model} (declare gates.busbw)")
+        elif top < rule.min_size:
+            out.append(f"{head}, recorded only: the floor {rule.min_busbw_gbps:g} GB/s for "
+                       f"{model} applies from {human_bytes(int(rule.min_size))}")  # fmt: skip
+        else:
+            ok = slowest["busbw_gbps"] >= rule.min_busbw_gbps
+            out.append(f"{head} {'>=' if ok else '<'} floor {rule.min_busbw_gbps:g} GB/s for "
+                       f"{model}: {'met' if ok else 'below'}")  # fmt: skip
+    return out + worst_rows(rows)
+
+
 GATE = Gate(
     name="busbw",
     config=BusbwGate,
@@ -172,4 +206,5 @@ PLUGIN = CheckPlugin(
     doc="Achieved algbw and busbw per size on every rank, with exact verification of the result.",
     metrics=(BUSBW, LATENCY, CORRECT),
     gate=GATE,
+    figures=_figures,
 )

@@ -15,7 +15,16 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleetval.checks.spec import CheckPlugin, Evidence, Gate, GateInputs, Outcome, ResultTable
+from fleetval.checks.spec import (
+    CheckPlugin,
+    Evidence,
+    FigureContext,
+    Gate,
+    GateInputs,
+    Outcome,
+    ResultTable,
+    worst_rows,
+)
 from fleetval.metrics import Direction, MetricDecl
 from fleetval.status import measured
 from fleetval.store.schema import Row
@@ -158,6 +167,17 @@ def _shared(name: str, unit: str, direction: Direction) -> MetricDecl:
     return MetricDecl(name=name, unit=unit, direction=direction, shared=True)
 
 
+def _scaling_figures(rows: Sequence[dict[str, Any]], _: FigureContext) -> list[str]:
+    """The job's throughput; efficiency needs every world size, so `report` judges it."""
+    tput = [r for r in rows if r["metric"] == "throughput" and r["value"] is not None]
+    if not tput:
+        return worst_rows(rows)
+    total = sum(r["value"] for r in tput)
+    world = tput[0]["world_size"]
+    return [f"throughput {total:.4g} samples/s at n={world}, recorded only: efficiency is "
+            "judged against gates.scaling by `fleetval report`"]  # fmt: skip
+
+
 SCALING = CheckPlugin(
     name="ddp_scaling",
     rank_module="fleetval.checks.ddp.rank",
@@ -173,6 +193,7 @@ SCALING = CheckPlugin(
     gate=SCALING_GATE,
     synchronizing=frozenset({"step_time_ms"}),  # a DDP step ends in its gradient all-reduce
     tables=_tables,
+    figures=_scaling_figures,
 )
 
 HEALTH = CheckPlugin(

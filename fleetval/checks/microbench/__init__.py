@@ -5,10 +5,24 @@ Sign-off: the `microbench` gate (every judged micro-benchmark at its expected fr
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from fleetval.checks.spec import CheckPlugin, Gate, GateInputs, Outcome, plural, row_evidence, where
+from fleetval.checks.spec import (
+    CheckPlugin,
+    FigureContext,
+    Gate,
+    GateInputs,
+    Outcome,
+    plural,
+    row_evidence,
+    where,
+)
 from fleetval.metrics import Direction, MetricDecl
+from fleetval.text import human_bytes
 
 
 class MicrobenchGate(BaseModel):
@@ -63,6 +77,29 @@ def _own(name: str, unit: str) -> MetricDecl:  # every rank measures its own GPU
     return MetricDecl(name=name, unit=unit, direction=Direction.HIGHER, shared=False)
 
 
+def _figures(rows: Sequence[dict[str, Any]], _: FigureContext) -> list[str]:
+    """Per metric, dtype and size: the slowest rank against its expectation, if any."""
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["value"] is not None:
+            groups[(r["metric"], r["dtype"] or "", r["size_bytes"] or 0)].append(r)
+    out = []
+    for (metric, dtype, size), got in sorted(groups.items(), key=str):
+        worst = min(got, key=lambda r: r["value"])
+        exp = worst["details"].get("expectation")
+        device = worst["details"].get("device_name") or "this device"
+        n = worst["details"].get("n")
+        shape = f"{n}x{n}" if n else human_bytes(size) if size else ""
+        what = " ".join(w for w in (metric, dtype, shape) if w)
+        head = f"{what}: {worst['value']:.4g} {worst['unit']} (slowest: rank {worst['rank']})"
+        if exp is None:
+            out.append(f"{head}, recorded only: no expectation for {device!r}")
+        else:
+            verdict = worst["status"]
+            out.append(f"{head} vs pass at {exp['pass_at']:.4g} (peak {exp['peak']:g}): {verdict}")
+    return out
+
+
 PLUGIN = CheckPlugin(
     name="microbench",
     rank_module="fleetval.checks.microbench.rank",
@@ -76,4 +113,5 @@ PLUGIN = CheckPlugin(
         _own("d2h_gbps", "GB/s"),
     ),
     gate=GATE,
+    figures=_figures,
 )
