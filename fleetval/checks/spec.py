@@ -101,6 +101,16 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def tally(evidence: list[Evidence], *, noun: str, missed: str, met: str, none: str) -> Outcome:
+    """A gate whose evidence rows each hold or break: FAIL on any break, no evidence is `None`."""
+    failing = sum(1 for e in evidence if not e.ok)
+    if failing:
+        return Outcome(False, f"{failing} of {len(evidence)} {missed}", evidence)
+    if not evidence:
+        return Outcome(None, none, [])
+    return Outcome(True, f"{plural(len(evidence), noun)} {met}", evidence)
+
+
 def where(r: dict[str, Any]) -> str:
     dev = f" ({r['device_id']})" if r.get("device_id") else ""
     return f"rank {r['rank']} on {r['node']}{dev}"

@@ -21,8 +21,8 @@ from fleetval.checks.spec import (
     Outcome,
     gpu_label,
     ident,
-    plural,
     row_evidence,
+    tally,
     where,
     worst_rows,
 )
@@ -144,15 +144,10 @@ def _busbw(inp: GateInputs, cfg: BusbwGate) -> Outcome:
         if id(rule) not in used and any(re.search(rule.gpu_model, m, re.I) for m in run_models):
             text = f"{rule.collective} on {rule.gpu_model}: declared minimum, not measured"
             evidence.append(Evidence(ok=False, text=text, collective=rule.collective))
-    failing = [e for e in evidence if not e.ok]
-    if failing:
-        return Outcome(False, f"{len(failing)} of {len(evidence)} below their minimum", evidence)
-    if not evidence:
-        why = "; ".join(gaps[:6]) or "no bandwidth rows in this run"
-        return Outcome(None, f"no bandwidth-bound measurement with a minimum: {why}", [])
-    return Outcome(
-        True, f"{plural(len(evidence), 'measurement')} at or above the minimum", evidence
-    )
+    why = "; ".join(gaps[:6]) or "no bandwidth rows in this run"
+    return tally(evidence, noun="measurement", missed="below their minimum",
+                 met="at or above the minimum",
+                 none=f"no bandwidth-bound measurement with a minimum: {why}")  # fmt: skip
 
 
 def _figures(rows: Sequence[dict[str, Any]], context: FigureContext) -> list[str]:

@@ -17,8 +17,8 @@ from fleetval.checks.spec import (
     Gate,
     GateInputs,
     Outcome,
-    plural,
     row_evidence,
+    tally,
     where,
 )
 from fleetval.metrics import Direction, MetricDecl
@@ -45,20 +45,11 @@ def _microbench(inp: GateInputs, cfg: MicrobenchGate) -> Outcome:
         text = (f"{r['metric']} {r.get('dtype') or ''} on {where(r)}: {r['value']:.4g} {r['unit']} "
                 f"= {r['value'] / peak:.0%} of {peak:g} ({'>=' if ok else '<'} {need / peak:.0%})")  # fmt: skip
         evidence.append(row_evidence(r, ok, text, value=r["value"], expected=need, unit=r["unit"]))
-    failing = [e for e in evidence if not e.ok]
-    if failing:
-        return Outcome(
-            False, f"{len(failing)} of {len(evidence)} below their expected fraction", evidence
-        )
-    if not evidence:
-        names = sorted({(r["details"] or {}).get("device_name") or r["device"] for r in rows})
-        why = f"no expectations for {', '.join(names)}" if rows else "no microbench step ran"
-        return Outcome(None, f"nothing judged against a spec sheet: {why}", [])
-    return Outcome(
-        True,
-        f"{plural(len(evidence), 'micro-benchmark')} at or above the expected fraction",
-        evidence,
-    )
+    names = sorted({(r["details"] or {}).get("device_name") or r["device"] for r in rows})
+    why = f"no expectations for {', '.join(names)}" if rows else "no microbench step ran"
+    return tally(evidence, noun="micro-benchmark", missed="below their expected fraction",
+                 met="at or above the expected fraction",
+                 none=f"nothing judged against a spec sheet: {why}")  # fmt: skip
 
 
 GATE = Gate(

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PositiveFloat
 
-from fleetval.checks.spec import CheckPlugin, Gate, GateInputs, Outcome, plural, row_evidence
+from fleetval.checks.spec import CheckPlugin, Gate, GateInputs, Outcome, row_evidence, tally
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
 
 
@@ -66,14 +66,8 @@ def _p2p(inp: GateInputs, cfg: P2pGate) -> Outcome:
                 f"{'>=' if ok else '<'} {cfg.min_gbps:g} GB/s")  # fmt: skip
         evidence.append(row_evidence(r, ok, text, value=r["busbw_gbps"], expected=cfg.min_gbps,
                                      unit="GB/s"))  # fmt: skip
-    failing = [e for e in evidence if not e.ok]
-    if failing:
-        return Outcome(
-            False, f"{len(failing)} of {len(evidence)} pair directions below the minimum", evidence
-        )
-    return Outcome(
-        True, f"{plural(len(evidence), 'pair direction')} at or above the minimum", evidence
-    )
+    return tally(evidence, noun="pair direction", missed="pair directions below the minimum",
+                 met="at or above the minimum", none="no p2p rows in this run")  # fmt: skip
 
 
 GATE = Gate(
