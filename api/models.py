@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from fleetval.suite import shipped_suites
+from fleetval.vocab import Catchup
 
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 LabelValue = Annotated[str, StringConstraints(max_length=1024)]
@@ -69,8 +70,9 @@ class ScheduleRequest(_In):
     # NOTE: two fewer than a submission's: every firing adds `schedule` and `fire_time`
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=62)
     retries: int = Field(default=0, ge=0, le=10, description="As a submission's retries")
-    catchup: Literal["once", "skip"] = Field(
-        default="once",
+    catchup: Catchup = Field(
+        default=Catchup.ONCE,
+        strict=False,  # NOTE: the enum from its JSON string; strict takes only members
         description="Firings missed while no service ran: `once` runs one for the latest of "
         "them, `skip` waits for the next fire time; never a backlog",
     )

@@ -26,9 +26,10 @@ from fleetval.api.errors import ApiError
 from fleetval.api.executor import Executor
 from fleetval.api.limits import Limits
 from fleetval.api.models import SubmitRequest
-from fleetval.api.schedules import Catchup, Firing, decide, parse_stamp, stamp
+from fleetval.api.schedules import Firing, decide, parse_stamp, stamp
 from fleetval.run.plan import PlanError
 from fleetval.suite import SuiteError
+from fleetval.vocab import Catchup
 
 log = logging.getLogger(__name__)
 

@@ -16,17 +16,13 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 
 from croniter import croniter
 
+from fleetval.vocab import Catchup
+
 LATE_S = 60.0  # a fire time this late still fires, whatever `catchup` says
 SECONDS_FIELD = 5  # croniter's index of the optional seconds field
-
-
-class Catchup(StrEnum):
-    ONCE = "once"  # after downtime: one run for the latest missed fire time
-    SKIP = "skip"  # after downtime: nothing until the next fire time
 
 
 class CronError(ValueError):

@@ -15,7 +15,9 @@ router = APIRouter(tags=["health"])
 
 @router.get(
     "/healthz",
-    responses={503: {"model": Health, "description": "Degraded: the executor or the scheduler cannot run"}},
+    responses={
+        503: {"model": Health, "description": "Degraded: the executor or the scheduler cannot run"}
+    },
 )
 def healthz(db: DbDep, executor: ExecutorDep, request: Request) -> Response:
     """Liveness (no token): whether this process runs the queue, and the queue depth; 503

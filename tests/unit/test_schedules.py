@@ -18,7 +18,6 @@ from fleetval.api.limits import Limits
 from fleetval.api.scheduler import Scheduler, submission_id
 from fleetval.api.schedules import (
     LATE_S,
-    Catchup,
     CronError,
     decide,
     latest_at,
@@ -29,6 +28,7 @@ from fleetval.api.schedules import (
 )
 from fleetval.store.catalog import RunFilter
 from fleetval.store.dataset import Store
+from fleetval.vocab import Catchup
 
 T0 = datetime(2025, 3, 1, 2, 0, 0, tzinfo=UTC)
 EVERY_10S = "* * * * * */10"
@@ -221,6 +221,9 @@ def test_rest_scopes_ownership_and_problems(api):
         "nightly"
     ]
     assert client.get("/v1/schedules/nightly", headers=h["reader"]).json()["labels"] == {"k": "v"}
+    skip = {**body, "name": "weekly", "cron": "@weekly", "catchup": "skip"}
+    assert client.post("/v1/schedules", json=skip, headers=h["bob"]).json()["catchup"] == "skip"
+    assert client.delete("/v1/schedules/weekly", headers=h["bob"]).status_code == 200
     assert client.delete("/v1/schedules/nightly", headers=h["reader"]).status_code == 403
     assert client.delete("/v1/schedules/nightly", headers=h["bob"]).status_code == 403
     assert client.delete("/v1/schedules/nightly", headers=h["root"]).status_code == 200
