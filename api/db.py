@@ -130,6 +130,7 @@ CREATE TABLE IF NOT EXISTS schedules (
     refused INTEGER NOT NULL DEFAULT 0,      -- firings the submit checks refused
     skipped INTEGER NOT NULL DEFAULT 0       -- looks that found missed firings and ran none
 );
+CREATE INDEX IF NOT EXISTS schedules_due ON schedules (next_fire);
 """
 # Columns added since the first release: (table, column, declaration), added when missing.
 MIGRATIONS = (

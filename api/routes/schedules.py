@@ -12,6 +12,11 @@ from fleetval.api.models import ScheduleOut, ScheduleRequest
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 ScheduleName = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+# Follow a new schedule to its read and its delete (stateful clients and tests).
+_LINKS = {
+    name: {"operationId": op, "parameters": {"name": "$response.body#/name"}}
+    for name, op in (("GetSchedule", "get_schedule"), ("DeleteSchedule", "delete_schedule"))
+}
 
 
 @router.post(
@@ -19,6 +24,7 @@ ScheduleName = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     status_code=201,
     operation_id="create_schedule",
     responses={
+        201: {"description": "Stored; it fires from its next fire time", "links": _LINKS},
         409: {"description": "A schedule of this name exists"},
         422: {"description": "Invalid cron or suite, over a limit, or the cluster cannot place it"},
         429: {"description": "The owner has too many schedules"},
