@@ -1,4 +1,5 @@
-"""The service's durable state: the submission queue and the API tokens, in one SQLite file.
+"""The service's durable state: the submission queue, the API tokens and the schedules, in
+one SQLite file.
 
 WAL journal with synchronous=FULL: a submission is on disk before its 201 returns, and a
 `kill -9` (or power loss) never loses one. One connection per process behind a lock: every
@@ -281,7 +282,7 @@ def hash_token(token: str) -> str:
 
 
 class ServiceDB:
-    """The queue and the tokens of one data directory."""
+    """The queue, the tokens and the schedules of one data directory."""
 
     def __init__(self, data_dir: Path) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)

@@ -122,6 +122,11 @@ class Scheduler:
             schedule.cron, parse_stamp(schedule.next_fire), now, Catchup(schedule.catchup)
         )
         claim = {"due": schedule.next_fire, "next_fire": stamp(firing.next_fire)}
+        if firing.missed:
+            log.warning(
+                "schedule %s: fire times from %s on were missed; catchup %s runs %s",
+                schedule.name, schedule.next_fire, schedule.catchup, firing.fire_at or "none",
+            )  # fmt: skip
         if firing.fire_at is None:
             return self.db.claim_firing(schedule.name, outcome=FireOutcome.SKIPPED, **claim)
         try:
