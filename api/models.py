@@ -62,7 +62,9 @@ class ScheduleRequest(_In):
     """A named cron schedule: each firing submits `suite` with `labels`, as its creator."""
 
     name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-    cron: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(
+    cron: Annotated[
+        str, StringConstraints(pattern=r"^(@[a-z]+|\S+( \S+){4,6})$", max_length=256)
+    ] = Field(
         description="UTC. Five fields (minute hour day month weekday), @daily and the like, or "
         "a sixth field for seconds written last (`* * * * * */30`)"
     )
