@@ -17,6 +17,7 @@ from fleetval.api.db import ServiceDB
 from fleetval.api.errors import problem
 from fleetval.api.executor import Executor
 from fleetval.api.routes import ROUTERS
+from fleetval.api.scheduler import Scheduler
 from fleetval.api.settings import Settings
 from fleetval.store.dataset import Store
 
@@ -29,6 +30,7 @@ EXTRA_STATUSES = {
     ("GET", "/v1/baselines/{name}"): (409,),
     ("POST", "/v1/compare"): (409,),
     ("GET", "/v1/runs/{run_id}/report"): (409,),
+    ("POST", "/v1/schedules"): (409, 429),
 }
 
 
@@ -86,6 +88,7 @@ def create_app(settings: Settings) -> FastAPI:
     db = ServiceDB(settings.data_dir)
     store = Store(settings.data_dir)
     executor = Executor(db, store, settings.address)
+    scheduler = Scheduler(db, executor, settings.limits)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -94,7 +97,10 @@ def create_app(settings: Settings) -> FastAPI:
         await asyncio.to_thread(store.run_index)
         if settings.run_executor:
             executor.start()
+        if settings.run_scheduler:
+            scheduler.start()
         yield
+        await asyncio.to_thread(scheduler.stop)
         await asyncio.to_thread(executor.stop)
         db.close()
 
@@ -105,7 +111,7 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings, app.state.db, app.state.store = settings, db, store
-    app.state.executor = executor
+    app.state.executor, app.state.scheduler = executor, scheduler
     app.state.metrics = metrics.registry(db)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     _install_errors(app)

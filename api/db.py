@@ -1,4 +1,5 @@
-"""The service's durable state: the submission queue and the API tokens, in one SQLite file.
+"""The service's durable state: the submission queue, the API tokens and the schedules, in
+one SQLite file.
 
 WAL journal with synchronous=FULL: a submission is on disk before its 201 returns, and a
 `kill -9` (or power loss) never loses one. One connection per process behind a lock: every
@@ -113,6 +114,24 @@ CREATE TABLE IF NOT EXISTS tokens (
     scope TEXT NOT NULL,
     created_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS schedules (
+    name TEXT PRIMARY KEY,
+    cron TEXT NOT NULL,
+    suite TEXT NOT NULL,                     -- JSON: a shipped suite's name or an inline suite
+    labels TEXT NOT NULL,                    -- JSON object
+    retries INTEGER NOT NULL,
+    catchup TEXT NOT NULL,                   -- once | skip: what a firing missed while down does
+    owner TEXT NOT NULL,                     -- its runs are this token owner's
+    created_at TEXT NOT NULL,
+    next_fire TEXT NOT NULL,                 -- UTC, to the second: the claim compares it
+    last_fire TEXT,
+    last_run_id TEXT,
+    last_error TEXT NOT NULL DEFAULT '',
+    fired INTEGER NOT NULL DEFAULT 0,        -- runs queued; counters for /metrics
+    refused INTEGER NOT NULL DEFAULT 0,      -- firings the submit checks refused
+    skipped INTEGER NOT NULL DEFAULT 0       -- looks that found missed firings and ran none
+);
+CREATE INDEX IF NOT EXISTS schedules_due ON schedules (next_fire);
 """
 # Columns added since the first release: (table, column, declaration), added when missing.
 MIGRATIONS = (
@@ -180,6 +199,40 @@ class Submission:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Schedule:
+    name: str
+    cron: str
+    suite: str | dict[str, Any]
+    labels: dict[str, str]
+    retries: int
+    catchup: str
+    owner: str
+    created_at: str
+    next_fire: str
+    last_fire: str | None
+    last_run_id: str | None
+    last_error: str
+    fired: int
+    refused: int
+    skipped: int
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Schedule:
+        rec = dict(row)
+        rec["suite"] = json.loads(rec["suite"])
+        rec["labels"] = json.loads(rec["labels"])
+        return cls(**rec)
+
+
+class FireOutcome(StrEnum):
+    """What a claimed look at a due schedule did; each has its counter."""
+
+    FIRED = "fired"
+    REFUSED = "refused"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Token:
     id: str
     name: str  # the owner
@@ -214,6 +267,9 @@ class Token:
         """A run belongs to the name of the token that submitted it; admin may act on any."""
         return self.admin or sub.submitter == self.name
 
+    def owns_schedule(self, schedule: Schedule) -> bool:
+        return self.admin or schedule.owner == self.name
+
 
 def now(after_s: float = 0.0) -> str:
     """UTC, ISO 8601 to the millisecond: sorts as text in time order."""
@@ -226,7 +282,7 @@ def hash_token(token: str) -> str:
 
 
 class ServiceDB:
-    """The queue and the tokens of one data directory."""
+    """The queue, the tokens and the schedules of one data directory."""
 
     def __init__(self, data_dir: Path) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -600,6 +656,92 @@ class ServiceDB:
     def meta(self, key: str) -> Any:
         rows = self._query("SELECT value FROM meta WHERE key = ?", (key,))
         return json.loads(rows[0][0]) if rows else None
+
+    # -- schedules -----------------------------------------------------------------------
+
+    def add_schedule(
+        self,
+        *,
+        name: str,
+        cron: str,
+        suite: str | dict[str, Any],
+        labels: dict[str, str],
+        retries: int,
+        catchup: str,
+        owner: str,
+        next_fire: str,
+    ) -> Schedule | None:
+        """A new schedule (committed on return); None when the name is taken."""
+        try:
+            with self._lock:
+                self._conn.execute(
+                    "INSERT INTO schedules (name, cron, suite, labels, retries, catchup, owner,"
+                    " created_at, next_fire) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (name, cron, json.dumps(suite), json.dumps(labels), retries, catchup, owner,
+                     now(), next_fire),
+                )  # fmt: skip
+        except sqlite3.IntegrityError:
+            return None
+        return self.schedule(name)
+
+    def schedule(self, name: str) -> Schedule | None:
+        rows = self._query("SELECT * FROM schedules WHERE name = ?", (name,))
+        return Schedule.from_row(rows[0]) if rows else None
+
+    def schedules(self) -> list[Schedule]:
+        return [Schedule.from_row(r) for r in self._query("SELECT * FROM schedules ORDER BY name")]
+
+    def owner_schedules(self, owner: str) -> int:
+        return int(self._query("SELECT COUNT(*) FROM schedules WHERE owner = ?", (owner,))[0][0])
+
+    def delete_schedule(self, name: str) -> bool:
+        with self._lock:
+            cur = self._conn.execute("DELETE FROM schedules WHERE name = ?", (name,))
+        return cur.rowcount == 1
+
+    def due_schedules(self, at: str) -> list[Schedule]:
+        rows = self._query("SELECT * FROM schedules WHERE next_fire <= ? ORDER BY next_fire", (at,))
+        return [Schedule.from_row(r) for r in rows]
+
+    def next_due(self) -> str | None:
+        """The earliest next fire time of any schedule (how long the scheduler may sleep)."""
+        return self._query("SELECT MIN(next_fire) FROM schedules")[0][0]
+
+    def claim_firing(
+        self,
+        name: str,
+        *,
+        due: str,
+        next_fire: str,
+        outcome: FireOutcome,
+        fired_at: str | None = None,
+        run_id: str | None = None,
+        error: str = "",
+    ) -> bool:
+        """Move a schedule from `due` to `next_fire` and count what the look did, in one
+        statement: of two schedulers that looked at the same `due` (two processes, or one
+        before and one after a restart), exactly one gets True."""
+        counter = outcome.value  # NOTE: each outcome's counter column has its name
+        sets = f"next_fire = ?, {counter} = {counter} + 1, last_error = ?"
+        args: list[Any] = [next_fire, error]
+        if fired_at is not None:
+            sets += ", last_fire = ?, last_run_id = COALESCE(?, last_run_id)"
+            args += [fired_at, run_id]
+        with self._lock:
+            cur = self._conn.execute(
+                f"UPDATE schedules SET {sets} WHERE name = ? AND next_fire = ?",
+                (*args, name, due),
+            )
+        return cur.rowcount == 1
+
+    def can_submit(self, owner: str) -> bool:
+        """Whether `owner` holds a valid token that may submit (a schedule's runs are theirs)."""
+        rows = self._query("SELECT * FROM tokens WHERE name = ?", (owner,))
+        at = now()
+        return any(
+            t.state(at) == TokenState.VALID and SCOPE_RANK[t.scope] >= SCOPE_RANK[Scope.SUBMIT]
+            for t in map(Token.from_row, rows)
+        )
 
     # -- tokens --------------------------------------------------------------------------
 

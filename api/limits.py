@@ -44,6 +44,12 @@ class Limits(BaseModel):
     max_active_per_owner: PositiveInt = Field(
         20, description="queued + running submissions per token owner (429 beyond)"
     )
+    max_schedules_per_owner: PositiveInt = Field(
+        50, description="named schedules per token owner (429 beyond)"
+    )
+    min_schedule_interval_s: PositiveFloat = Field(
+        60.0, description="the shortest gap a schedule's cron may have between two firings"
+    )
 
     @classmethod
     def load(cls, path: Path) -> Limits:

@@ -13,7 +13,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from fleetval.api.db import STEP_BUCKETS, QueueStatus, ServiceDB
+from fleetval.api.db import STEP_BUCKETS, FireOutcome, QueueStatus, ServiceDB
+from fleetval.api.schedules import parse_stamp
 
 
 class ServiceCollector(Collector):
@@ -42,6 +43,33 @@ class ServiceCollector(Collector):
         for collective, size_class, node, gbps in self.db.busbw():
             busbw.add_metric([collective, size_class, node], gbps)
         yield busbw
+        yield from self._schedules()
+
+    def _schedules(self) -> Iterator[Metric]:
+        """Per schedule: firings by outcome, and the last and next fire time (Unix seconds),
+        from the counters each firing updates in its schedule's row."""
+        fires = CounterMetricFamily(
+            "fleetval_schedule_fires",
+            "Looks at a due schedule, by outcome: fired (a run queued), refused, skipped",
+            labels=["schedule", "outcome"],
+        )
+        last = GaugeMetricFamily(
+            "fleetval_schedule_last_fire_timestamp_seconds",
+            "The fire time of the schedule's last run",
+            labels=["schedule"],
+        )
+        nxt = GaugeMetricFamily(
+            "fleetval_schedule_next_fire_timestamp_seconds",
+            "The schedule's next fire time",
+            labels=["schedule"],
+        )
+        for s in self.db.schedules():
+            for outcome in FireOutcome:
+                fires.add_metric([s.name, outcome.value], getattr(s, outcome.value))
+            if s.last_fire is not None:
+                last.add_metric([s.name], parse_stamp(s.last_fire).timestamp())
+            nxt.add_metric([s.name], parse_stamp(s.next_fire).timestamp())
+        yield from (fires, last, nxt)
 
     def _steps(self) -> Iterator[Metric]:
         hist = HistogramMetricFamily(

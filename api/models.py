@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from fleetval.suite import shipped_suites
+from fleetval.vocab import Catchup
 
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 LabelValue = Annotated[str, StringConstraints(max_length=1024)]
@@ -54,6 +55,28 @@ class SubmitRequest(_In):
     )
     retries: int = Field(
         default=0, ge=0, le=10, description="Requeue this often if the service dies mid-run"
+    )
+
+
+class ScheduleRequest(_In):
+    """A named cron schedule: each firing submits `suite` with `labels`, as its creator."""
+
+    name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+    cron: Annotated[
+        str, StringConstraints(pattern=r"^(@[a-z]+|\S+( \S+){4,6})$", max_length=256)
+    ] = Field(
+        description="UTC. Five fields (minute hour day month weekday), @daily and the like, or "
+        "a sixth field for seconds written last (`* * * * * */30`)"
+    )
+    suite: SuiteSpec = Field(description="A shipped suite name or an inline suite, as submit")
+    # NOTE: two fewer than a submission's: every firing adds `schedule` and `fire_time`
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=62)
+    retries: int = Field(default=0, ge=0, le=10, description="As a submission's retries")
+    catchup: Catchup = Field(
+        default=Catchup.ONCE,
+        strict=False,  # NOTE: the enum from its JSON string; strict takes only members
+        description="Firings missed while no service ran: `once` runs one for the latest of "
+        "them, `skip` waits for the next fire time; never a backlog",
     )
 
 
@@ -122,6 +145,24 @@ class RunOut(_Out):
 class RunList(_Out):
     runs: list[RunOut]
     next_cursor: str | None = None
+
+
+class ScheduleOut(_Out):
+    name: str
+    cron: str
+    suite: str | dict[str, Any]
+    labels: dict[str, str]
+    retries: int
+    catchup: str
+    owner: str
+    created_at: str
+    next_fire: str
+    last_fire: str | None = None
+    last_run_id: str | None = None
+    last_error: str = ""
+    fired: int = 0
+    refused: int = 0
+    skipped: int = 0
 
 
 class BaselineOut(_Out):

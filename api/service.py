@@ -7,13 +7,23 @@ a page of runs one keyset query on each side, merged.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
-from fleetval.api.db import QueueStatus, ServiceDB, Submission, Token
-from fleetval.api.errors import Conflict, Forbidden, TooMany
+from fleetval.api.db import QueueStatus, Schedule, ServiceDB, Submission, Token
+from fleetval.api.errors import Conflict, Forbidden, NotFound, TooMany, Unprocessable
 from fleetval.api.executor import CLUSTER_KEY, Executor
 from fleetval.api.limits import Limits, check_suite
-from fleetval.api.models import Progress, RunList, RunOut, SubmitRequest
+from fleetval.api.models import (
+    Progress,
+    RunList,
+    RunOut,
+    ScheduleOut,
+    ScheduleRequest,
+    SubmitRequest,
+)
+from fleetval.api.schedules import CronError, next_after, stamp, validate
 from fleetval.run.plan import ClusterShape, NodeShape, make_plan
 from fleetval.store.catalog import RunFilter
 from fleetval.store.dataset import RunRecord, Store, new_run_id
@@ -214,3 +224,55 @@ def cancel(db: ServiceDB, store: Store, run_id: str, token: Token) -> RunOut:
             raise Conflict(f"run {run_id} has finished ({sub.status}); nothing to cancel")
         db.request_cancel(run_id)
     return run_out(db, db.get(run_id) or sub)
+
+
+# -- schedules ---------------------------------------------------------------------------
+
+
+def create_schedule(db: ServiceDB, limits: Limits, req: ScheduleRequest, token: Token) -> Schedule:
+    """Validate the cron and the suite exactly as a submission's (limits, the plan), then
+    store the schedule for the token's owner (committed on return)."""
+    try:
+        validate(req.cron, limits.min_schedule_interval_s)
+    except CronError as err:
+        raise Unprocessable(str(err), loc=["body", "cron"], kind="invalid_cron") from err
+    check_submission(db, resolve_suite(req.suite), limits)
+    owned = db.owner_schedules(token.name)
+    if owned >= limits.max_schedules_per_owner:
+        raise TooMany(
+            f"{token.name!r} has {owned} schedules; this service allows "
+            f"{limits.max_schedules_per_owner} (max_schedules_per_owner)"
+        )
+    schedule = db.add_schedule(
+        name=req.name, cron=req.cron, suite=req.suite, labels=req.labels, retries=req.retries,
+        catchup=req.catchup, owner=token.name,
+        next_fire=stamp(next_after(req.cron, datetime.now(UTC))),
+    )  # fmt: skip
+    if schedule is None:
+        raise Conflict(f"a schedule named {req.name!r} exists", loc=["body", "name"])
+    return schedule
+
+
+def get_schedule(db: ServiceDB, name: str) -> Schedule:
+    schedule = db.schedule(name)
+    if schedule is None:
+        raise NotFound(f"no schedule {name!r}", loc=["path", "name"])
+    return schedule
+
+
+def delete_schedule(db: ServiceDB, name: str, token: Token) -> Schedule:
+    """Only its owner or an admin may; runs it queued stay."""
+    schedule = get_schedule(db, name)
+    if not token.owns_schedule(schedule):
+        raise Forbidden(
+            f"schedule {name!r} belongs to {schedule.owner!r}; only its owner or an admin may "
+            "delete it",
+            loc=["path", "name"],
+        )
+    if not db.delete_schedule(name):
+        raise NotFound(f"no schedule {name!r}", loc=["path", "name"])
+    return schedule
+
+
+def schedule_out(schedule: Schedule) -> ScheduleOut:
+    return ScheduleOut(**asdict(schedule))

@@ -20,6 +20,7 @@ class Settings:
     run_executor: bool = (
         True  # False: submissions queue but nothing runs here (API replicas, tests)
     )
+    run_scheduler: bool = True  # False: schedules are kept but fire from other processes only
     limits: Limits = field(default_factory=Limits)
 
     @classmethod
@@ -30,5 +31,6 @@ class Settings:
             address=os.environ.get("FLEETVAL_RAY_ADDRESS") or None,
             max_body_bytes=int(os.environ.get("FLEETVAL_MAX_BODY", DEFAULT_MAX_BODY)),
             run_executor=os.environ.get("FLEETVAL_EXECUTOR", "1") != "0",
+            run_scheduler=os.environ.get("FLEETVAL_SCHEDULER", "1") != "0",
             limits=Limits.from_env(os.environ.get("FLEETVAL_LIMITS")),
         )

@@ -129,3 +129,10 @@ class Verdict(StrEnum):
     MISSING = "missing"  # in the baseline, not in the candidate
     NEW = "new"  # in the candidate, not in the baseline
     FAILED = "failed"  # correctness: wrong elements or a failed status, whatever the baseline
+
+
+class Catchup(StrEnum):
+    """What a service schedule does about fire times that came due while no service ran."""
+
+    ONCE = "once"  # one run, for the latest of them
+    SKIP = "skip"  # nothing until the next fire time

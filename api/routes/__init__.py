@@ -1,6 +1,16 @@
 """Every router of the app; a new route is one module here and one line in ROUTERS."""
 
-from fleetval.api.routes import baselines, compare, events, health, report, results, runs, tokens
+from fleetval.api.routes import (
+    baselines,
+    compare,
+    events,
+    health,
+    report,
+    results,
+    runs,
+    schedules,
+    tokens,
+)
 
 ROUTERS = [
     health.router,
@@ -11,4 +21,5 @@ ROUTERS = [
     compare.router,
     report.router,
     tokens.router,
+    schedules.router,
 ]

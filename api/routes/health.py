@@ -15,12 +15,15 @@ router = APIRouter(tags=["health"])
 
 @router.get(
     "/healthz",
-    responses={503: {"model": Health, "description": "Degraded: the executor cannot run"}},
+    responses={
+        503: {"model": Health, "description": "Degraded: the executor or the scheduler cannot run"}
+    },
 )
-def healthz(db: DbDep, executor: ExecutorDep) -> Response:
+def healthz(db: DbDep, executor: ExecutorDep, request: Request) -> Response:
     """Liveness (no token): whether this process runs the queue, and the queue depth; 503
-    while the executor cannot run the queue (crashed and restarting, thread gone, no Ray)."""
-    reason = executor.degraded()
+    while the executor cannot run the queue (crashed and restarting, thread gone, no Ray) or
+    the scheduler cannot fire schedules."""
+    reason = executor.degraded() or request.app.state.scheduler.degraded()
     health = Health(
         status="degraded" if reason else "ok",
         executor=executor.active,
@@ -37,6 +40,6 @@ def healthz(db: DbDep, executor: ExecutorDep) -> Response:
     responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
 )
 def prometheus(request: Request, _: ReadToken) -> Response:
-    """Runs by status, queue depth, step durations, latest busbw, culprits by node: counters
-    kept as runs end, so a scrape costs the same whatever the history's length."""
+    """Runs by status, queue depth, step durations, latest busbw, culprits by node, schedule
+    firings and fire times: counters kept as runs end and schedules fire, so a scrape costs the same whatever the history's length."""
     return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)

@@ -8,6 +8,7 @@ from fleetval.cli import (
     inspect_cmds,
     report_cmd,
     run_cmd,
+    schedule_cmds,
     serve_cmds,
     sweep_cmd,
 )
@@ -32,3 +33,4 @@ app.add_typer(compare_cmds.baseline_app, name="baseline")
 app.command("serve")(serve_cmds.serve)
 app.command("submit")(serve_cmds.submit)
 app.add_typer(serve_cmds.token_app, name="token")
+app.add_typer(schedule_cmds.schedule_app, name="schedule")

@@ -62,6 +62,13 @@ def serve(
             help="Run the queue here (default), or only serve the API (a replica beside one that runs it)",
         ),
     ] = True,
+    scheduler: Annotated[
+        bool,
+        typer.Option(
+            "--scheduler/--no-scheduler",
+            help="Fire schedules from this process (default; safe beside others on the same data)",
+        ),
+    ] = True,
 ) -> None:
     """The REST service: submissions queue durably and run one at a time on Ray."""
     import uvicorn
@@ -74,7 +81,11 @@ def serve(
         ceilings = Limits.load(limits) if limits else Limits()
     if workers == 1:
         settings = Settings(
-            data_dir=data_dir, address=address, limits=ceilings, run_executor=executor
+            data_dir=data_dir,
+            address=address,
+            limits=ceilings,
+            run_executor=executor,
+            run_scheduler=scheduler,
         )
         app = create_app(settings)
         # NOTE: open event streams would hold a graceful stop until their runs end.
@@ -85,6 +96,7 @@ def serve(
     os.environ["FLEETVAL_DATA"] = str(data_dir)
     os.environ["FLEETVAL_LIMITS"] = ceilings.to_env()
     os.environ["FLEETVAL_EXECUTOR"] = "1" if executor else "0"
+    os.environ["FLEETVAL_SCHEDULER"] = "1" if scheduler else "0"
     if address:
         os.environ["FLEETVAL_RAY_ADDRESS"] = address
     uvicorn.run(

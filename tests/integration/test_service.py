@@ -91,6 +91,7 @@ class Server:
     url: str = ""
     proc: subprocess.Popen | None = None
     tokens: dict[str, str] | None = None
+    args: tuple[str, ...] = ()  # more `fleetval serve` options
 
     def start(self) -> Server:
         port = free_port()
@@ -109,6 +110,7 @@ class Server:
                 str(self.data),
                 "--address",
                 self.address,
+                *self.args,
             ],
             env=env,
             stdout=log,

@@ -25,9 +25,14 @@ TINY = {
 # POST /v1/runs: an inline suite's cross-field rules (unique step names, collective_s <
 # step_s, fault ranks), the service's limits and the cluster's capacity cannot be said in
 # JSON Schema, so a schema-valid suite may still be refused with 422 naming the field.
+# POST /v1/schedules: the same suite, and a cron expression (a string in the schema).
 SCHEMATHESIS_CONFIG = """
 [[operations]]
 include-operation-id = "submit_run"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "409", "422", "429"]
+
+[[operations]]
+include-operation-id = "create_schedule"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "409", "422", "429"]
 """
 

@@ -53,6 +53,10 @@ ROUTES = [
     ("GET", "/v1/tokens", None, "admin"),
     ("POST", "/v1/tokens", {"scope": "read", "name": "x"}, "admin"),
     ("DELETE", "/v1/tokens/0123456789ab", None, "admin"),
+    ("POST", "/v1/schedules", {"name": "s", "cron": "0 2 * * *", "suite": "smoke"}, "submit"),
+    ("GET", "/v1/schedules", None, "read"),
+    ("GET", "/v1/schedules/s", None, "read"),
+    ("DELETE", "/v1/schedules/s", None, "submit"),
 ]
 RANK = {"read": 0, "submit": 1, "admin": 2}
 
