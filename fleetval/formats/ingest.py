@@ -281,13 +281,17 @@ def _nccl_tests_json(text: str, path: str) -> Ingested:
             t = part.get("time", part.get("cpu_time"))
             results.append(
                 Result(
-                    size=int(r["size"]), count=r.get("count"),
-                    dtype=DTYPES.get(r.get("type"), r.get("type")), op=OPS.get(r.get("redop")),
-                    root=int(str(r.get("root", "-1")).strip()), in_place=in_place,
-                    time_us=_float(t), algbw=_float(part.get("alg_bw")),
+                    size=int(r["size"]),
+                    count=r.get("count"),
+                    dtype=DTYPES.get(r.get("type"), r.get("type")),
+                    op=OPS.get(r.get("redop")),
+                    root=int(str(r.get("root", "-1")).strip()),
+                    in_place=in_place,
+                    time_us=_float(t),
+                    algbw=_float(part.get("alg_bw")),
                     busbw=_float(part.get("bus_bw")),
                     wrong=None if part.get("nwrong") is None else int(float(part["nwrong"])),
-                )  # fmt: skip
+                )
             )
     args = " ".join(str(a) for a in doc.get("args") or [])
     ranks = max((d.rank for d in devices), default=-1) + 1
@@ -303,7 +307,9 @@ def _json(text: str, path: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as err:
-        raise IngestError(f"{path or 'input'}: malformed JSON ({err}); expected {EXPECTED}") from err
+        raise IngestError(
+            f"{path or 'input'}: malformed JSON ({err}); expected {EXPECTED}"
+        ) from err
 
 
 def _float(value: Any) -> float:
@@ -346,13 +352,18 @@ def _rccl_records(records: list[dict[str, Any]], path: str, fmt: str) -> Ingeste
             wrong = r.get("wrong")
             results.append(
                 Result(
-                    size=int(r["size"]), count=None, dtype=DTYPES.get(r["type"], r["type"]),
-                    op=OPS.get(str(r.get("redop"))), root=None,
+                    size=int(r["size"]),
+                    count=None,
+                    dtype=DTYPES.get(r["type"], r["type"]),
+                    op=OPS.get(str(r.get("redop"))),
+                    root=None,
                     in_place=str(r["inplace"]).strip() in ("1", "true", "True"),
-                    time_us=float(r["time"]), algbw=float(r["algbw"]), busbw=float(r["busbw"]),
+                    time_us=float(r["time"]),
+                    algbw=float(r["algbw"]),
+                    busbw=float(r["busbw"]),
                     wrong=None if wrong in (None, "N/A") else int(wrong),
                     collective=_collective(str(r.get("name"))),
-                )  # fmt: skip
+                )
             )
         except (KeyError, ValueError, TypeError) as err:
             raise IngestError(f"{path or 'input'}: record {i + 1}: missing or bad {err}") from err
@@ -391,19 +402,38 @@ def result_rows(ing: Ingested, run_id: str) -> list[dict[str, Any]]:
         for host, dev in first.items():
             rows.append(
                 dict(
-                    run_id=run_id, job=0, step=ing.tool,
+                    run_id=run_id,
+                    job=0,
+                    step=ing.tool,
                     check="bandwidth_in_place" if r.in_place else "bandwidth",
-                    collective=ing.collective_of(r), op=r.op, dtype=r.dtype, size_bytes=r.size,
-                    world_size=int(ing.world_size or 1), rank=dev.rank if dev else 0,
-                    local_rank=0, node=host, device=f"gpu:{dev.device}" if dev else "",
-                    device_id=dev.bus if dev else None, backend=backend, iters=ing.iters,
-                    time_us_median=r.time_us, algbw_gbps=r.algbw, busbw_gbps=r.busbw,
-                    wrong=r.wrong or 0, status=status.value,
-                    message=f"{ing.tool}: " + ("not validated" if r.wrong is None
-                                               else f"{r.wrong} wrong elements"),
-                    details={"source": ing.path, "format": ing.fmt, "count": r.count,
-                             "root": r.root, "in_place": r.in_place, **ing.notes},
-                )  # fmt: skip
+                    collective=ing.collective_of(r),
+                    op=r.op,
+                    dtype=r.dtype,
+                    size_bytes=r.size,
+                    world_size=int(ing.world_size or 1),
+                    rank=dev.rank if dev else 0,
+                    local_rank=0,
+                    node=host,
+                    device=f"gpu:{dev.device}" if dev else "",
+                    device_id=dev.bus if dev else None,
+                    backend=backend,
+                    iters=ing.iters,
+                    time_us_median=r.time_us,
+                    algbw_gbps=r.algbw,
+                    busbw_gbps=r.busbw,
+                    wrong=r.wrong or 0,
+                    status=status.value,
+                    message=f"{ing.tool}: "
+                    + ("not validated" if r.wrong is None else f"{r.wrong} wrong elements"),
+                    details={
+                        "source": ing.path,
+                        "format": ing.fmt,
+                        "count": r.count,
+                        "root": r.root,
+                        "in_place": r.in_place,
+                        **ing.notes,
+                    },
+                )
             )
     return rows
 

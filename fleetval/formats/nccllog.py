@@ -269,7 +269,7 @@ def _progress(acc: _Acc, body: str) -> bool:
         acc.f["init_complete"] = True
     elif m := re.search(r"\bnRanks (\d+) nNodes (\d+)", body):
         acc.f["nranks"], acc.f["nnodes"] = int(m.group(1)), int(m.group(2))
-    elif m := re.search(r"\bInit(?:Rank|All\w*) comm 0x[0-9a-f]+ rank \d+ nranks (\d+)", body):
+    elif m := re.search(r"CommInit\w* comm 0x[0-9a-f]+ rank \d+ nranks (\d+)", body):
         acc.set_once("nranks", int(m.group(1)))
     elif m := re.match(r"[\w./]+\.(?:cc|cpp|h):\d+ -> (\d+)", body):
         code = int(m.group(1))

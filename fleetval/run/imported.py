@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fleetval import status
 from fleetval.checks import declared_metrics
-from fleetval.formats.ingest import IngestError, Ingested, node_records, read_results, result_rows
+from fleetval.formats.ingest import Ingested, IngestError, node_records, read_results, result_rows
 from fleetval.run.outcome import StepOutcome
 from fleetval.store.catalog import RunRecord, new_run_id
 from fleetval.store.dataset import Store
