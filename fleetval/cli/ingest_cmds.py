@@ -20,8 +20,8 @@ def ingest(
         list[str] | None,
         typer.Option(
             "--label",
-            help="KEY=VALUE on every run (repeatable); collective=NAME "
-            "names the collective of a table that does not say it",
+            help="KEY=VALUE on every run (repeatable); collective=NAME and "
+            "world_size=N name what a table does not say",
         ),
     ] = None,
     suite: Annotated[str | None, typer.Option("--suite", help="Suite name of the runs")] = None,

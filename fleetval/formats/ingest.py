@@ -109,9 +109,12 @@ class Ingested:
 # ---- detection --------------------------------------------------------------------------------
 
 
-def read_results(text: str, path: str = "", *, collective: str | None = None) -> Ingested:
-    """Parse one results file, its format told by content. `collective` names it where the
-    file does not (an old table without the program name). Raises IngestError."""
+def read_results(
+    text: str, path: str = "", *, collective: str | None = None, world_size: int | None = None
+) -> Ingested:
+    """Parse one results file, its format told by content. `collective` and `world_size` name
+    what the file does not say (a table without the program name or rank lines). Raises
+    IngestError."""
     stripped = text.lstrip()
     if stripped.startswith("{") and '"results"' in text and '"config"' in text:
         ing = _nccl_tests_json(text, path)
@@ -125,6 +128,8 @@ def read_results(text: str, path: str = "", *, collective: str | None = None) ->
         raise IngestError(f"{path or 'input'}: not a results file; expected {EXPECTED}")
     if collective:
         ing = replace(ing, collective=_collective(collective) or collective)
+    if world_size:
+        ing = replace(ing, world_size=world_size)
     return _checked(ing)
 
 
@@ -199,7 +204,7 @@ def _unwrap(text: str) -> str:
 def _table(text: str, path: str) -> Ingested:
     text = _unwrap(text)
     tool = "rccl-tests" if "rccl-tests" in text or "RCCL version" in text else "nccl-tests"
-    iters = re.search(r"\biters:\s*(\d+)", text)
+    iters = re.search(r"(?<!warmup )(?<!agg )\biters:\s*(\d+)", text)
     results: list[Result] = []
     for line in text.splitlines():
         m = _ROW.match(line)

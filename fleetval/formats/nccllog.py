@@ -215,6 +215,8 @@ def _plugin(acc: _Acc, body: str) -> bool:
         acc.f["net_plugin"] = m.group(1)
     elif m := re.match(r"NET/Plugin\s*:\s*Loaded collnet plugin (.+?)(?: \(v\d+\))?$", body):
         acc.f["collnet_plugin"] = m.group(1)
+    elif body.startswith("NET/OFI "):
+        acc.set_once("net_plugin", "aws-ofi-nccl")  # its lines are there: the plugin is loaded
     elif m := re.match(r"Plugin Path\s*:\s*(\S+)", body):
         acc.f["net_plugin_path"] = m.group(1)
     elif m := re.match(r"P2P plugin (\S+)", body):
@@ -285,6 +287,11 @@ def _freeze(acc: _Acc) -> NcclLogSummary:
         # HPC-X names only the file: ".../nccl_rdma_sharp_plugin/lib/libnccl-net.so"
         parts = Path(str(f["net_plugin_path"])).parts
         f["net_plugin"] = parts[-3] if len(parts) >= 3 else parts[-1]
+    if f.get("library") == "rccl" and f.get("net_plugin") == "aws-ofi-nccl":
+        f["net_plugin"] = "aws-ofi-rccl"  # named from its NET/OFI lines: RCCL's build of it
+    nets = sorted(t.split("/", 1)[1] for t in acc.transports if t.startswith("NET/"))
+    if f.get("network") is None and nets:
+        f["network"] = nets[0]  # older logs say it only in "Ring ... via NET/AWS Libfabric/0"
     layers = {hca.split("/")[1] for hca in acc.ib if "/" in hca}
     sharp = (
         any(hca.endswith("/SHARP") for hca in acc.ib)

@@ -52,7 +52,8 @@ def gfx_target(gfx: str | None) -> str | None:
     """rocm-smi's decimal "gfx9010" (major 9, minor 0, stepping 10) as LLVM names it: "gfx90a"."""
     if not gfx:
         return None
-    m = re.fullmatch(r"gfx(\d)(\d)(\d\d)", gfx.strip())
+    # NOTE: only gfx9 steppings 10-15 need it; "gfx1036" is already LLVM's name (10.3.6)
+    m = re.fullmatch(r"gfx(9)(\d)(1[0-5])", gfx.strip())
     return f"gfx{m.group(1)}{m.group(2)}{int(m.group(3)):x}" if m else gfx.strip()
 
 

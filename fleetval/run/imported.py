@@ -20,7 +20,9 @@ from fleetval.store.dataset import Store
 from fleetval.store.schema import Row
 
 
-def read_files(paths: list[Path], *, collective: str | None = None) -> list[Ingested]:
+def read_files(
+    paths: list[Path], *, collective: str | None = None, world_size: int | None = None
+) -> list[Ingested]:
     """Every file parsed, or IngestError naming the first bad one (nothing is written)."""
     out = []
     for path in paths:
@@ -28,7 +30,7 @@ def read_files(paths: list[Path], *, collective: str | None = None) -> list[Inge
             text = path.read_text(errors="replace")
         except OSError as err:
             raise IngestError(f"{path}: cannot read ({err.strerror})") from err
-        out.append(read_results(text, str(path), collective=collective))
+        out.append(read_results(text, str(path), collective=collective, world_size=world_size))
     return out
 
 
@@ -75,8 +77,12 @@ def ingest_files(
     labels: dict[str, str] | None = None,
     suite: str | None = None,
 ) -> list[RunRecord]:
-    """Read all files, then store each as a run. `labels["collective"]` names the collective
-    of a file that does not say it."""
+    """Read all files, then store each as a run. `labels["collective"]` and
+    `labels["world_size"]` name what a file does not say."""
     labels = dict(labels or {})
-    parsed = read_files(paths, collective=labels.get("collective"))
+    world = labels.get("world_size")
+    if world is not None and not world.isdigit():
+        raise IngestError(f"--label world_size={world}: expected a whole number")
+    parsed = read_files(paths, collective=labels.get("collective"),
+                        world_size=int(world) if world else None)  # fmt: skip
     return [store_ingested(store, ing, labels=labels, suite=suite) for ing in parsed]
