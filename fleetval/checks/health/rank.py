@@ -431,7 +431,12 @@ def judge_net_plugin(
         if expect_plugin is None:
             return Finding(m, Status.SKIP, why_none)
         return no_evidence(m, f"expect_net_plugin={expect_plugin}", why_none, optional=optional)
-    details = {"net_plugin": log.net_plugin, "ofi_provider": log.ofi_provider}
+    details = {
+        "net_plugin": log.net_plugin,
+        "net_plugin_version": log.net_plugin_version,
+        "net_plugin_path": log.net_plugin_path,
+        "ofi_provider": log.ofi_provider,
+    }
     found = log.net_plugin
     if expect_plugin and not (found or "").startswith(expect_plugin):
         got = found or "no external plugin (internal IB/Socket only)"
