@@ -317,3 +317,32 @@ def test_rccl_tests_json_lines_and_spec_derived_csv() -> None:
 def test_files_that_cannot_be_ingested_say_what_was_expected(name: str, why: str) -> None:
     with pytest.raises(IngestError, match=why):
         read_results(text(name), name)
+
+
+def test_nccl_tests_json_spec_derived_from_the_real_table() -> None:
+    """No public -J file was found: the document is built in the shape NVIDIA/nccl-tests
+    src/util.cu writes (jsonOutputInit, writeDeviceReport, writeBenchmarkLine*), from the
+    values of the real table, and must read back as the same results."""
+    table = read_results(text("nccl-tests-a3mega-h100-2node.txt"), "t")
+    by_size: dict[int, dict] = {}
+    for r in table.results:
+        rec = by_size.setdefault(r.size, {"size": r.size, "count": r.count, "type": "float",
+                                          "redop": "sum", "root": "    -1"})  # fmt: skip
+        rec["in_place" if r.in_place else "out_of_place"] = {
+            "time": r.time_us, "alg_bw": r.algbw, "bus_bw": r.busbw, "nwrong": float(r.wrong or 0)}  # fmt: skip
+    doc = {
+        "version": 2, "start_time": "2025-01-01 00:00:00",
+        "args": ["/opt/src/nccl-tests/build/all_reduce_perf", "-b", "8", "-e", "8G"],
+        "env": [], "nccl_version": 22305,
+        "config": {"nthreads": 1, "ngpus": 1, "iterations": 20,
+                   "devices": [{"rank": d.rank, "group": 0, "pid": 1, "hostname": d.host,
+                                "device": d.device, "device_hex": d.bus, "device_info": d.model}
+                               for d in table.devices]},
+        "results": list(by_size.values()),
+        "out_of_bounds": {"count": 0, "okay": "true"},
+    }  # fmt: skip
+    ing = read_results(json.dumps(doc), "a3.json")
+    assert (ing.fmt, ing.collective, ing.world_size, ing.iters) == (
+        "nccl-tests-json", "all_reduce", 16, 20)  # fmt: skip
+    assert sorted(ing.results, key=lambda r: (r.size, r.in_place)) == sorted(
+        table.results, key=lambda r: (r.size, r.in_place))  # fmt: skip
