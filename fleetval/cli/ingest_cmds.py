@@ -95,5 +95,5 @@ def _lines(log: object) -> list[tuple[str, str]]:
         ("init", "complete" if log.init_complete else "not completed in this log"),
     ]  # fmt: skip
     lines += [("warning", w) for w in log.warnings]
-    lines += [("error", e) for e in log.errors]
+    lines += [("nccl error", e) for e in log.errors]
     return lines
