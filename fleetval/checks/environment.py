@@ -19,6 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fleetval.formats.smi import SmiError
+from fleetval.formats.smi import parse_amd_smi_static as parse_amd_smi_static
+from fleetval.formats.smi import parse_rocm_smi as parse_rocm_smi
 from fleetval.store.schema import FINGERPRINT_COLUMNS
 
 TOOL_TIMEOUT_S = 5.0
@@ -152,61 +155,6 @@ def normalize_pci_id(bus_id: str) -> str:
     return f"{domain:04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}"
 
 
-def _lower_keys(d: dict[str, Any]) -> dict[str, Any]:
-    return {k.strip().lower(): v for k, v in d.items()}
-
-
-def parse_rocm_smi(text: str) -> dict[str, Any]:
-    """GPUs and driver from `rocm-smi --showproductname --showbus --showuniqueid
-    --showdriverversion --json`: {"card0": {...}, "system": {"Driver version": ...}}."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return {"gpus": [], "driver_version": None}
-    gpus, driver = [], None
-    for name, raw in data.items():
-        if not isinstance(raw, dict):
-            continue
-        card = _lower_keys(raw)
-        if name.startswith("card"):
-            gpus.append(
-                {
-                    "name": card.get("card series") or card.get("card model"),
-                    "pci_bus_id": card.get("pci bus"),
-                    "uuid": card.get("unique id"),
-                    "gfx": card.get("gfx version"),
-                }
-            )
-        driver = driver or card.get("driver version")
-    return {"gpus": gpus, "driver_version": driver}
-
-
-def parse_amd_smi_static(text: str) -> dict[str, Any]:
-    """GPUs and driver from `amd-smi static --asic --bus --driver --json`.
-
-    Older amd-smi prints a list of per-GPU objects, newer ones wrap it in {"gpu_data": [...]}.
-    """
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return {"gpus": [], "driver_version": None}
-    if isinstance(data, dict):
-        data = data.get("gpu_data", [])
-    gpus, driver = [], None
-    for gpu in data if isinstance(data, list) else []:
-        asic, bus, drv = gpu.get("asic", {}), gpu.get("bus", {}), gpu.get("driver", {})
-        gpus.append(
-            {
-                "name": asic.get("market_name"),
-                "pci_bus_id": bus.get("bdf"),
-                "uuid": asic.get("asic_serial"),
-                "gfx": asic.get("target_graphics_version"),
-            }
-        )
-        driver = driver or drv.get("version")
-    return {"gpus": gpus, "driver_version": driver}
-
-
 def version_string(v: Any) -> str | None:
     """torch.cuda.nccl.version()'s (2, 28, 9) or legacy int 22809 as "2.28.9"."""
     if v is None:
@@ -308,7 +256,10 @@ def node_gpus() -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return gpus, {**info, "topo": topo, "source": "nvidia-smi"}
     amd = run_tool("amd-smi", "static", "--asic", "--bus", "--driver", "--json")
     if amd is not None:
-        parsed = parse_amd_smi_static(amd)
+        try:
+            parsed = parse_amd_smi_static(amd)
+        except SmiError:
+            parsed = {"gpus": [], "driver_version": None}
         return parsed["gpus"], {"driver_version": parsed["driver_version"], "source": "amd-smi"}
     rocm = run_tool(
         "rocm-smi",
@@ -456,6 +407,9 @@ def _extra(
             "collective_library": torch_info.get("collective_library"),
             "cuda_driver_version": tool.get("cuda_version"),
             "gpu_pci_bus_ids": [g.get("pci_bus_id") for g in gpus],
+            # the normalised SKU and gfx target: expectations are looked up by these
+            "gpu_sku": next((g["model"] for g in gpus if g.get("model")), None),
+            "gpu_gfx": next((g["gfx"] for g in gpus if g.get("gfx")), None),
             "nvidia_topo": tool.get("topo"),
             "cpus": os.cpu_count(),
             "sockets": lscpu.get("sockets"),

@@ -11,6 +11,7 @@ reports, `show`) needs only the declarations, so it never imports torch.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, PositiveFloat
 
+from fleetval.formats.smi import gpu_model
 from fleetval.metrics import MetricDecl
 from fleetval.status import severity
 from fleetval.text import human_bytes
@@ -129,8 +131,16 @@ def row_evidence(r: dict[str, Any], ok: bool, text: str, **extra: Any) -> Eviden
 
 
 def gpu_label(node: dict[str, Any]) -> str:
-    """The GPU model a node reports; "cpu" for a node without GPUs (gloo on CPU)."""
-    return node.get("gpu_model") or ("cpu" if not node.get("gpu_count") else "unknown")
+    """The GPU model a node reports, normalised to its SKU ("NVIDIA H100 SXM", "AMD Instinct
+    MI250X": `fleetval.formats.smi.gpu_model`); "cpu" for a node without GPUs (gloo on CPU)."""
+    raw = node.get("gpu_model")
+    if not raw:
+        return "cpu" if not node.get("gpu_count") else "unknown"
+    try:
+        gfx = json.loads(node.get("extra") or "{}").get("gpu_gfx")
+    except (ValueError, AttributeError):
+        gfx = None
+    return gpu_model(raw, gfx) or raw
 
 
 # -- presentation -----------------------------------------------------------------------------

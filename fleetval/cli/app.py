@@ -5,6 +5,7 @@ import typer
 from fleetval.cli import (
     checks_cmd,
     compare_cmds,
+    ingest_cmds,
     inspect_cmds,
     report_cmd,
     run_cmd,
@@ -29,6 +30,8 @@ app.command("checks")(checks_cmd.checks)
 app.command("compare")(compare_cmds.compare)
 app.command("trend")(compare_cmds.trend)
 app.command("report")(report_cmd.report)
+app.command("ingest")(ingest_cmds.ingest)
+app.command("nccl-log")(ingest_cmds.nccl_log)
 app.add_typer(compare_cmds.baseline_app, name="baseline")
 app.command("serve")(serve_cmds.serve)
 app.command("submit")(serve_cmds.submit)

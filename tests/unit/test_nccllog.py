@@ -68,7 +68,7 @@ def test_rccl_ib_without_plugin() -> None:
     assert (s.library, s.version) == ("rccl", "2.20.5")
     assert s.net_plugin is None and s.net_plugin_missing
     assert s.network == "IB"
-    assert s.ib_devices == ("mlx5_0:1", "mlx5_1:1")
+    assert s.ib_devices == ("mlx5_0:1/IB", "mlx5_1:1/IB")  # the link layer is kept
     assert s.transports == ("NET/IB", "P2P/IPC", "SHM/direct")
     assert s.gdr_enabled is True
     assert s.ok

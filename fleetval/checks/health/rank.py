@@ -23,7 +23,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from fleetval.checks import environment
 from fleetval.checks.base import CheckContext
 from fleetval.checks.spec import StepSpec
-from fleetval.formats.nccllog import NcclLogSummary, read_nccl_log
+from fleetval.formats.nccllog import NcclLogSummary, network_family, read_nccl_log
 from fleetval.store.schema import Row
 from fleetval.text import short
 from fleetval.vocab import Status
@@ -378,7 +378,7 @@ def judge_transport(
         return Finding(
             m, Status.FAIL, f"NCCL reported {', '.join(log.errors)}{last}", details=details
         )
-    if expect_network and (log.network or "").lower() != expect_network.lower():
+    if expect_network and not network_matches(log, expect_network):
         return Finding(
             m, Status.FAIL, f"NCCL used {via}; the suite expects {expect_network}", details=details
         )
@@ -394,8 +394,20 @@ def judge_transport(
     return Finding(m, Status.PASS, summary, details=details)
 
 
+def network_matches(log: NcclLogSummary, expected: str) -> bool:
+    """The log's network is the expected one, however NCCL named it: "IB" is met by IBext and
+    IBext_v8 (the HPC-X plugin) and by RoCE HCAs; "RoCE" only by RoCE HCAs; "AWS Libfabric" by
+    "Libfabric" (aws-ofi-nccl >= 1.9) and back."""
+    want = expected.strip().lower()
+    if want == "roce":
+        return log.fabric == "RoCE"
+    return (network_family(log.network) or "").lower() == (network_family(expected) or "").lower()
+
+
 def _transport_text(log: NcclLogSummary) -> str:
     parts = [f"network {log.network or 'none'}"]
+    if log.link_layer:
+        parts.append(f"link {log.link_layer}" + (" with SHARP" if log.sharp else ""))
     over = log.ib_devices or log.socket_interfaces
     if over:
         parts.append("over " + ", ".join(over))
@@ -419,7 +431,12 @@ def judge_net_plugin(
         if expect_plugin is None:
             return Finding(m, Status.SKIP, why_none)
         return no_evidence(m, f"expect_net_plugin={expect_plugin}", why_none, optional=optional)
-    details = {"net_plugin": log.net_plugin, "ofi_provider": log.ofi_provider}
+    details = {
+        "net_plugin": log.net_plugin,
+        "net_plugin_version": log.net_plugin_version,
+        "net_plugin_path": log.net_plugin_path,
+        "ofi_provider": log.ofi_provider,
+    }
     found = log.net_plugin
     if expect_plugin and not (found or "").startswith(expect_plugin):
         got = found or "no external plugin (internal IB/Socket only)"

@@ -1,0 +1,118 @@
+"""`fleetval ingest` as a fleet team uses it, through the real CLI and store: a real nccl-tests
+table (tests/data/real) and a real rccl-tests JSON file become runs; a baseline set from
+ingested runs; a second file with a planted 10% busbw drop fails compare naming the collective
+and size, a clean one passes; DuckDB reads the ingested store; a bad file writes nothing."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import duckdb
+from typer.testing import CliRunner
+
+from fleetval.cli.app import app
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "real"
+TABLE = REAL / "nccl-tests-a3mega-h100-2node.txt"
+ROW = re.compile(r"^(\s*\d+\s+\d+\s+\w+\s+\w+\s+-?\d+)((?:\s+\S+){8})\s*$")
+runner = CliRunner()
+
+
+def rescale(text: str, *, time: float = 1.0, bw: float = 1.0) -> str:
+    """The table with every time scaled by `time` and algbw/busbw by `bw` (result lines only)."""
+    out = []
+    for line in text.splitlines():
+        m = ROW.match(line)
+        if m:
+            cols = m.group(2).split()
+            for i in range(0, 8, 4):
+                cols[i] = f"{float(cols[i]) * time:.2f}"
+                cols[i + 1] = f"{float(cols[i + 1]) * bw:.2f}"
+                cols[i + 2] = f"{float(cols[i + 2]) * bw:.2f}"
+            line = m.group(1) + "".join(f"  {c:>7}" for c in cols)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def jittered(seed: int) -> str:
+    """A run-to-run copy of the real table: time x (1+e), bandwidths / (1+e), |e| <= 1.5%."""
+    e = random.Random(seed).uniform(-0.015, 0.015)
+    return rescale(TABLE.read_text(), time=1 + e, bw=1 / (1 + e))
+
+
+def cli(*args: str) -> tuple[int, str]:
+    res = runner.invoke(app, list(args))
+    return res.exit_code, res.output
+
+
+def ingest(data: Path, *files: Path, label: str = "fleet=a3") -> list[str]:
+    code, out = cli("ingest", *map(str, files), "--data", str(data), "--label", label, "--json")
+    assert code == 0, out
+    return [r["run_id"] for r in json.loads(out)]
+
+
+def test_ingest_baseline_compare_and_duckdb(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    files = []
+    for seed in range(5):
+        f = tmp_path / f"base{seed}.txt"
+        f.write_text(jittered(seed))
+        files.append(f)
+    base = ingest(data, *files)
+    rccl = ingest(data, REAL / "rccl-tests-pr93-jsonl.json", label="fleet=mi")
+    assert len(base) == 5 and len(rccl) == 1
+    assert cli("baseline", "set", "a3", *[a for r in base for a in ("--run", r)],
+               "--data", str(data))[0] == 0  # fmt: skip
+
+    dropped = tmp_path / "all_reduce_perf_dropped.txt"
+    dropped.write_text(rescale(jittered(11), bw=0.9))
+    code, out = cli("compare", "-b", "a3", "--run", ingest(data, dropped)[0], "--data", str(data))
+    assert code == 1, out
+    assert "all_reduce" in out and "8GiB" in out
+
+    clean = tmp_path / "all_reduce_perf_clean.txt"
+    clean.write_text(jittered(12))
+    code, out = cli("compare", "-b", "a3", "--run", ingest(data, clean)[0], "--data", str(data))
+    assert code == 0, out
+
+    results = duckdb.sql(
+        f'SELECT "check", collective, world_size, count(*) AS n, count(DISTINCT node) AS nodes '
+        f"FROM read_parquet('{data}/results/*/*.parquet') WHERE run_id = '{base[0]}' "
+        'GROUP BY ALL ORDER BY "check"'
+    ).fetchall()
+    assert results == [("bandwidth", "all_reduce", 16, 62, 2),
+                       ("bandwidth_in_place", "all_reduce", 16, 62, 2)]  # fmt: skip
+    nodes = duckdb.sql(
+        f"SELECT hostname, gpu_model, gpu_count FROM read_parquet('{data}/nodes/{base[0]}.parquet')"
+        " ORDER BY hostname"
+    ).fetchall()
+    assert nodes == [("ztan-mig-235z", "NVIDIA H100 80GB HBM3", 8),
+                     ("ztan-mig-gq73", "NVIDIA H100 80GB HBM3", 8)]  # fmt: skip
+    ((busbw,),) = duckdb.sql(
+        f"SELECT busbw_gbps FROM read_parquet('{data}/results/{rccl[0]}/*.parquet') "
+        "WHERE size_bytes = 4096 AND \"check\" = 'bandwidth'"
+    ).fetchall()
+    assert abs(busbw - 0.31578622752644403) < 1e-12
+
+
+def test_a_bad_file_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    bad = REAL / "nccl-1357-ibext-sharp.log"  # a debug log, not results
+    code, out = cli("ingest", str(TABLE), str(bad), "--data", str(data))
+    assert code == 2
+    assert "not a results file" in out and "nccl-tests" in out
+    assert not data.exists() or not any(data.rglob("*.parquet"))
+
+
+def test_nccl_log_command(tmp_path: Path) -> None:
+    code, out = cli("nccl-log", str(REAL / "nccl-1538-ibext_v8-roce.log"), "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert (doc["network"], doc["fabric"], doc["link_layer"]) == ("IBext_v8", "RoCE", "RoCE")
+    code, out = cli("nccl-log", str(REAL / "rccl-therock-comm-libs.log"))
+    assert code == 0 and "rccl 2.30.4" in out and "iommu=pt" in out
+    code, out = cli("nccl-log", str(TABLE))
+    assert code == 2 and "NCCL_DEBUG=INFO" in out
