@@ -50,6 +50,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _ray_port() -> str:
+    """A free port whose next two are free too: the script's GCS, client and agent ports."""
+    while True:
+        port = _free_port()
+        try:
+            for p in (port + 1, port + 2):
+                with socket.socket() as s:
+                    s.bind(("0.0.0.0", p))
+        except OSError:
+            continue
+        return str(port)
+
+
 @dataclass
 class Slurm:
     dir: Path
@@ -73,7 +86,9 @@ class Slurm:
         return value
 
     def sbatch(self, *args: str, env: dict[str, str]) -> str:
+        """Submit the script; its Ray on ports free now (job ids restart with every cluster)."""
         out = f"--output={self.dir}/job-%j.out"
+        env = {"RAY_PORT": _ray_port(), **env}
         return self.run("sbatch", "--parsable", "--nodes=1", out, str(SCRIPT), *args, env=env)
 
     def state(self, job: str) -> str:
@@ -210,7 +225,7 @@ def test_sbatch_runs_smoke_with_slurm_node_names(slurm: Slurm, tmp_path: Path) -
         "run", "smoke", "--label", "via=slurm",
         env={"FLEETVAL_DATA": str(data), "RAY_START_ARGS": "--num-cpus=4"},
     )  # fmt: skip
-    state = slurm.wait_done(job, deadline_s=240)
+    state = slurm.wait_done(job, deadline_s=300)
     out = slurm.output(job)
     assert state == "COMPLETED", out[-4000:]
     assert f"fleetval: 1 Ray node(s) up: {NODE}" in out
@@ -240,7 +255,7 @@ def test_sbatch_prints_drain_commands_for_culprit_nodes(slurm: Slurm, tmp_path: 
         str(suite),
         env={"FLEETVAL_DATA": str(tmp_path / "data"), "RAY_START_ARGS": "--num-cpus=2"},
     )
-    state = slurm.wait_done(job, deadline_s=240)
+    state = slurm.wait_done(job, deadline_s=300)
     out = slurm.output(job)
     assert state == "FAILED", out[-4000:]  # fleetval run exits 1: a rank crashed
     drain = [line for line in out.splitlines() if line.startswith("scontrol update")]
@@ -251,7 +266,7 @@ def test_sbatch_prints_drain_commands_for_culprit_nodes(slurm: Slurm, tmp_path: 
 
 def test_scancel_takes_ray_down(slurm: Slurm, tmp_path: Path) -> None:
     job = slurm.sbatch("run", "smoke", env={"FLEETVAL_DATA": str(tmp_path / "data")})
-    slurm.wait_until("Ray to be up", lambda: "Ray node(s) up" in slurm.output(job), 120)
+    slurm.wait_until("Ray to be up", lambda: "Ray node(s) up" in slurm.output(job), 240)
     slurm.run("scancel", job)
-    assert slurm.wait_done(job, deadline_s=90) == "CANCELLED"
+    assert slurm.wait_done(job, deadline_s=120) == "CANCELLED"
     _assert_ray_down(slurm, job)
