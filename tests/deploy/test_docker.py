@@ -1,19 +1,25 @@
 """deploy/docker: both Dockerfiles pass hadolint, take their versions as build arguments whose
 defaults fit pyproject.toml's ranges and the overlays' tags, and run `fleetval --help` as entry
-point and health check; the Slurm script passes shellcheck."""
+point and health check; the Slurm script passes shellcheck, and its fleetval command and drain
+list work."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
 from packaging.requirements import Requirement
+
+from fleetval.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "deploy" / "docker"
@@ -111,3 +117,44 @@ def test_slurm_script_passes_shellcheck() -> None:
     script = ROOT / "deploy" / "slurm" / "fleetval.sbatch"
     done = subprocess.run([_tool("shellcheck"), str(script)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
+
+
+def _drain_snippet() -> str:
+    """The Python the sbatch script runs on fleetval's JSON to print drain commands."""
+    text = (ROOT / "deploy" / "slurm" / "fleetval.sbatch").read_text()
+    after = text.split("# What to drain:", 1)[1].split("<<'EOF'", 1)[1].split("\n", 1)[1]
+    return after.split("\nEOF\n", 1)[0]
+
+
+def test_slurm_script_drains_what_a_sweep_flags(tmp_path: Path) -> None:
+    """A sweep's flagged nodes (a run's culprits are proven on Slurm in test_slurm.py)."""
+    record = tmp_path / "sweep.json"
+    record.write_text(
+        "(raylet) a worker died\n" + json.dumps({"run_id": "r9", "flagged": ["gpu-3"]})
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _drain_snippet(), str(record)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        'scontrol update NodeName=gpu-3 State=DRAIN Reason="fleetval r9: slow in sweep"'
+        in done.stdout
+    )
+    record.write_text("Traceback: no JSON")
+    done = subprocess.run(
+        [sys.executable, "-c", _drain_snippet(), str(record)], capture_output=True, text=True
+    )
+    assert done.returncode == 1 and "no JSON result" in done.stderr
+
+
+@pytest.mark.parametrize("mode, suite", [("run", "smoke"), ("sweep", "sweep")])
+def test_slurm_script_command_parses_with_the_cli(mode: str, suite: str) -> None:
+    text = (ROOT / "deploy" / "slurm" / "fleetval.sbatch").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith('fleetval "$mode" "$suite"'))
+    flags = (
+        line.split('"$suite"', 1)[1]
+        .split('"$@"', 1)[0]
+        .replace('"$head_ip:$port"', "10.0.0.1:20001")
+    )
+    group = typer.main.get_command(app)
+    group.commands[mode].make_context(mode, [suite, *shlex.split(flags)])  # type: ignore[attr-defined]
