@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up fleetval on a fresh machine: torch first (only when absent, so a CPU machine takes the
 # local CPU wheel instead of resolving a multi-GB CUDA build), then the package.
-# Usage: bash scripts/setup.sh [test]     ("test" adds pytest, duckdb, pandas, ruff, selenium, chromium)
+# Usage: bash scripts/setup.sh [test]     ("test" adds the test extras, chromium, slurm and munge)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,10 +11,16 @@ fi
 extra=""
 if [ "${1:-}" = "test" ]; then
   extra="[test]"
-  # The sign-off report test opens the HTML in a real headless browser (Debian's packages).
-  if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  # Debian's packages: the sign-off report test opens the HTML in a real headless browser; the
+  # Slurm test (tests/deploy) starts a one-node Slurm cluster with munge.
+  apt=()
+  { command -v chromium && command -v chromedriver; } >/dev/null || apt+=(chromium chromium-driver)
+  { [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && command -v sbatch; } >/dev/null \
+    || apt+=(slurmctld slurmd slurm-client)
+  [ -x /usr/sbin/munged ] || apt+=(munge)
+  if [ ${#apt[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
-    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${apt[@]}" >/dev/null
   fi
 fi
 "$PY" -m pip install -q -e ".${extra}" 2>&1 | grep -v -e '^WARNING' -e 'is ignored' || true

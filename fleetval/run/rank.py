@@ -10,7 +10,7 @@ import glob
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -51,6 +51,20 @@ def _device_id(index: int) -> str | None:
 
 class DeviceBindingError(RuntimeError):
     """The GPU Ray assigned to this rank is not one this process can use."""
+
+
+def hip_visibility(env: MutableMapping[str, str], rocm: bool) -> None:
+    """On ROCm, narrow GPUs with HIP_VISIBLE_DEVICES alone: a lone ROCR_VISIBLE_DEVICES moves there.
+
+    NOTE: Ray before 2.45 narrowed actors with ROCR_VISIBLE_DEVICES, by which torch before 2.6
+    did not count devices (ray-project/ray#46563); Ray since then narrows with HIP and refuses a
+    lone ROCR. With HIP unset both list the same physical ids, so the move changes nothing the
+    GPU runtime sees, and torch, Ray and `device_index` then read one variable.
+    """
+    rocr = env.get("ROCR_VISIBLE_DEVICES", "")
+    ids = [i.strip() for i in rocr.split(",")]
+    if rocm and rocr and not env.get("HIP_VISIBLE_DEVICES") and all(i.isdigit() for i in ids):
+        env["HIP_VISIBLE_DEVICES"] = env.pop("ROCR_VISIBLE_DEVICES")
 
 
 def visible_devices_var() -> str:
@@ -113,6 +127,8 @@ class RankActor:
         self._heartbeat = Heartbeat()
         self._ctx: RankContext | None = None
         self._wants_gpu = gpus_per_rank > 0
+        # before torch first touches the GPU runtime, which reads the variables once
+        hip_visibility(os.environ, rocm=bool(getattr(torch.version, "hip", None)))
 
     def describe(self) -> Placed:
         """Where this actor runs and which device it binds; raises if its GPU is unusable."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetval.run.rank import DeviceBindingError, device_index
+from fleetval.run.rank import DeviceBindingError, device_index, hip_visibility
 
 
 def test_ray_narrowed_visible_devices_bind_index_of_the_assigned_gpu():
@@ -32,3 +32,25 @@ def test_index_beyond_device_count_is_refused_with_the_numbers():
 def test_no_gpu_assigned_is_refused():
     with pytest.raises(DeviceBindingError, match="assigned none"):
         device_index("0", [], 1)
+
+
+def test_rocm_lone_rocr_moves_to_hip() -> None:
+    """Ray < 2.45 narrowed ROCm actors with ROCR only: the actor reads one variable, HIP."""
+    env = {"ROCR_VISIBLE_DEVICES": "2,3"}
+    hip_visibility(env, rocm=True)
+    assert env == {"HIP_VISIBLE_DEVICES": "2,3"}
+    assert device_index(env["HIP_VISIBLE_DEVICES"], [3], 2) == 1
+
+
+def test_rocm_visibility_left_alone() -> None:
+    """HIP already set (Ray >= 2.45, or both by hand), CUDA builds, and UUIDs are not touched."""
+    for env, rocm in (
+        ({"HIP_VISIBLE_DEVICES": "1"}, True),
+        ({"HIP_VISIBLE_DEVICES": "0", "ROCR_VISIBLE_DEVICES": "4,5"}, True),
+        ({"ROCR_VISIBLE_DEVICES": "2"}, False),
+        ({"ROCR_VISIBLE_DEVICES": "GPU-4f2c1d"}, True),
+        ({}, True),
+    ):
+        before = dict(env)
+        hip_visibility(env, rocm=rocm)
+        assert env == before
