@@ -3,7 +3,9 @@ against what; exit 0 pass (or warn), 1 fail, 2 bad input, 5 nothing judged (flee
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -60,7 +62,10 @@ def run(
         labels = parse_pairs(label, "--label")
         store = open_store(data)
         if as_json:
-            record = run_suite(spec, store, address=address, labels=labels)
+            # Ray's driver prints worker deaths and the like to stdout; --json keeps stdout to
+            # the one JSON document, so anything else goes to stderr while the suite runs.
+            with contextlib.redirect_stdout(sys.stderr):
+                record = run_suite(spec, store, address=address, labels=labels)
         else:
             record = _run_with_progress(spec, store, address, labels)
     judged = _judged(store, record)
