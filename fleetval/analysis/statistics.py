@@ -37,6 +37,10 @@ from fleetval.vocab import Verdict
 # conservative; t on 1000 df is the normal to 0.7% in z at p = 1e-7) to keep the exact
 # finite series of `t_within` short.
 MAX_DF = 1000
+# Others with a variance an identity's family needs before it borrows from them: with fewer,
+# alike and unlike spreads cannot be told apart (3-9 identities of spreads 0.5-4% made
+# p <= 0.001 2-3 times too often at 5+1), so a smaller family is judged by the plain t.
+MIN_OTHERS = 11
 
 
 def moments(ident: np.ndarray, side: np.ndarray, x: np.ndarray, nid: int) -> tuple[np.ndarray, ...]:
@@ -52,53 +56,56 @@ def moments(ident: np.ndarray, side: np.ndarray, x: np.ndarray, nid: int) -> tup
 
 @dataclass(frozen=True)
 class VariancePrior:
-    """Per family (arrays indexed by family): the prior's degrees of freedom `df` (d0, inf
-    when the family's variances are alike, 0 when it has too few to say) and variance `var`
-    (s0^2), and the family's pooled variance and degrees of freedom."""
+    """Per identity, the prior its family's OTHER identities give it (leave one out, so an
+    identity's own variance never chooses how much it is trusted): degrees of freedom `df`
+    (d0; inf when the others' variances are alike, 0 when fewer than MIN_OTHERS have one),
+    variance `var` (s0^2), and `var_df`, the degrees of freedom s0^2 itself is known to."""
 
     df: np.ndarray
     var: np.ndarray
-    pooled_var: np.ndarray
-    pooled_df: np.ndarray
+    var_df: np.ndarray
 
     @classmethod
     def fit(cls, s2: np.ndarray, df: np.ndarray, family: np.ndarray, nfam: int) -> VariancePrior:
-        """Smyth's moment estimates (limma `fitFDist`) per family, all families at once.
+        """Smyth's moment estimates (limma `fitFDist`) from each identity's family less itself.
 
-        log s^2 - digamma(d/2) + log(d/2) has mean log s0^2 + digamma(d0/2) - log(d0/2) and
-        variance trigamma(d/2) + trigamma(d0/2): the excess of the observed variance over
-        trigamma(d/2) is the prior's part; none left means d0 = inf.
+        e = log s^2 - digamma(d/2) + log(d/2) has mean log s0^2 + digamma(d0/2) - log(d0/2)
+        and variance trigamma(d/2) + trigamma(d0/2): the excess of the observed variance
+        of e over trigamma(d/2) is the prior's part; none left means d0 = inf.
         """
         ok = (df > 0) & np.isfinite(s2) & (s2 > 0)
-        fam, d, v = family[ok], df[ok], s2[ok]
-        count = np.bincount(fam, minlength=nfam).astype(float)
-        e = np.log(v) - digamma(d / 2) + np.log(d / 2)
+        d = np.where(ok, df, 2.0)
+        e = np.where(ok, np.log(np.where(ok, s2, 1.0)) - digamma(d / 2) + np.log(d / 2), 0.0)
+        tri = np.where(ok, trigamma(d / 2), 0.0)
+
+        def others(x: np.ndarray) -> np.ndarray:  # the family's sum less the identity's own
+            return np.bincount(family, weights=x, minlength=nfam)[family] - x
+
+        count = others(ok.astype(float))
         with np.errstate(invalid="ignore", divide="ignore"):
-            e_mean = np.bincount(fam, weights=e, minlength=nfam) / count
-            sq = np.bincount(fam, weights=(e - e_mean[fam]) ** 2, minlength=nfam)
-            excess = (
-                sq / (count - 1) - np.bincount(fam, weights=trigamma(d / 2), minlength=nfam) / count
-            )
-        many = count >= 2
-        finite = many & (excess > 0)
+            e_mean = others(e) / count
+            e_var = (others(e * e) - count * e_mean**2) / (count - 1)
+            excess = e_var - others(tri) / count
+            # an excess within one standard error of none (the sample variance of c values
+            # of e, whose variance is about tri, has sd tri sqrt(2 / (c - 1))) is no
+            # evidence of unlike spreads: the others are alike, d0 = inf
+            noise = others(tri) / count * np.sqrt(2 / (count - 1))
+        many = count >= MIN_OTHERS
+        finite = many & (excess > noise)
         d0 = np.where(many, np.inf, 0.0)
         d0[finite] = 2 * trigamma_inverse(excess[finite])
-        var = np.exp(e_mean)
+        var = np.exp(np.where(many, e_mean, 0.0))
         var[finite] *= np.exp(digamma(d0[finite] / 2) - np.log(d0[finite] / 2))
-        has = (df > 0) & np.isfinite(s2)
-        pooled_df = np.bincount(family[has], weights=df[has], minlength=nfam)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            pooled_var = (
-                np.bincount(family[has], weights=(s2 * df)[has], minlength=nfam) / pooled_df
-            )
-        return cls(d0, var, pooled_var, pooled_df)
+        var_df = np.zeros(len(s2))  # s0^2 from `count` others: var(log s0^2) = e_var / count
+        var_df[many] = 2 * trigamma_inverse(np.maximum(e_var[many], 1e-12) / count[many])
+        return cls(d0, var, var_df)
 
 
 def digamma(x: np.ndarray) -> np.ndarray:
-    """psi(x) for x > 0: the recurrence up to x >= 6, then the asymptotic series (< 1e-12)."""
+    """psi(x) for x > 0: the recurrence up to x >= 10, then the asymptotic series (< 1e-12)."""
     x = np.asarray(x, float).copy()
     out = np.zeros_like(x)
-    while (small := x < 6).any():
+    while (small := x < 10).any():
         out -= np.where(small, 1 / x, 0.0)
         x = np.where(small, x + 1, x)
     r = 1 / (x * x)
@@ -109,7 +116,7 @@ def trigamma(x: np.ndarray) -> np.ndarray:
     """psi'(x) for x > 0, the same way (< 1e-12)."""
     x = np.asarray(x, float).copy()
     out = np.zeros_like(x)
-    while (small := x < 6).any():
+    while (small := x < 10).any():
         out += np.where(small, 1 / (x * x), 0.0)
         x = np.where(small, x + 1, x)
     r = 1 / (x * x)
@@ -141,19 +148,32 @@ class Tests:
 
 def moderated(n: np.ndarray, ss: np.ndarray, family: np.ndarray) -> tuple[np.ndarray, ...]:
     """Per identity the variance its test uses, its degrees of freedom (rounded down, at most
-    MAX_DF; 0: no variance known) and its own sample variance (NaN without one)."""
+    MAX_DF; 0: no variance known) and its own sample variance (NaN without one).
+
+    s~^2 = (d0 s0^2 + d s^2) / (d0 + d) on d0 + d df when s0^2 is known; s0^2 estimated
+    from the others adds its own uncertainty, weighted by the prior's share B = d0/(d0+d):
+    1/df = 1/(d0 + d) + B^2/var_df. When d0 reaches the others' degrees of freedom the
+    family's pooled variance is used, on all its degrees of freedom (exact for alike spreads).
+    """
     own = np.maximum(n[:, 0] - 1, 0) + np.maximum(n[:, 1] - 1, 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         s2 = np.where(own > 0, ss.sum(axis=1) / own, np.nan)
     _, fam = np.unique(family, return_inverse=True)
-    prior = VariancePrior.fit(s2, own, fam, int(fam.max(initial=-1)) + 1)
-    d0, rest = prior.df[fam], prior.pooled_df[fam] - own  # rest: the others' df
-    pooled = d0 >= rest  # the prior is as sure as all the rest of the family: pool it all
+    nfam = int(fam.max(initial=-1)) + 1
+    prior = VariancePrior.fit(s2, own, fam, nfam)
+    has = (own > 0) & np.isfinite(s2)
+    total_df = np.bincount(fam[has], weights=own[has], minlength=nfam)
     with np.errstate(invalid="ignore", divide="ignore"):
-        shrunk = (d0 * prior.var[fam] + own * np.nan_to_num(s2)) / (d0 + own)
-    var = np.where(pooled, prior.pooled_var[fam], shrunk)
-    df = np.floor(np.minimum(np.where(pooled, own + rest, d0 + own), MAX_DF))
-    return var, np.where(np.isfinite(var), df, 0.0), s2
+        pooled_var = np.bincount(fam[has], weights=(s2 * own)[has], minlength=nfam) / total_df
+        d0 = prior.df
+        share = np.where(d0 > 0, d0 / (d0 + own), 0.0)
+        shrunk = (np.where(d0 > 0, d0 * prior.var, 0.0) + own * np.nan_to_num(s2)) / (d0 + own)
+        borrowed = np.where(share > 0, share**2 / prior.var_df, 0.0)
+        shrunk_df = 1 / (1 / (d0 + own) + borrowed)
+    pooled = d0 >= total_df[fam] - own  # the prior is as sure as all the others: pool all
+    var = np.where(pooled, pooled_var[fam], shrunk)
+    df = np.floor(np.minimum(np.where(pooled, total_df[fam], shrunk_df), MAX_DF))
+    return var, np.where(np.isfinite(var), np.nan_to_num(df), 0.0), s2
 
 
 def tests(
