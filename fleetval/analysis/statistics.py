@@ -38,9 +38,9 @@ from fleetval.vocab import Verdict
 # finite series of `t_within` short.
 MAX_DF = 1000
 # Others with a variance an identity's family needs before it borrows from them: with fewer,
-# alike and unlike spreads cannot be told apart (3-9 identities of spreads 0.5-4% made
+# alike and unlike spreads cannot be told apart (3-12 identities of spreads 0.5-4% made
 # p <= 0.001 2-3 times too often at 5+1), so a smaller family is judged by the plain t.
-MIN_OTHERS = 11
+MIN_OTHERS = 15
 
 
 def moments(ident: np.ndarray, side: np.ndarray, x: np.ndarray, nid: int) -> tuple[np.ndarray, ...]:
@@ -86,10 +86,10 @@ class VariancePrior:
             e_mean = others(e) / count
             e_var = (others(e * e) - count * e_mean**2) / (count - 1)
             excess = e_var - others(tri) / count
-            # an excess within one standard error of none (the sample variance of c values
+            # an excess within two standard errors of none (the sample variance of c values
             # of e, whose variance is about tri, has sd tri sqrt(2 / (c - 1))) is no
             # evidence of unlike spreads: the others are alike, d0 = inf
-            noise = others(tri) / count * np.sqrt(2 / (count - 1))
+            noise = 2 * others(tri) / count * np.sqrt(2 / (count - 1))
         many = count >= MIN_OTHERS
         finite = many & (excess > noise)
         d0 = np.where(many, np.inf, 0.0)
