@@ -66,8 +66,8 @@ def test_the_prior_recovers_a_known_inverse_chi_square() -> None:
 
 def test_the_prior_leaves_the_identity_out() -> None:
     """An identity's own variance never sets how far it is trusted: the others' do."""
-    s2 = np.r_[np.full(12, 4e-4), 1e-6]
-    prior = st.VariancePrior.fit(s2, np.full(13, 4.0), np.zeros(13, int), 1)
+    s2 = np.r_[np.full(19, 4e-4), 1e-6]
+    prior = st.VariancePrior.fit(s2, np.full(20, 4.0), np.zeros(20, int), 1)
     assert prior.df[-1] == np.inf
     assert np.isfinite(prior.df[:-1]).all()  # the odd one makes the others' family unlike
 
