@@ -182,6 +182,7 @@ class Cell:
     diff: np.ndarray  # [repeats, size] candidate - baseline mean log value
     var: np.ndarray  # [repeats, size] the variance of diff the gate uses
     df: np.ndarray  # [repeats, size]
+    p: np.ndarray  # [repeats, size]
     q: np.ndarray  # [repeats, size] BH across each repeat's family
 
     @classmethod
@@ -199,7 +200,7 @@ class Cell:
         shape = (repeats, size)
         q = np.stack([st.bh_adjust(row) for row in p.reshape(shape)])
         return cls(size, m, k, repeats, diff.reshape(shape), var.reshape(shape),
-                   df.reshape(shape), q)  # fmt: skip
+                   df.reshape(shape), p.reshape(shape), q)  # fmt: skip
 
     def false_alarms(self, threshold: float, fdr: float) -> float:
         v = st.verdicts(np.expm1(self.diff.ravel()) * 100, self.q.ravel(),
@@ -213,16 +214,14 @@ class Cell:
         p0, _ = st.t_test(diff, self.var[:, 0], self.df[:, 0], 0.95)
         q0 = np.empty(self.repeats)
         for r in range(self.repeats):  # BH with identity 0's p replaced
-            q0[r] = st.bh_adjust(np.r_[p0[r], self.q_free[r]])[0]
+            q0[r] = st.bh_adjust(np.r_[p0[r], self.p_others[r]])[0]
         v = st.verdicts(np.expm1(diff) * 100, q0, np.full(self.repeats, threshold), fdr)
         return float(np.mean(v == Verdict.REGRESSION.value))
 
     @cached_property
-    def q_free(self) -> np.ndarray:
-        """[repeats, size - 1] the other identities' p (BH is recomputed with identity 0's)."""
-        p, _ = st.t_test(self.diff[:, 1:].ravel(), self.var[:, 1:].ravel(),
-                         self.df[:, 1:].ravel(), 0.95)  # fmt: skip
-        return p.reshape(self.repeats, self.size - 1)
+    def p_others(self) -> np.ndarray:
+        """[repeats, size - 1] the other identities' p (BH is redone with identity 0's)."""
+        return self.p[:, 1:]
 
 
 def np_bound(delta_se: float, size: int, alpha: float) -> float:
