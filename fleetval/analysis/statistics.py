@@ -7,21 +7,21 @@ So the evidence about a release is the spread of run values, never the iteration
 
 - `moments`: per identity and side, the number of runs, the mean and the squared deviations.
 - `VariancePrior`: what run-to-run variances a family of identities (one check's metric)
-  has: a scaled inverse chi-square prior (d0 degrees of freedom around s0^2), its two
-  numbers estimated from the family's own sample variances by Smyth's moments (limma's
-  `fitFDist`). With 5 runs an identity's own variance has 4 degrees of freedom, far too
-  few alone at the tail a gate over many identities needs; its family says what variances
-  are plausible, and how alike they are (d0: infinite when the spread of the sample
-  variances is no more than chi-square sampling explains).
-- `tests`: per identity the difference d of mean log values, the moderated variance
-  s~^2 = (d0 s0^2 + d s^2) / (d0 + d) and Student's t on d0 + d degrees of freedom
-  (c = sqrt(1/m + 1/k); with one candidate run, k = 1, the prediction interval for one new
-  run from the baseline's spread). The prior can carry no more degrees of freedom than the
-  rest of the family has: when d0 reaches them the family's pooled variance is used, with
-  the family's pooled df. So one identity alone gets the plain t on its own variance, a
-  family of alike identities the t on their pooled variance (all their degrees of freedom),
-  and p-values are exact in both limits. All in numpy: scipy.special's import alone costs
-  ~0.25 s.
+  has: a scaled inverse chi-square prior (d0 degrees of freedom around s0^2), estimated by
+  Smyth's moments (limma's `fitFDist`) for each identity from its family's OTHER
+  identities. With 5 runs an identity's own variance has 4 degrees of freedom, far too few
+  alone at the tail a gate over many identities needs; its family says what variances are
+  plausible and how alike they are (d0 = inf when the spread of the others' log variances
+  is within two standard errors of what chi-square sampling explains).
+- `moderated` and `tests`: per identity the difference d of mean log values, the moderated
+  variance s~^2 = (d0 s0^2 + d s^2) / (d0 + d) and Student's t (`t_test`) on d0 + d degrees
+  of freedom, less for s0's own uncertainty (c = sqrt(1/m + 1/k); with one candidate run,
+  k = 1, the prediction interval for one new run from the baseline's spread). When d0
+  reaches the others' degrees of freedom the family's pooled variance is used on all its
+  df: a family of alike identities gets the t on their pooled variance; one identity alone,
+  or a family under MIN_OTHERS + 1, the plain t on its own. p-values are exact in both
+  limits (calibration between them: bench/RESULTS.md). All in numpy: scipy.special's
+  import alone costs ~0.25 s.
 - `verdicts`: THE verdict rule (see its docstring), after Benjamini-Hochberg across identities.
 """
 
