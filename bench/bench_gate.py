@@ -15,6 +15,18 @@ then candidates compared through `compare_runs` exactly as `fleetval compare` do
     python bench/bench_gate.py --run-sd-range 0 0.04 # sd drawn per identity in [0, 4%]
     python bench/bench_gate.py --values              # the same model, run values made here
 
+    python bench/bench_gate.py --identities 1,24,200,2000,10000   # the sweep (below)
+
+--identities sweeps family sizes at --designs (5+1, 5+5, 7+7): per size and design, seeded
+repeats of one family of alike identities (log run values normal with sd --value-sd, the
+storegen model's 2.23%) judged by the statistics compare runs (`statistics.moderated`,
+`t_test`, `bh_adjust`, `verdicts`; vectorized, repeats are families of one call). It
+prints the false alarms on clean data, the power at the drops the known-variance
+Neyman-Pearson test finds 50% and 90% of the time, that bound (analytic, beside each
+figure) and the best a test can do with the variance unknown (the t on all the family's
+degrees of freedom, noncentral t), the share of 10-run-sd drops caught, and the CVS anchor
+(460 identities, 7+7, a 6% drop).
+
 With --values the store is skipped: each run's value per identity is made here exactly as
 the store's summaries make it (per iteration the mean over ranks, the median over
 iterations, busbw = constant / time) and judged by `compare.judge`, the statistics
@@ -30,13 +42,17 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from statistics import NormalDist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import pyarrow as pa
 
+from fleetval.analysis import statistics as st
 from fleetval.analysis.compare import compare_runs, judge
 from fleetval.analysis.compare_settings import CompareSettings
 from fleetval.metrics import merge
@@ -152,8 +168,139 @@ def value_trial(seed: int, model: FleetModel, threshold: float) -> dict[tuple, i
     return out
 
 
+# -- the sweep over family sizes ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One family size and design: the clean families and their moderated variances."""
+
+    size: int
+    m: int
+    k: int
+    repeats: int
+    diff: np.ndarray  # [repeats, size] candidate - baseline mean log value
+    var: np.ndarray  # [repeats, size] the variance of diff the gate uses
+    df: np.ndarray  # [repeats, size]
+    p: np.ndarray  # [repeats, size]
+    q: np.ndarray  # [repeats, size] BH across each repeat's family
+
+    @classmethod
+    def draw(cls, size: int, m: int, k: int, repeats: int, sd: float, seed: int) -> Cell:
+        rng = np.random.default_rng(seed)
+        x0 = rng.standard_normal((repeats * size, m)) * sd
+        x1 = rng.standard_normal((repeats * size, k)) * sd
+        n = np.tile([float(m), float(k)], (repeats * size, 1))
+        mean = np.c_[x0.mean(1), x1.mean(1)]
+        ss = np.c_[((x0 - mean[:, :1]) ** 2).sum(1), ((x1 - mean[:, 1:]) ** 2).sum(1)]
+        var, df, _ = st.moderated(n, ss, np.repeat(np.arange(repeats), size))
+        diff = mean[:, 1] - mean[:, 0]
+        var = var * (1 / m + 1 / k)
+        p, _ = st.t_test(diff, var, df, 0.95)
+        shape = (repeats, size)
+        q = np.stack([st.bh_adjust(row) for row in p.reshape(shape)])
+        return cls(size, m, k, repeats, diff.reshape(shape), var.reshape(shape),
+                   df.reshape(shape), p.reshape(shape), q)  # fmt: skip
+
+    def false_alarms(self, threshold: float, fdr: float) -> float:
+        v = st.verdicts(np.expm1(self.diff.ravel()) * 100, self.q.ravel(),
+                        np.full(self.diff.size, threshold), fdr)  # fmt: skip
+        return float((v.reshape(self.diff.shape) == Verdict.REGRESSION.value).any(axis=1).mean())
+
+    def found(self, drop: float, threshold: float, fdr: float) -> float:
+        """Share of repeats where identity 0, its candidate runs dropped by `drop` (a
+        fraction), is a regression; the rest of its family as drawn."""
+        diff = self.diff[:, 0] + np.log1p(-drop)
+        p0, _ = st.t_test(diff, self.var[:, 0], self.df[:, 0], 0.95)
+        q0 = np.empty(self.repeats)
+        for r in range(self.repeats):  # BH with identity 0's p replaced
+            q0[r] = st.bh_adjust(np.r_[p0[r], self.p_others[r]])[0]
+        v = st.verdicts(np.expm1(diff) * 100, q0, np.full(self.repeats, threshold), fdr)
+        return float(np.mean(v == Verdict.REGRESSION.value))
+
+    @cached_property
+    def p_others(self) -> np.ndarray:
+        """[repeats, size - 1] the other identities' p (BH is redone with identity 0's)."""
+        return self.p[:, 1:]
+
+
+def np_bound(delta_se: float, size: int, alpha: float) -> float:
+    """Power of the known-variance one-sided test at per-identity level 1 - (1 - alpha)^(1/M)
+    (alpha spread evenly over M independent identities) against a drop of delta_se SEs."""
+    crit = NormalDist().inv_cdf((1 - alpha) ** (1 / size))
+    return NormalDist().cdf(delta_se - crit)
+
+
+def t_bound(delta_se: float, size: int, own_df: int, alpha: float) -> float:
+    """The same with the variance unknown: the t on all the family's degrees of freedom
+    (the most any test can do for one identity alone: the invariant t is minimax)."""
+    from scipy import stats
+
+    df = size * own_df
+    crit = stats.t.ppf((1 - alpha) ** (1 / size), df)
+    return float(stats.nct.sf(crit, df, delta_se))
+
+
+def drop_at(bound: float, size: int, se: float, alpha: float) -> float:
+    """The drop (a fraction) the known-variance test finds with power `bound`."""
+    crit = NormalDist().inv_cdf((1 - alpha) ** (1 / size))
+    return float(-np.expm1(-(crit + NormalDist().inv_cdf(bound)) * se))
+
+
+def sweep(args: argparse.Namespace) -> None:
+    sizes = [int(x) for x in args.identities.split(",")]
+    designs = [tuple(int(y) for y in d.split("+")) for d in args.designs.split(",")]
+    alpha, sd, thr, fdr = args.fdr / 2, args.value_sd, args.threshold, args.fdr
+    print(f"run-value sd {sd:.2%} (alike identities), threshold {thr}%, fdr {fdr} (regressions "
+          f"one side: false-alarm budget {alpha:.1%}), bound = known-variance one-sided test "
+          f"at level 1-(1-{alpha})^(1/M) per identity; seed {args.seed}\n")  # fmt: skip
+    print(
+        "| identities | runs | repeats | false alarms | drop (bound 50%) | found | bound "
+        "| t bound | drop (bound 90%) | found | bound | t bound | 10-sd drop caught | s |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for size in sizes:
+        for m, k in designs:
+            start = time.perf_counter()
+            repeats = max(args.min_repeats, min(args.repeats, args.budget // size))
+            cell = Cell.draw(size, m, k, repeats, sd, args.seed + size + 100 * k)
+            se = sd * np.sqrt(1 / m + 1 / k)
+            cols = [f"{size:,}", f"{m}+{k}", f"{repeats:,}",
+                    f"{cell.false_alarms(thr, fdr):.2%}"]  # fmt: skip
+            for b in (0.5, 0.9):
+                d = drop_at(b, size, se, alpha)
+                delta = -np.log1p(-d) / se
+                cols += [f"{d:.1%}", f"{cell.found(d, thr, fdr):.1%}",
+                         f"{np_bound(delta, size, alpha):.1%}",
+                         f"{t_bound(delta, size, m + k - 2, alpha):.1%}"]  # fmt: skip
+            ten = -np.expm1(-10 * sd)
+            caught = cell.found(ten, thr, fdr)
+            cols += [f"{caught * repeats:.0f}/{repeats}", f"{time.perf_counter() - start:.0f}"]
+            print("| " + " | ".join(cols) + " |", flush=True)
+    print("\nCVS anchor: 460 identities, 7+7 runs, a 6% drop on one large message\n")
+    print("| run-value sd | repeats | false alarms | 6% drop found | bound | t bound |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for anchor_sd in (np.hypot(0.015, 0.025 * 1.2533 / np.sqrt(10)), sd):
+        repeats = max(args.min_repeats, min(args.repeats, args.budget // 460))
+        cell = Cell.draw(460, 7, 7, repeats, anchor_sd, args.seed + 460)
+        delta = -np.log1p(-0.06) / (anchor_sd * np.sqrt(2 / 7))
+        print(f"| {anchor_sd:.2%} | {repeats} | {cell.false_alarms(thr, fdr):.2%} | "
+              f"{cell.found(0.06, thr, fdr):.1%} | {np_bound(delta, 460, alpha):.1%} | "
+              f"{t_bound(delta, 460, 12, alpha):.1%} |")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--identities", help="family sizes to sweep, e.g. 1,24,200,2000,10000")
+    ap.add_argument("--designs", default="5+1,5+5,7+7", help="baseline+candidate runs")
+    ap.add_argument(
+        "--value-sd", type=float, default=float(np.hypot(0.02, 0.025 * 1.2533 / np.sqrt(10)))
+    )
+    ap.add_argument("--repeats", type=int, default=4000, help="sweep: repeats per cell at most")
+    ap.add_argument("--budget", type=int, default=400_000, help="sweep: repeats x identities")
+    ap.add_argument("--min-repeats", type=int, default=40)
+    ap.add_argument("--fdr", type=float, default=CompareSettings().fdr)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--run-sd", type=float, default=0.02)
     ap.add_argument("--run-sd-range", type=float, nargs=2, default=None)
@@ -161,6 +308,9 @@ def main() -> None:
     ap.add_argument("--values", action="store_true", help="judge run values made here (fast)")
     ap.add_argument("--drops", type=float, nargs="+", default=list(DROPS), help="fractions")
     args = ap.parse_args()
+    if args.identities:
+        sweep(args)
+        return
     globals()["DROPS"] = tuple(args.drops)
     os.fsync = lambda fd: None  # durability is not under test: thousands of small files
     sd = tuple(args.run_sd_range) if args.run_sd_range else args.run_sd

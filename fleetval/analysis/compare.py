@@ -69,7 +69,7 @@ class MetricComparison:
     ci_high_pct: float | None = None  # when the candidate is one run)
     p_value: float | None = None  # two-sided, from the run values (statistics.tests)
     q_value: float | None = None  # Benjamini-Hochberg across the identities tested
-    run_sd_pct: float | None = None  # run-to-run spread used (posterior), percent
+    run_sd_pct: float | None = None  # run-to-run spread used (moderated), percent
     n_baseline: int = 0  # runs per side
     n_candidate: int = 0
     wrong: int = 0  # wrong elements in the candidate

@@ -6,54 +6,41 @@ random effect: placement, clocks, background load) and iterations scatter around
 So the evidence about a release is the spread of run values, never the iterations.
 
 - `moments`: per identity and side, the number of runs, the mean and the squared deviations.
-- `VariancePrior`: what run-to-run variances a family of identities (one check's busbw, say)
-  has, fitted to all of them as a grid of variances with weights (a nonparametric
-  empirical-Bayes prior, EM on the scaled chi-square likelihood). With 5 runs an identity's
-  own variance has 4 degrees of freedom, far too few to trust alone at the tail a gate over
-  hundreds of identities needs; its family says what variances are plausible. A grid, not a
-  parametric (inverse chi-square) prior, so a family whose spreads differ a lot still
-  bounds an identity's variance by what the family shows, instead of a heavy tail.
-- `tests`: per identity, the difference d of mean log values and its two-sided p from the
-  posterior predictive given the identity's own variance estimate (w_k its posterior
-  weights): p = 2 sum_k w_k Phi(-|d| / (sigma_k c)), c = sqrt(1/m + 1/k). With one
-  candidate run (k = 1) that is the prediction interval for one new run from the
-  baseline's run-to-run spread. Families too small for a prior fall back to Student's t on
-  the identity's own variance (all in numpy: scipy.special's import alone costs ~0.25 s).
+- `VariancePrior`: what run-to-run variances a family of identities (one check's metric)
+  has: a scaled inverse chi-square prior (d0 degrees of freedom around s0^2), estimated by
+  Smyth's moments (limma's `fitFDist`) for each identity from its family's OTHER
+  identities. With 5 runs an identity's own variance has 4 degrees of freedom, far too few
+  alone at the tail a gate over many identities needs; its family says what variances are
+  plausible and how alike they are (d0 = inf when the spread of the others' log variances
+  is within two standard errors of what chi-square sampling explains).
+- `moderated` and `tests`: per identity the difference d of mean log values, the moderated
+  variance s~^2 = (d0 s0^2 + d s^2) / (d0 + d) and Student's t (`t_test`) on d0 + d degrees
+  of freedom, less for s0's own uncertainty (c = sqrt(1/m + 1/k); with one candidate run,
+  k = 1, the prediction interval for one new run from the baseline's spread). When d0
+  reaches the others' degrees of freedom the family's pooled variance is used on all its
+  df: a family of alike identities gets the t on their pooled variance; one identity alone,
+  or a family under MIN_OTHERS + 1, the plain t on its own. p-values are exact in both
+  limits (calibration between them: bench/RESULTS.md). All in numpy: scipy.special's
+  import alone costs ~0.25 s.
 - `verdicts`: THE verdict rule (see its docstring), after Benjamini-Hochberg across identities.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
 from fleetval.vocab import Verdict
 
-MIN_FAMILY = 20  # identities with a variance of their own before a family's prior is fitted
-GRID = 40  # variances in the prior's grid
-FIT_SAMPLE = 4000  # identities the prior is fitted on (a 1-D distribution: plenty)
-EM_STEPS = 500
-
-
-_ERFC = (  # Chebyshev fit of erfc (Numerical Recipes' erfcc): relative error < 1.2e-7
-    -1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
-    0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277,
-)  # fmt: skip
-
-
-def ndtr(x: np.ndarray) -> np.ndarray:
-    """The standard normal CDF in numpy, to a relative 1.2e-7 in both tails (a test checks it
-    against scipy.special.ndtr): enough for p-values, and no 0.25 s scipy import."""
-    z = np.abs(x) / np.sqrt(2)
-    t = 1 / (1 + z / 2)
-    poly = np.zeros_like(t)
-    for c in _ERFC[::-1]:
-        poly = poly * t + c
-    with np.errstate(under="ignore"):
-        half_erfc = t * np.exp(poly - z * z) / 2  # Phi(-|x|)
-    return np.where(x < 0, half_erfc, 1 - half_erfc)
+# Degrees of freedom are rounded down and capped here (fewer df: a larger p, so both are
+# conservative; t on 1000 df is the normal to 0.7% in z at p = 1e-7) to keep the exact
+# finite series of `t_within` short.
+MAX_DF = 1000
+# Others with a variance an identity's family needs before it borrows from them: with fewer,
+# alike and unlike spreads cannot be told apart (3-12 identities of spreads 0.5-4% made
+# p <= 0.001 2-3 times too often at 5+1), so a smaller family is judged by the plain t.
+MIN_OTHERS = 15
 
 
 def moments(ident: np.ndarray, side: np.ndarray, x: np.ndarray, nid: int) -> tuple[np.ndarray, ...]:
@@ -69,61 +56,124 @@ def moments(ident: np.ndarray, side: np.ndarray, x: np.ndarray, nid: int) -> tup
 
 @dataclass(frozen=True)
 class VariancePrior:
-    """A family's run-to-run variances: `grid` (variances) with prior `weights`."""
+    """Per identity, the prior its family's OTHER identities give it (leave one out, so an
+    identity's own variance never chooses how much it is trusted): degrees of freedom `df`
+    (d0; inf when the others' variances are alike, 0 when fewer than MIN_OTHERS have one),
+    variance `var` (s0^2), and `var_df`, the degrees of freedom s0^2 itself is known to."""
 
-    grid: np.ndarray
-    weights: np.ndarray
+    df: np.ndarray
+    var: np.ndarray
+    var_df: np.ndarray
 
     @classmethod
-    def fit(cls, s2: np.ndarray, df: np.ndarray) -> VariancePrior | None:
-        """The grid prior maximising the marginal likelihood of the sample variances (EM).
+    def fit(cls, s2: np.ndarray, df: np.ndarray, family: np.ndarray, nfam: int) -> VariancePrior:
+        """Smyth's moment estimates (limma `fitFDist`) from each identity's family less itself.
 
-        None when fewer than MIN_FAMILY identities have a variance of their own.
+        e = log s^2 - digamma(d/2) + log(d/2) has mean log s0^2 + digamma(d0/2) - log(d0/2)
+        and variance trigamma(d/2) + trigamma(d0/2): the excess of the observed variance
+        of e over trigamma(d/2) is the prior's part; none left means d0 = inf.
         """
-        ok = np.flatnonzero((df > 0) & np.isfinite(s2) & (s2 > 0))
-        if len(ok) < MIN_FAMILY:
-            return None
-        if len(ok) > FIT_SAMPLE:  # evenly spaced, so the fit is deterministic
-            ok = ok[np.linspace(0, len(ok) - 1, FIT_SAMPLE).astype(int)]
-        lo, hi = np.log(s2[ok].min()) - 1.0, np.log(s2[ok].max()) + 1.0
-        grid = np.exp(np.linspace(lo, hi, GRID))
-        lik = _likelihood(s2[ok], df[ok], grid)
-        w = np.full(GRID, 1 / GRID)
-        for _ in range(EM_STEPS):  # EM for mixture weights: w_k <- mean_i posterior_ik
-            step = w * (lik.T @ (1 / (lik @ w))) / len(ok)
-            done = np.abs(step - w).max() < 1e-7
-            w = step
-            if done:
-                break
-        keep = w > 1e-6 * w.max()  # the fit is sparse: a few atoms carry the weight
-        return cls(grid[keep], w[keep] / w[keep].sum())
+        ok = (df > 0) & np.isfinite(s2) & (s2 > 0)
+        d = np.where(ok, df, 2.0)
+        e = np.where(ok, np.log(np.where(ok, s2, 1.0)) - digamma(d / 2) + np.log(d / 2), 0.0)
+        tri = np.where(ok, trigamma(d / 2), 0.0)
 
-    def posterior(self, s2: np.ndarray, df: np.ndarray) -> np.ndarray:
-        """[n, len(grid)] posterior weights of each variance given an identity's own estimate
-        (the prior itself where it has none)."""
-        own = df > 0
-        s2 = np.where(own, np.maximum(np.nan_to_num(s2), self.grid[0] * 1e-6), self.grid[0])
-        lik = np.where(own[:, None], _likelihood(s2, np.where(own, df, 1.0), self.grid), 1.0)
-        post = lik * self.weights
-        return post / post.sum(axis=1, keepdims=True)
+        def others(x: np.ndarray) -> np.ndarray:  # the family's sum less the identity's own
+            return np.bincount(family, weights=x, minlength=nfam)[family] - x
+
+        count = others(ok.astype(float))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            e_mean = others(e) / count
+            e_var = (others(e * e) - count * e_mean**2) / (count - 1)
+            excess = e_var - others(tri) / count
+            # an excess within two standard errors of none (the sample variance of c values
+            # of e, whose variance is about tri, has sd tri sqrt(2 / (c - 1))) is no
+            # evidence of unlike spreads: the others are alike, d0 = inf
+            noise = 2 * others(tri) / count * np.sqrt(2 / (count - 1))
+        many = count >= MIN_OTHERS
+        finite = many & (excess > noise)
+        d0 = np.where(many, np.inf, 0.0)
+        d0[finite] = 2 * trigamma_inverse(excess[finite])
+        var = np.exp(np.where(many, e_mean, 0.0))
+        var[finite] *= np.exp(digamma(d0[finite] / 2) - np.log(d0[finite] / 2))
+        var_df = np.zeros(len(s2))  # s0^2 from `count` others: var(log s0^2) = e_var / count
+        var_df[many] = 2 * trigamma_inverse(np.maximum(e_var[many], 1e-12) / count[many])
+        return cls(d0, var, var_df)
 
 
-def _likelihood(s2: np.ndarray, df: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """[n, K] likelihood of s2 ~ grid_k chi2_df / df, up to a factor per row."""
-    ll = -(df[:, None] / 2) * (np.log(grid)[None, :] + s2[:, None] / grid[None, :])
-    return np.exp(ll - ll.max(axis=1, keepdims=True))
+def digamma(x: np.ndarray) -> np.ndarray:
+    """psi(x) for x > 0: the recurrence up to x >= 10, then the asymptotic series (< 1e-12)."""
+    x = np.asarray(x, float).copy()
+    out = np.zeros_like(x)
+    while (small := x < 10).any():
+        out -= np.where(small, 1 / x, 0.0)
+        x = np.where(small, x + 1, x)
+    r = 1 / (x * x)
+    return out + np.log(x) - 0.5 / x - r * (1 / 12 - r * (1 / 120 - r * (1 / 252 - r / 240)))
+
+
+def trigamma(x: np.ndarray) -> np.ndarray:
+    """psi'(x) for x > 0, the same way (< 1e-12)."""
+    x = np.asarray(x, float).copy()
+    out = np.zeros_like(x)
+    while (small := x < 10).any():
+        out += np.where(small, 1 / (x * x), 0.0)
+        x = np.where(small, x + 1, x)
+    r = 1 / (x * x)
+    return out + 1 / x + r / 2 + r / x * (1 / 6 - r * (1 / 30 - r * (1 / 42 - r / 30)))
+
+
+def trigamma_inverse(y: np.ndarray) -> np.ndarray:
+    """x with trigamma(x) = y (y > 0): bisection on log x (trigamma falls from inf to 0)."""
+    lo, hi = np.full(len(y), -30.0), np.full(len(y), 30.0)
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        above = trigamma(np.exp(mid)) > y
+        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+    return np.exp((lo + hi) / 2)
 
 
 @dataclass(frozen=True)
 class Tests:
     """Per identity: change (candidate - baseline mean log value), its two-sided p, the
-    interval at `confidence`, and the run-to-run sd used."""
+    interval at `confidence`, the run-to-run sd used (moderated) and its degrees of freedom."""
 
     diff: np.ndarray
     p: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
     sd: np.ndarray
+    df: np.ndarray
+
+
+def moderated(n: np.ndarray, ss: np.ndarray, family: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per identity the variance its test uses, its degrees of freedom (rounded down, at most
+    MAX_DF; 0: no variance known) and its own sample variance (NaN without one).
+
+    s~^2 = (d0 s0^2 + d s^2) / (d0 + d) on d0 + d df when s0^2 is known; s0^2 estimated
+    from the others adds its own uncertainty, weighted by the prior's share B = d0/(d0+d):
+    1/df = 1/(d0 + d) + B^2/var_df. When d0 reaches the others' degrees of freedom the
+    family's pooled variance is used, on all its degrees of freedom (exact for alike spreads).
+    """
+    own = np.maximum(n[:, 0] - 1, 0) + np.maximum(n[:, 1] - 1, 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s2 = np.where(own > 0, ss.sum(axis=1) / own, np.nan)
+    _, fam = np.unique(family, return_inverse=True)
+    nfam = int(fam.max(initial=-1)) + 1
+    prior = VariancePrior.fit(s2, own, fam, nfam)
+    has = (own > 0) & np.isfinite(s2)
+    total_df = np.bincount(fam[has], weights=own[has], minlength=nfam)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pooled_var = np.bincount(fam[has], weights=(s2 * own)[has], minlength=nfam) / total_df
+        d0 = prior.df
+        share = np.where(d0 > 0, d0 / (d0 + own), 0.0)
+        shrunk = (np.where(d0 > 0, d0 * prior.var, 0.0) + own * np.nan_to_num(s2)) / (d0 + own)
+        borrowed = np.where(share > 0, share**2 / prior.var_df, 0.0)
+        shrunk_df = 1 / (1 / (d0 + own) + borrowed)
+    pooled = d0 >= total_df[fam] - own  # the prior is as sure as all the others: pool all
+    var = np.where(pooled, pooled_var[fam], shrunk)
+    df = np.floor(np.minimum(np.where(pooled, total_df[fam], shrunk_df), MAX_DF))
+    return var, np.where(np.isfinite(var), np.nan_to_num(df), 0.0), s2
 
 
 def tests(
@@ -131,44 +181,41 @@ def tests(
 ) -> Tests:
     """The tests for every identity (see the module's docstring); NaN where a side has no
     run or no variance is known (nothing to test with)."""
-    df = np.maximum(n[:, 0] - 1, 0) + np.maximum(n[:, 1] - 1, 0)
+    var, df, s2 = moderated(n, ss, family)
     with np.errstate(invalid="ignore", divide="ignore"):
-        s2 = np.where(df > 0, ss.sum(axis=1) / df, np.nan)
         c = np.sqrt(1 / n[:, 0] + 1 / n[:, 1])
     diff = mean[:, 1] - mean[:, 0]
-    p, half, sd = np.full(len(diff), np.nan), np.full(len(diff), np.nan), np.sqrt(s2)
-    testable = (n[:, 0] > 0) & (n[:, 1] > 0)
-    for f in np.unique(family):
-        sel = family == f
-        prior = VariancePrior.fit(s2[sel], df[sel])
-        idx = np.flatnonzero(sel & testable)
-        if prior is None:
-            idx = idx[df[idx] > 0]
-            p[idx], half[idx] = _student(diff[idx], s2[idx] * c[idx] ** 2, df[idx], confidence)
-            continue
-        w = prior.posterior(s2[idx], df[idx])
-        scale = np.sqrt(prior.grid)[None, :] * c[idx, None]
-        p[idx] = 2 * (w * ndtr(-np.abs(diff[idx, None]) / scale)).sum(axis=1)
-        half[idx] = _mixture_quantile(w, scale, 0.5 + confidence / 2)
-        sd[idx] = np.sqrt((w * prior.grid).sum(axis=1))
-    return Tests(diff, p, diff - half, diff + half, sd)
+    testable = (n[:, 0] > 0) & (n[:, 1] > 0) & (df >= 1)
+    p, half = np.full(len(diff), np.nan), np.full(len(diff), np.nan)
+    p[testable], half[testable] = t_test(diff[testable], var[testable] * c[testable] ** 2,
+                                         df[testable], confidence)  # fmt: skip
+    sd = np.where(testable, np.sqrt(var), np.sqrt(s2))
+    return Tests(diff, p, diff - half, diff + half, sd, np.where(testable, df, np.nan))
 
 
-def _student(
+def t_test(
     diff: np.ndarray, var: np.ndarray, df: np.ndarray, confidence: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Two-sided p and the interval's half width from the identity's own variance only."""
+    """Two-sided p of Student's t = diff / sqrt(var) on df (integers >= 1), and the
+    interval's half width at `confidence`."""
+    se = np.sqrt(var)
     with np.errstate(invalid="ignore", divide="ignore"):
-        se = np.sqrt(var)
         t = np.where(se > 0, np.abs(diff) / se, np.where(diff == 0, 0.0, np.inf))
-    lo, hi = np.zeros(len(df)), np.full(len(df), 1.0)
-    while (grow := t_within(hi, df) < confidence).any():  # bracket the quantile, then halve
+    df = df.astype(np.int64)
+    return 1 - t_within(t, df), t_quantile(confidence, df) * se
+
+
+def t_quantile(confidence: float, df: np.ndarray) -> np.ndarray:
+    """t with P(|T_df| <= t) = confidence, per entry: bisection once per distinct df."""
+    uniq, inverse = np.unique(df, return_inverse=True)
+    lo, hi = np.zeros(len(uniq)), np.full(len(uniq), 1.0)
+    while (grow := t_within(hi, uniq) < confidence).any():  # bracket the quantile, then halve
         hi = np.where(grow, hi * 2, hi)
     for _ in range(50):
         mid = (lo + hi) / 2
-        below = t_within(mid, df) < confidence
+        below = t_within(mid, uniq) < confidence
         lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return 1 - t_within(t, df), (lo + hi) / 2 * se
+    return ((lo + hi) / 2)[inverse]
 
 
 def t_within(t: np.ndarray, df: np.ndarray) -> np.ndarray:
@@ -185,18 +232,6 @@ def t_within(t: np.ndarray, df: np.ndarray) -> np.ndarray:
         term = term * np.where(odd, 2 * k / (2 * k + 1), (2 * k - 1) / (2 * k)) * cos * cos
         series += np.where(k < terms, term, 0.0)
     return np.where(odd, 2 / np.pi * (theta + sin * cos * series), sin * series)
-
-
-def _mixture_quantile(w: np.ndarray, scale: np.ndarray, level: float) -> np.ndarray:
-    """x with sum_k w_k Phi(x / scale_k) = level, per row: Newton's method from the normal
-    with the mixture's variance (the CDF is smooth and increasing; a few steps suffice)."""
-    x = NormalDist().inv_cdf(level) * np.sqrt((w * scale**2).sum(axis=1))
-    for _ in range(6):
-        u = x[:, None] / scale
-        cdf = (w * ndtr(u)).sum(axis=1)
-        pdf = (w * np.exp(-u * u / 2) / scale).sum(axis=1) / np.sqrt(2 * np.pi)
-        x = np.maximum(x - (cdf - level) / pdf, x / 2)
-    return x
 
 
 def bh_adjust(p: np.ndarray) -> np.ndarray:
