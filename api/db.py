@@ -384,19 +384,28 @@ class ServiceDB:
         return int(row[0])
 
     def claim_next(self) -> str | None:
-        """The oldest queued run's id, now marked running (read it with `get`)."""
+        """The oldest queued run's id, now marked running (read it with `get`).
+
+        NOTE: a write transaction even when the queue is empty: the claim is atomic across
+        processes, and a database the executor cannot write raises here, idle or not (the
+        supervisor reports it on /healthz)."""
         with self._lock:
-            row = self._conn.execute(
-                "SELECT run_id FROM submissions WHERE status = ? ORDER BY seq LIMIT 1",
-                (QueueStatus.QUEUED.value,),
-            ).fetchone()
-            if row is None:
-                return None
-            self._conn.execute(
-                "UPDATE submissions SET status = ?, started_at = ? WHERE run_id = ?",
-                (QueueStatus.RUNNING.value, now(), row[0]),
-            )
-        return str(row[0])
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._conn.execute(
+                    "SELECT run_id FROM submissions WHERE status = ? ORDER BY seq LIMIT 1",
+                    (QueueStatus.QUEUED.value,),
+                ).fetchone()
+                if row is not None:
+                    self._conn.execute(
+                        "UPDATE submissions SET status = ?, started_at = ? WHERE run_id = ?",
+                        (QueueStatus.RUNNING.value, now(), row[0]),
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return str(row[0]) if row is not None else None
 
     def request_cancel(self, run_id: str) -> None:
         with self._lock:

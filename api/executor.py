@@ -6,7 +6,7 @@ others stand by (and take over if it dies). The Ray connection is made once and 
 between runs. Progress goes to the database as it happens, so every worker serves it.
 
 The thread is supervised: an exception outside a run's own handling (a database fault, a
-submission that cannot be read) is logged, the run it had claimed ends as `error` with the
+submission that cannot be read, a SystemExit raised into the thread to kill it) is logged, the run it had claimed ends as `error` with the
 reason, and the loop starts again after a back-off; `/healthz` answers 503 (degraded) until
 a claim succeeds again.
 """
@@ -161,7 +161,10 @@ class Executor:
         while not self._stopping.is_set():
             try:
                 self._loop()
-            except Exception as err:  # NOTE: whatever broke, the queue must go on
+            # NOTE: whatever broke (even a SystemExit raised into the thread), the queue goes on
+            except BaseException as err:
+                if self._stopping.is_set() and not isinstance(err, Exception):
+                    raise
                 log.exception("executor crashed; restarting in %.0f s", backoff)
                 self.crashes += 1
                 self.failing = f"{type(err).__name__}: {err}"

@@ -15,7 +15,7 @@ from fleetval.api.executor import CLUSTER_KEY, Executor
 from fleetval.api.limits import Limits, check_suite
 from fleetval.api.models import Progress, RunList, RunOut, SubmitRequest
 from fleetval.run.plan import ClusterShape, NodeShape, make_plan
-from fleetval.store.catalog import RunFilter
+from fleetval.store.catalog import RunFilter, RunNotFound
 from fleetval.store.dataset import RunRecord, Store, new_run_id
 from fleetval.suite import Suite, SuiteError, load_suite, parse_suite, shipped_suites
 
@@ -146,10 +146,10 @@ def require_run(db: ServiceDB, store: Store, run_id: str) -> None:
 
 def require_runs(store: Store, run_ids: list[str]) -> None:
     """RunNotFound for the first of `run_ids` the store lacks (one query for all)."""
-    found = store.run_index().get_many(run_ids)
+    found = store.find_runs(run_ids)
     for run_id in run_ids:
         if run_id not in found:
-            store.run(run_id)  # NOTE: not indexed (written by an older writer): its files
+            raise RunNotFound(run_id, store.root)
 
 
 def list_runs(

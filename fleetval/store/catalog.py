@@ -233,6 +233,17 @@ class Catalog:
             return _incomplete(results)
         raise RunNotFound(run_id, self.root)
 
+    def find_runs(self, run_ids: list[str]) -> dict[str, RunRecord]:
+        """The runs among `run_ids` that exist, by id: one query of the run index; an id the
+        index lacks is looked up by its file names (never a scan). Absent ids are left out;
+        a corrupt record raises CorruptFile."""
+        found = self.run_index().get_many(list(dict.fromkeys(run_ids)))
+        for run_id in run_ids:
+            if run_id not in found:
+                with contextlib.suppress(RunNotFound):
+                    found[run_id] = self.run(run_id)
+        return found
+
     def latest_run(self) -> RunRecord:
         runs = self.runs()
         if not runs:
