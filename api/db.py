@@ -341,17 +341,26 @@ class ServiceDB:
     def get(self, run_id: str) -> Submission | None:
         return self._one("SELECT * FROM submissions WHERE run_id = ?", (run_id,))
 
-    def page(self, where: RunFilter, *, before: str | None, limit: int) -> list[Submission]:
-        """Up to `limit` submissions matching `where`, newest run id first, below `before`."""
+    def get_row(self, run_id: str, select: str = "*") -> sqlite3.Row | None:
+        """One submission's `select` (SQL over its columns, e.g. JSON made by SQLite)."""
+        rows = self._query(f"SELECT {select} FROM submissions WHERE run_id = ?", (run_id,))
+        return rows[0] if rows else None
+
+    def page(
+        self, where: RunFilter, *, before: str | None, limit: int, select: str = "*"
+    ) -> list[sqlite3.Row]:
+        """`select` of up to `limit` submissions matching `where`, newest run id first, below
+        `before`."""
         sql, args = where.sql()
         terms = [t for t in (sql, "run_id < ?" if before is not None else "") if t]
         if before is not None:
             args.append(before)
         clause = f"WHERE {' AND '.join(terms)}" if terms else ""
         rows = self._query(
-            f"SELECT * FROM submissions {clause} ORDER BY run_id DESC LIMIT ?", (*args, limit)
+            f"SELECT {select} FROM submissions {clause} ORDER BY run_id DESC LIMIT ?",
+            (*args, limit),
         )
-        return [Submission.from_row(r) for r in rows]
+        return rows
 
     def known(self, run_ids: list[str]) -> set[str]:
         """Which of `run_ids` the service has a submission for (one query)."""
