@@ -456,9 +456,7 @@ class RunIndex:
         """Up to `limit` runs matching `where`, newest first, with run ids below `before`."""
         return [_record(rec) for rec in self._page("record", where, before, limit).values()]
 
-    def page_listings(
-        self, where: RunFilter, *, before: str | None, limit: int
-    ) -> dict[str, str]:
+    def page_listings(self, where: RunFilter, *, before: str | None, limit: int) -> dict[str, str]:
         """As `page`, each run's listing as stored (JSON text), by run id in page order."""
         return self._page("listing", where, before, limit)
 
