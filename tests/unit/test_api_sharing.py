@@ -251,3 +251,21 @@ def test_runs_served_as_stored_json_are_exactly_the_models(svc, tmp_path):
     assert page.json() == listed.model_dump(mode="json")
     assert sorted(r.run_id for r in listed.runs) == sorted([waiting, running])
     assert listed.next_cursor == listed.runs[-1].run_id  # the stored run is on the next page
+
+
+def test_progress_events_are_coalesced_while_a_run_executes(svc):
+    """The engine reports progress twice a second; at most one a second is stored."""
+    from fleetval.api.executor import PROGRESS_EVERY_S, _Tracker
+    from fleetval.run.outcome import Event
+
+    client, db, h = svc
+    run_id = client.post("/v1/runs", json={"suite": TINY}, headers=h["alice"]).json()["run_id"]
+    assert db.claim_next() == run_id
+    tracker = _Tracker(db, run_id)
+    for i in range(50):  # a burst well inside one coalescing interval
+        tracker.on_event(Event("step_progress", 0, "s", 0, 1, f"iteration {i}"))
+    tracker.on_event(Event("step_start", 0, "t", 1, 2))
+    kinds = [e["kind"] for e in db.events(run_id)]
+    assert kinds == ["step_progress", "step_start"] and PROGRESS_EVERY_S >= 1.0
+    progress = client.get(f"/v1/runs/{run_id}", headers=h["bob"]).json()["progress"]
+    assert progress["step"] == "t" and progress["percent"] == 50.0
