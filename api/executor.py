@@ -184,6 +184,7 @@ class Executor:
             run_id = self.db.claim_next()
             self.failing = ""  # the database answers: healthy again
             if run_id is None:
+                self.pool.expire()
                 self._wake.wait(IDLE_POLL_S)
                 self._wake.clear()
                 continue

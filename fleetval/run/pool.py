@@ -14,7 +14,8 @@ takes them. Safety comes first:
   pooled rank that is dead or hung is never reused: its group and actors are torn down and
   the job starts fresh ones.
 - Idle groups hold cluster resources, so a job of another shape first frees every idle
-  group (a job never waits for resources the pool sits on).
+  group (a job never waits for resources the pool sits on), and a group idle for longer
+  than `idle_s` is freed (`expire`), leaving the GPUs to other drivers.
 
 `fleetval run` passes no pool (each job tears down at its end, as always); the service keeps
 one for its process and closes it on shutdown.
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 PING_S = 2.0  # a pooled rank must answer its health ping this fast to be reused
 RESET_S = 10.0  # and its reset (destroying a process group can take a moment)
+IDLE_S = 300.0  # an idle group is freed after this long (it holds GPUs other drivers may want)
 
 # What makes two jobs' ranks interchangeable: world size, bundle, strategy and node set.
 PoolKey = tuple[int, tuple[tuple[str, float], ...], str, tuple[str, ...] | None]
@@ -51,12 +53,14 @@ class Pooled:
 
     pg: PlacementGroup
     ranks: list[RankHandle]
+    since: float = 0.0  # time.monotonic() when it became idle
 
 
 class RankPool:
     """Idle groups of rank actors by job shape; thread-safe; `close` tears everything down."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle_s: float = IDLE_S) -> None:
+        self.idle_s = idle_s
         self._idle: dict[PoolKey, Pooled] = {}
         self._lock = threading.Lock()
         self.reused = 0  # jobs that took pooled ranks (for tests and benchmarks)
@@ -92,7 +96,7 @@ class RankPool:
     def give_back(self, job: Job, pg: PlacementGroup, ranks: list[RankHandle]) -> None:
         """Reset the ranks of a job that ended cleanly and keep them; on any failure (or a
         group of this shape already idle) tear them down."""
-        entry = Pooled(pg, ranks)
+        entry = Pooled(pg, ranks, time.monotonic())
         answers = gather([r.actor.reset.remote() for r in entry.ranks], time.monotonic() + RESET_S)
         if any(kind != "ok" for kind, _ in answers):
             log.warning("a rank did not reset within %gs: its group is torn down", RESET_S)
@@ -104,6 +108,15 @@ class RankPool:
             if spare is None:
                 self._idle[key] = entry
         if spare is not None:
+            teardown(entry.ranks, entry.pg)
+
+    def expire(self) -> None:
+        """Free the groups idle for longer than `idle_s` (call it when there is no work)."""
+        cutoff = time.monotonic() - self.idle_s
+        with self._lock:
+            old = [k for k, e in self._idle.items() if e.since < cutoff]
+            gone = [self._idle.pop(k) for k in old]
+        for entry in gone:
             teardown(entry.ranks, entry.pg)
 
     def close(self) -> None:

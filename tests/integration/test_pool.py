@@ -60,3 +60,15 @@ def test_pooled_ranks_are_reused_and_bad_ones_replaced(ray_session, tmp_path):
         assert not set(pool.actor_ids()) & set(second) and pool.reused == 1
     finally:
         pool.close()
+
+
+@pytest.mark.timeout(120)
+def test_idle_groups_expire_and_close_frees_everything(ray_session, tmp_path):
+    pool = RankPool(idle_s=0.0)
+    try:
+        assert run_suite(SUITE, Store(tmp_path), pool=pool).status == "pass"
+        assert len(pool.actor_ids()) == 2
+        pool.expire()  # idle longer than 0 s: freed (the fixture checks nothing is left)
+        assert pool.actor_ids() == []
+    finally:
+        pool.close()
