@@ -397,17 +397,26 @@ class ServiceDB:
     def get(self, run_id: str) -> Submission | None:
         return self._one("SELECT * FROM submissions WHERE run_id = ?", (run_id,))
 
-    def page(self, where: RunFilter, *, before: str | None, limit: int) -> list[Submission]:
-        """Up to `limit` submissions matching `where`, newest run id first, below `before`."""
+    def get_row(self, run_id: str, select: str = "*") -> sqlite3.Row | None:
+        """One submission's `select` (SQL over its columns, e.g. JSON made by SQLite)."""
+        rows = self._query(f"SELECT {select} FROM submissions WHERE run_id = ?", (run_id,))
+        return rows[0] if rows else None
+
+    def page(
+        self, where: RunFilter, *, before: str | None, limit: int, select: str = "*"
+    ) -> list[sqlite3.Row]:
+        """`select` of up to `limit` submissions matching `where`, newest run id first, below
+        `before`."""
         sql, args = where.sql()
         terms = [t for t in (sql, "run_id < ?" if before is not None else "") if t]
         if before is not None:
             args.append(before)
         clause = f"WHERE {' AND '.join(terms)}" if terms else ""
         rows = self._query(
-            f"SELECT * FROM submissions {clause} ORDER BY run_id DESC LIMIT ?", (*args, limit)
+            f"SELECT {select} FROM submissions {clause} ORDER BY run_id DESC LIMIT ?",
+            (*args, limit),
         )
-        return [Submission.from_row(r) for r in rows]
+        return rows
 
     def known(self, run_ids: list[str]) -> set[str]:
         """Which of `run_ids` the service has a submission for (one query)."""
@@ -440,19 +449,28 @@ class ServiceDB:
         return int(row[0])
 
     def claim_next(self) -> str | None:
-        """The oldest queued run's id, now marked running (read it with `get`)."""
+        """The oldest queued run's id, now marked running (read it with `get`).
+
+        NOTE: a write transaction even when the queue is empty: the claim is atomic across
+        processes, and a database the executor cannot write raises here, idle or not (the
+        supervisor reports it on /healthz)."""
         with self._lock:
-            row = self._conn.execute(
-                "SELECT run_id FROM submissions WHERE status = ? ORDER BY seq LIMIT 1",
-                (QueueStatus.QUEUED.value,),
-            ).fetchone()
-            if row is None:
-                return None
-            self._conn.execute(
-                "UPDATE submissions SET status = ?, started_at = ? WHERE run_id = ?",
-                (QueueStatus.RUNNING.value, now(), row[0]),
-            )
-        return str(row[0])
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._conn.execute(
+                    "SELECT run_id FROM submissions WHERE status = ? ORDER BY seq LIMIT 1",
+                    (QueueStatus.QUEUED.value,),
+                ).fetchone()
+                if row is not None:
+                    self._conn.execute(
+                        "UPDATE submissions SET status = ?, started_at = ? WHERE run_id = ?",
+                        (QueueStatus.RUNNING.value, now(), row[0]),
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return str(row[0]) if row is not None else None
 
     def request_cancel(self, run_id: str) -> None:
         with self._lock:

@@ -3,10 +3,12 @@
 One thread per data directory, across processes: it holds an exclusive lock on
 `executor.lock` while it works, so with several uvicorn workers one executes and the
 others stand by (and take over if it dies). The Ray connection is made once and kept
-between runs. Progress goes to the database as it happens, so every worker serves it.
+between runs, and so are warm rank actors (`fleetval.run.pool`): a run whose job shape the
+previous run had takes its actors, reset and health-pinged, instead of starting new ones.
+Progress goes to the database as it happens, so every worker serves it.
 
 The thread is supervised: an exception outside a run's own handling (a database fault, a
-submission that cannot be read) is logged, the run it had claimed ends as `error` with the
+submission that cannot be read, a SystemExit raised into the thread to kill it) is logged, the run it had claimed ends as `error` with the
 reason, and the loop starts again after a back-off; `/healthz` answers 503 (degraded) until
 a claim succeeds again.
 """
@@ -25,6 +27,7 @@ from typing import Any
 
 from fleetval.api.db import QueueStatus, ServiceDB, Submission
 from fleetval.run.execute import Event, cluster_shape, connect, run_suite
+from fleetval.run.pool import RankPool
 from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
 from fleetval.suite import parse_suite
 from fleetval.vocab import RunStatus
@@ -104,6 +107,7 @@ class Executor:
         self.failing = ""  # why the loop crashed last, until a claim succeeds again
         self.crashes = 0
         self._claimed: str | None = None  # the run the loop is on
+        self.pool = RankPool()  # warm rank actors between runs; closed when the thread ends
 
     def degraded(self) -> str:
         """Why this process cannot run the queue now ("" when it can, or stands by)."""
@@ -152,6 +156,7 @@ class Executor:
             self._connect()
             self._supervise()
         finally:
+            self.pool.close()
             self.active = False
             lock.close()  # releases the lock for a standby worker
 
@@ -161,7 +166,10 @@ class Executor:
         while not self._stopping.is_set():
             try:
                 self._loop()
-            except Exception as err:  # NOTE: whatever broke, the queue must go on
+            # NOTE: whatever broke (even a SystemExit raised into the thread), the queue goes on
+            except BaseException as err:
+                if self._stopping.is_set() and not isinstance(err, Exception):
+                    raise
                 log.exception("executor crashed; restarting in %.0f s", backoff)
                 self.crashes += 1
                 self.failing = f"{type(err).__name__}: {err}"
@@ -176,6 +184,7 @@ class Executor:
             run_id = self.db.claim_next()
             self.failing = ""  # the database answers: healthy again
             if run_id is None:
+                self.pool.expire()
                 self._wake.wait(IDLE_POLL_S)
                 self._wake.clear()
                 continue
@@ -263,6 +272,7 @@ class Executor:
                 on_event=tracker.on_event,
                 run_id=sub.run_id,
                 cancel=cancel,
+                pool=self.pool,
             )
             status, message = record.status, record.message
         except ValueError as err:  # the plan or the cluster refused it: nothing ran

@@ -2,14 +2,17 @@
 
 Lookups cost the same whatever the history's length: a submission is one indexed read of
 the service database, a stored run one read of the store's run index (or its own files),
-a page of runs one keyset query on each side, merged.
+a page of runs one keyset query on each side, merged. The hot reads (a run, a page of
+runs) are answered as JSON text made from what is stored (the run index keeps each stored
+run's listing as JSON; a submission's JSON columns are spliced in), not by building and
+validating response models: the same JSON the models describe, at a fraction of the cost.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
 
 from fleetval.api.db import QueueStatus, Schedule, ServiceDB, Submission, Token
 from fleetval.api.errors import Conflict, Forbidden, NotFound, TooMany, Unprocessable
@@ -17,7 +20,6 @@ from fleetval.api.executor import CLUSTER_KEY, Executor
 from fleetval.api.limits import Limits, check_suite
 from fleetval.api.models import (
     Progress,
-    RunList,
     RunOut,
     ScheduleOut,
     ScheduleRequest,
@@ -25,7 +27,7 @@ from fleetval.api.models import (
 )
 from fleetval.api.schedules import CronError, next_after, stamp, validate
 from fleetval.run.plan import ClusterShape, NodeShape, make_plan
-from fleetval.store.catalog import RunFilter
+from fleetval.store.catalog import RunFilter, RunNotFound
 from fleetval.store.dataset import RunRecord, Store, new_run_id
 from fleetval.suite import Suite, SuiteError, load_suite, parse_suite, shipped_suites
 
@@ -121,19 +123,36 @@ def run_out(db: ServiceDB, sub: Submission) -> RunOut:
     )
 
 
-def record_out(rec: RunRecord) -> RunOut:
-    """A run made outside the service (`fleetval run`), from the store."""
-    return RunOut(
-        run_id=rec.run_id,
-        suite=rec.suite,
-        status=rec.status,
-        message=rec.message,
-        labels=rec.labels,
-        submitter=rec.submitter,
-        started_at=rec.started_at.isoformat(),
-        finished_at=rec.finished_at.isoformat() if rec.finished_at else None,
-        steps=rec.summary.get("steps", []),
-    )
+def _stored_prefix() -> str:
+    """The RunOut fields a stored run's listing lacks (their defaults), as the start of a
+    JSON object the listing's own fields complete."""
+    sample = RunRecord(run_id="", suite="", status="", started_at=datetime.now(UTC)).listing()
+    extra = {
+        name: field.get_default(call_default_factory=True)
+        for name, field in RunOut.model_fields.items()
+        if name not in sample
+    }
+    return json.dumps(extra)[:-1] + ","
+
+
+_STORED_PREFIX = _stored_prefix()
+# A submission as RunOut JSON, made by SQLite in the query that reads it (its JSON columns
+# spliced in as stored; the queue position an index range, for queued runs only).
+SUBMISSION_JSON = f"""json_object(
+    'run_id', run_id, 'suite', suite, 'status', status, 'message', message,
+    'labels', json(labels), 'submitter', submitter, 'submission_id', submission_id,
+    'attempt', attempt, 'retries', retries, 'retry_of', retry_of, 'retried_as', retried_as,
+    'submitted_at', submitted_at, 'started_at', started_at, 'finished_at', finished_at,
+    'queue_position', CASE WHEN status = '{QueueStatus.QUEUED.value}' THEN (
+        SELECT COUNT(*) FROM submissions AS q
+        WHERE q.status = '{QueueStatus.QUEUED.value}' AND q.seq < submissions.seq) END,
+    'progress', CASE WHEN progress = '{{}}' THEN NULL ELSE json(progress) END,
+    'steps', json(steps)) AS out"""
+
+
+def stored_json(listing: str) -> str:
+    """A stored run as RunOut JSON: its listing (as the run index keeps it) and the defaults."""
+    return _STORED_PREFIX + listing[1:]
 
 
 def stored_run(store: Store, run_id: str) -> RunRecord:
@@ -141,11 +160,15 @@ def stored_run(store: Store, run_id: str) -> RunRecord:
     return store.run_index().get(run_id) or store.run(run_id)
 
 
-def get_run(db: ServiceDB, store: Store, run_id: str) -> RunOut:
-    sub = db.get(run_id)
-    if sub is not None:
-        return run_out(db, sub)
-    return record_out(stored_run(store, run_id))
+def run_json(db: ServiceDB, store: Store, run_id: str) -> str:
+    """GET /v1/runs/{id}: two indexed point reads at most, and no model built."""
+    row = db.get_row(run_id, SUBMISSION_JSON)
+    if row is not None:
+        return row["out"]
+    listing = store.run_index().listing(run_id)
+    if listing is None:  # not indexed (written by an older writer): its files
+        listing = json.dumps(store.run(run_id).listing())
+    return stored_json(listing)
 
 
 def require_run(db: ServiceDB, store: Store, run_id: str) -> None:
@@ -156,31 +179,27 @@ def require_run(db: ServiceDB, store: Store, run_id: str) -> None:
 
 def require_runs(store: Store, run_ids: list[str]) -> None:
     """RunNotFound for the first of `run_ids` the store lacks (one query for all)."""
-    found = store.run_index().get_many(run_ids)
+    found = store.find_runs(run_ids)
     for run_id in run_ids:
         if run_id not in found:
-            store.run(run_id)  # NOTE: not indexed (written by an older writer): its files
+            raise RunNotFound(run_id, store.root)
 
 
 def list_runs(
     db: ServiceDB, store: Store, where: RunFilter, *, limit: int, cursor: str | None
-) -> RunList:
-    """Newest first; `cursor` is the last run id of the previous page. A submission stands
-    for its run; the store adds runs made outside the service (`fleetval run`)."""
+) -> str:
+    """RunList JSON, newest first; `cursor` is the last run id of the previous page. A
+    submission stands for its run; the store adds runs made outside the service (`fleetval
+    run`), their listings served as the run index keeps them."""
     want = limit + 1  # one more than the page: whether there is a next one
-    subs = db.page(where, before=cursor, limit=want)
-    stored = _stored_page(db, store, where, cursor, want, subs)
-    merged: list[tuple[str, Any]] = sorted(
-        [(s.run_id, s) for s in subs] + [(r.run_id, r) for r in stored],
-        key=lambda pair: pair[0],
-        reverse=True,
-    )[:want]
-    page = [
-        run_out(db, item) if isinstance(item, Submission) else record_out(item)
-        for _, item in merged[:limit]
-    ]
-    more = len(merged) > limit
-    return RunList(runs=page, next_cursor=page[-1].run_id if more and page else None)
+    rows = db.page(where, before=cursor, limit=want, select=f"run_id, {SUBMISSION_JSON}")
+    subs = {r["run_id"]: r["out"] for r in rows}
+    stored = _stored_page(db, store, where, cursor, want, list(subs))
+    ids = sorted([*subs, *stored], reverse=True)[:want]
+    page = [subs[i] if i in subs else stored_json(stored[i]) for i in ids[:limit]]
+    more = len(ids) > limit
+    cursor_out = json.dumps(ids[limit - 1] if more and page else None)
+    return f'{{"runs": [{", ".join(page)}], "next_cursor": {cursor_out}}}'
 
 
 def _stored_page(
@@ -189,21 +208,22 @@ def _stored_page(
     where: RunFilter,
     cursor: str | None,
     want: int,
-    subs: list[Submission],
-) -> list[RunRecord]:
-    """Stored runs the service has no submission for, enough to fill the page: batches of
-    the index until `want` are found, the index ends, or what is left sorts below a full
-    page of submissions anyway (the usual case: one batch)."""
-    index, out, before, batch = store.run_index(), [], cursor, want
+    subs: list[str],
+) -> dict[str, str]:
+    """Listings of stored runs the service has no submission for, enough to fill the page:
+    batches of the index until `want` are found, the index ends, or what is left sorts below
+    a full page of submissions anyway (the usual case: one batch)."""
+    index, out, before, batch = store.run_index(), {}, cursor, want
     while True:
-        got = index.page(where, before=before, limit=batch)
-        known = db.known([r.run_id for r in got])
-        out += [r for r in got if r.run_id not in known]
-        if len(got) < batch or len(out) >= want:
+        got = index.page_listings(where, before=before, limit=batch)
+        known = db.known(list(got))
+        out |= {run_id: text for run_id, text in got.items() if run_id not in known}
+        last = next(reversed(got), None)
+        if len(got) < batch or len(out) >= want or last is None:
             return out
-        if len(subs) == want and got[-1].run_id <= subs[-1].run_id:
+        if len(subs) == want and last <= subs[-1]:
             return out
-        before, batch = got[-1].run_id, batch * 2
+        before, batch = last, batch * 2
 
 
 def cancel(db: ServiceDB, store: Store, run_id: str, token: Token) -> RunOut:

@@ -8,6 +8,10 @@
 2. Time from a submission to its first collective on a warm service (the `step_start`
    event, received over SSE, and the first `step_progress`), and a run's whole time via
    the service; peer: the same suite with `fleetval run` (a fresh process and Ray).
+   Warm vs cold start, paired: the service keeps the last job's rank actors
+   (fleetval.run.pool), so each pair submits a suite whose job shape the pool does not hold
+   (cold: the idle group freed, a new group and new actors) and then the same suite again
+   (warm: the pooled actors, reset and pinged). The two shapes differ only in strategy.
 3. p50 / p99 latency of `GET /v1/runs/{id}` while a run executes; peer: the idle service.
 """
 
@@ -35,6 +39,7 @@ SUITE = {
         {"check": "collectives", "collectives": ["all_reduce"], "dtypes": ["float32"], "repeats": 1}
     ],
 }
+OTHER = {**SUITE, "name": "bench-tiny-spread", "placement": {**SUITE["placement"], "strategy": "SPREAD"}}
 LONG = {  # keeps the executor busy while GET latency is measured
     "name": "bench-long",
     "placement": {"world_sizes": [2], "gpus_per_rank": 0},
@@ -182,6 +187,10 @@ def main() -> None:
     try:
         first = submit_and_follow(client, SUITE)  # warms Ray's workers; not reported
         warm = [submit_and_follow(client, SUITE) for _ in range(args.runs)]
+        pairs = []  # (cold, warm): a shape the pool lacks, then the same shape again
+        for i in range(args.runs):
+            shape = (OTHER, SUITE)[i % 2]
+            pairs.append((submit_and_follow(client, shape), submit_and_follow(client, shape)))
         t0 = time.perf_counter()
         for _ in range(args.runs):
             subprocess.run(
@@ -214,6 +223,7 @@ def main() -> None:
         proc.terminate()
         proc.wait(60)
     _report(args, warm, cli_s, rps_run, lat_run, rps_health, idle, busy, busy_status)
+    _report_pairs(pairs)
 
 
 def _suite_file(data: Path) -> Path:
@@ -251,6 +261,15 @@ def _report(args, warm, cli_s, rps_run, lat_run, rps_health, idle, busy, busy_st
     print(
         f"| GET p50 / p99 ms while a run executes ({busy_status}) vs idle | {pct(busy, 0.5):.1f} / {pct(busy, 0.99):.1f} | {pct(idle, 0.5):.1f} / {pct(idle, 0.99):.1f} |"
     )
+
+
+def _report_pairs(pairs: list[tuple[dict, dict]]) -> None:
+    print("\n| pair | cold: submit -> first collective (s) | warm (s) | cold run_end (s) | warm run_end (s) |")
+    print("|---:|---:|---:|---:|---:|")
+    for i, (cold, warm) in enumerate(pairs):
+        print(f"| {i} | {cold['first_step']:.2f} | {warm['first_step']:.2f} | {cold['run_end']:.2f} | {warm['run_end']:.2f} |")
+    med = lambda side, key: statistics.median(p[side][key] for p in pairs)  # noqa: E731
+    print(f"| median | {med(0, 'first_step'):.2f} | {med(1, 'first_step'):.2f} | {med(0, 'run_end'):.2f} | {med(1, 'run_end'):.2f} |")
 
 
 if __name__ == "__main__":

@@ -73,11 +73,17 @@ def leftovers() -> tuple[list[str], list[str]]:
     return [a.actor_id for a in actors], [g.placement_group_id for g in groups]
 
 
-def assert_no_leaks(timeout_s: float = 15.0) -> None:
-    """Every actor dead and every placement group removed (kills are asynchronous: poll)."""
+def assert_no_leaks(
+    timeout_s: float = 15.0, *, besides: tuple[list[str], list[str]] = ([], [])
+) -> None:
+    """Every actor dead and every placement group removed (kills are asynchronous: poll),
+    `besides` those (actor ids, group ids) some other live owner holds, e.g. a running
+    service's warm pool."""
     deadline = time.monotonic() + timeout_s
     while True:
         actors, groups = leftovers()
+        actors = [a for a in actors if a not in besides[0]]
+        groups = [g for g in groups if g not in besides[1]]
         if not actors and not groups:
             return
         if time.monotonic() > deadline:

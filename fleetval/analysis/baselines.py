@@ -150,9 +150,10 @@ def resolve(
     store: Catalog, baseline: Baseline, *, runs: list[RunRecord] | None = None
 ) -> ResolvedBaseline:
     """The runs a baseline stands for now; every run id must exist and filters must match."""
-    runs = store.runs() if runs is None else runs
     if baseline.run_ids:
-        known = {r.run_id for r in runs}
+        # NOTE: explicit ids are looked up (one query), never found by listing the history
+        ids = list(baseline.run_ids)
+        known = set(store.find_runs(ids)) if runs is None else {r.run_id for r in runs}
         absent = [r for r in baseline.run_ids if r not in known]
         if absent:
             raise BaselineError(
@@ -160,6 +161,7 @@ def resolve(
                 "`fleetval runs` lists them"
             )
         return ResolvedBaseline(baseline=baseline, run_ids=baseline.run_ids)
+    runs = store.runs() if runs is None else runs
     matched = select_runs(store, baseline.where, runs, include_faulty=baseline.include_faulty)
     if not matched:
         raise BaselineError(

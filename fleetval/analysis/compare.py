@@ -550,13 +550,14 @@ def compare_runs(
     if not candidate_run_ids:
         raise CompareError("no candidate run given")
     candidates = list(dict.fromkeys(candidate_run_ids))
-    records = {r.run_id: r for r in store.runs()}  # NOTE: read once; every read scans the files
+    records = store.find_runs(candidates)  # NOTE: one query, whatever the history's length
     absent = [r for r in candidates if r not in records]
     if absent:
         raise CompareError(
             f"no run {', '.join(absent)} in {store.root}; `fleetval runs` lists them"
         )
-    resolved = resolve(store, Baselines(store).get(baseline), runs=list(records.values()))
+    resolved = resolve(store, Baselines(store).get(baseline))
+    records |= store.find_runs([r for r in resolved.run_ids if r not in records])
     settings = _settings(records, candidates, threshold_pct)
     base_runs = [r for r in resolved.run_ids if r not in candidates]
     notes = []

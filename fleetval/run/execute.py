@@ -21,6 +21,7 @@ from fleetval.run.cluster import ClusterUnreachable, check_reachable, cluster_sh
 from fleetval.run.job import JobAborted, job_ranks
 from fleetval.run.outcome import Culprit, Event, EventSink, RunCancelled, RunState, StepOutcome
 from fleetval.run.plan import Job, make_plan
+from fleetval.run.pool import RankPool
 from fleetval.run.step import StepBroke, culprit_row, run_step
 from fleetval.store.dataset import RunRecord, Store, new_run_id
 from fleetval.suite import Suite
@@ -176,12 +177,14 @@ def run_suite(
     on_event: EventSink | None = None,
     run_id: str | None = None,
     cancel: threading.Event | None = None,
+    pool: RankPool | None = None,
 ) -> RunRecord:
     """Plan the suite on the cluster, run every job, store rows, nodes and the run record.
 
     A PlanError (bad input) is raised before anything is written. `run_id` lets a caller
     (the service) name the run before it starts; setting `cancel` stops it within a poll
     interval: the running job's actors are killed and its group removed, status `cancelled`.
+    With a `pool` (the service's), jobs take warm ranks from it and give clean ones back.
     """
     fixed = [w for w in suite.placement.world_sizes if w != "all"]
     connect(address, max(fixed, default=0) * suite.placement.cpus_per_rank)
@@ -197,6 +200,7 @@ def run_suite(
         run_id=run_id,
         cancel=cancel,
     ) as state:
+        state.pool = pool
         for job in plan.jobs:
             state.check_cancelled()
             run_job(job, state)

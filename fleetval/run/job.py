@@ -76,20 +76,31 @@ class RankHandle:
 
 @contextmanager
 def job_ranks(job: Job, state: RunState) -> Iterator[list[RankHandle]]:
-    """Ranks of a formed process group; torn down (actors killed, group removed) on exit."""
+    """Ranks of a formed process group; torn down (actors killed, group removed) on exit.
+
+    With a pool (`state.pool`, the service's), the ranks come from it when a healthy group
+    of this shape is idle, and a job that ends cleanly gives them back (reset) instead of
+    tearing them down; any other exit tears them down as without one."""
     t = state.suite.timeouts
-    pg: PlacementGroup | None = None
-    ranks: list[RankHandle] = []
+    pooled = state.pool.take(job) if state.pool is not None else None
+    pg: PlacementGroup | None = pooled.pg if pooled else None
+    ranks: list[RankHandle] = pooled.ranks if pooled else []
+    clean = False
     try:
-        pg = create_group(job, t.placement_s)
-        ranks = start_ranks(job, pg, t.rendezvous_s)
+        if pooled is None:
+            pg = create_group(job, t.placement_s)
+            ranks = start_ranks(job, pg, t.rendezvous_s)
         assign(ranks, job, state.run_id, state.suite.seed)
         fingerprint_nodes(ranks, state, t.rendezvous_s)
         rendezvous(ranks, job, state.suite, state.run_id)
         yield ranks
+        clean = True
     finally:
         keep_node_files(ranks, state, job)
-        teardown(ranks, pg)
+        if clean and state.pool is not None and pg is not None:
+            state.pool.give_back(job, pg, ranks)
+        else:
+            teardown(ranks, pg)
 
 
 def create_group(job: Job, timeout_s: float) -> PlacementGroup:

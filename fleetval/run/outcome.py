@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # NOTE: the suite imports the checks (torch), the store pyarrow; readers
     # of outcomes (exit statuses) need neither
+    from fleetval.run.pool import RankPool
     from fleetval.store.dataset import RunRecord, Store
     from fleetval.suite import Suite
 
@@ -76,6 +77,7 @@ class RunState:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     record: RunRecord | None = None
     cancel: threading.Event | None = None
+    pool: RankPool | None = None  # warm ranks kept between jobs (the service's), else none
 
     def check_cancelled(self) -> None:
         if self.cancel is not None and self.cancel.is_set():

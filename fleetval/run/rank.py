@@ -121,12 +121,14 @@ def init_process_group(ctx: RankContext, master: str, port: int, timeout_s: floa
 
 
 class RankActor:
-    """One rank of one job; lives as long as the job's placement group."""
+    """One rank of one job; lives as long as the job's placement group (or, pooled, as long
+    as the pool keeps the group: reset between jobs)."""
 
     def __init__(self, gpus_per_rank: float) -> None:
         self._heartbeat = Heartbeat()
         self._ctx: RankContext | None = None
         self._wants_gpu = gpus_per_rank > 0
+        self._env_before: dict[str, str | None] = {}  # what join() changed, for reset()
         # before torch first touches the GPU runtime, which reads the variables once
         hip_visibility(os.environ, rocm=bool(getattr(torch.version, "hip", None)))
 
@@ -159,6 +161,7 @@ class RankActor:
     def join(
         self, ctx: RankContext, master: str, port: int, timeout_s: float, env: dict[str, str]
     ) -> None:
+        self._env_before |= {k: os.environ.get(k) for k in env if k not in self._env_before}
         os.environ.update(env)
         for var in ("TORCH_FR_DUMP_TEMP_FILE", "NCCL_DEBUG_FILE"):
             if env.get(var):  # NCCL and the recorder write there, but never make the folder
@@ -171,6 +174,19 @@ class RankActor:
     def leave(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+    def reset(self) -> None:
+        """Back to a fresh actor's state, for the next job (a pool's): the process group
+        destroyed, the environment join() set undone, no rank context, a new heartbeat."""
+        self.leave()
+        for key, value in self._env_before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._env_before = {}
+        self._ctx = None
+        self._heartbeat = Heartbeat()
 
     def run_step(self, step: Any, faults: tuple[ActiveFault, ...]) -> list[Row]:
         if self._ctx is None:

@@ -124,6 +124,21 @@ class RunRecord:
         out["metrics"] = [m.to_dict() for m in self.metrics]
         return out
 
+    def listing(self) -> dict[str, Any]:
+        """What a list of runs shows of this run (the service's view of a stored run): its
+        ids, status, times and step verdicts; no suite text, no metric declarations."""
+        return {
+            "run_id": self.run_id,
+            "suite": self.suite,
+            "status": self.status,
+            "message": self.message,
+            "labels": self.labels,
+            "submitter": self.submitter,
+            "started_at": self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "steps": self.summary.get("steps", []),
+        }
+
     def to_record(self) -> dict[str, Any]:
         return {
             **self.__dict__,
@@ -233,6 +248,17 @@ class Catalog:
             return _incomplete(results)
         raise RunNotFound(run_id, self.root)
 
+    def find_runs(self, run_ids: list[str]) -> dict[str, RunRecord]:
+        """The runs among `run_ids` that exist, by id: one query of the run index; an id the
+        index lacks is looked up by its file names (never a scan). Absent ids are left out;
+        a corrupt record raises CorruptFile."""
+        found = self.run_index().get_many(list(dict.fromkeys(run_ids)))
+        for run_id in run_ids:
+            if run_id not in found:
+                with contextlib.suppress(RunNotFound):
+                    found[run_id] = self.run(run_id)
+        return found
+
     def latest_run(self) -> RunRecord:
         runs = self.runs()
         if not runs:
@@ -300,7 +326,8 @@ CREATE TABLE IF NOT EXISTS runs (
     suite TEXT NOT NULL,
     status TEXT NOT NULL,
     labels TEXT NOT NULL,                    -- JSON object, for label filters
-    record TEXT NOT NULL                     -- the run's index entry (one row, JSON)
+    record TEXT NOT NULL,                    -- the run's index entry (one row, JSON)
+    listing TEXT                             -- RunRecord.listing() as JSON, served as it is
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS built (done INTEGER NOT NULL);  -- a row once built from the files
 """
@@ -338,7 +365,10 @@ class RunIndex:
     """One row per run in `index/runs.sqlite`: a run by id and a page of runs (newest first,
     keyset cursor) in one indexed query each. Written beside every JSON entry
     (`Catalog.write_index`); on first open built from the store's files, so a store written
-    before it is indexed once. Readers that need the files' exact state use `Catalog`."""
+    before it is indexed once. Readers that need the files' exact state use `Catalog`.
+
+    Each row also keeps the run's listing as JSON text, so a reader that serves runs (the
+    service) sends those bytes as they are: no parsing or model building per request."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -349,6 +379,21 @@ class RunIndex:
         with contextlib.suppress(sqlite3.OperationalError):  # another process set it already
             self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.executescript(RUN_INDEX_SCHEMA)
+        self._add_listings()
+
+    def _add_listings(self) -> None:
+        """An index written before listings were kept: the column added, filled once."""
+        with self._lock:
+            have = {r[1] for r in self._conn.execute("PRAGMA table_info(runs)")}
+            if "listing" not in have:
+                self._conn.execute("ALTER TABLE runs ADD COLUMN listing TEXT")
+            rows = self._conn.execute(
+                "SELECT run_id, record FROM runs WHERE listing IS NULL"
+            ).fetchall()
+            self._conn.executemany(
+                "UPDATE runs SET listing = ? WHERE run_id = ?",
+                [(json.dumps(_record(rec).listing()), run_id) for run_id, rec in rows],
+            )
 
     @classmethod
     def open(cls, catalog: Catalog) -> RunIndex:
@@ -367,11 +412,16 @@ class RunIndex:
         self.put_many([(row["run_id"], row["suite"], row["status"], labels, _index_json([row]))])
 
     def put_many(self, rows: list[tuple[str, str, str, dict[str, str], bytes]]) -> None:
+        """(run id, suite, status, labels, index entry) per run; listings made from the entries."""
+        values = [
+            (r, s, st, json.dumps(lb), rec.decode(), json.dumps(_record(rec.decode()).listing()))
+            for r, s, st, lb, rec in rows
+        ]
         with self._lock:
             self._conn.executemany(
-                "INSERT OR REPLACE INTO runs (run_id, suite, status, labels, record)"
-                " VALUES (?, ?, ?, ?, ?)",
-                [(r, s, st, json.dumps(lb), rec.decode()) for r, s, st, lb, rec in rows],
+                "INSERT OR REPLACE INTO runs (run_id, suite, status, labels, record, listing)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                values,
             )
 
     def get(self, run_id: str) -> RunRecord | None:
@@ -380,6 +430,14 @@ class RunIndex:
                 "SELECT record FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
         return _record(row[0]) if row else None
+
+    def listing(self, run_id: str) -> str | None:
+        """The run's listing as stored (JSON text), or None when the index lacks the run."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT listing FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        return row[0] if row else None
 
     def get_many(self, run_ids: list[str]) -> dict[str, RunRecord]:
         """The indexed runs among `run_ids`, in one query."""
@@ -396,6 +454,15 @@ class RunIndex:
 
     def page(self, where: RunFilter, *, before: str | None, limit: int) -> list[RunRecord]:
         """Up to `limit` runs matching `where`, newest first, with run ids below `before`."""
+        return [_record(rec) for rec in self._page("record", where, before, limit).values()]
+
+    def page_listings(self, where: RunFilter, *, before: str | None, limit: int) -> dict[str, str]:
+        """As `page`, each run's listing as stored (JSON text), by run id in page order."""
+        return self._page("listing", where, before, limit)
+
+    def _page(
+        self, column: str, where: RunFilter, before: str | None, limit: int
+    ) -> dict[str, str]:
         sql, args = where.sql()
         terms = [t for t in (sql, "run_id < ?" if before is not None else "") if t]
         if before is not None:
@@ -403,9 +470,10 @@ class RunIndex:
         clause = f"WHERE {' AND '.join(terms)}" if terms else ""
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT record FROM runs {clause} ORDER BY run_id DESC LIMIT ?", (*args, limit)
+                f"SELECT run_id, {column} FROM runs {clause} ORDER BY run_id DESC LIMIT ?",
+                (*args, limit),
             ).fetchall()
-        return [_record(r[0]) for r in rows]
+        return {r[0]: r[1] for r in rows}
 
     def count(self) -> int:
         with self._lock:

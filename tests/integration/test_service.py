@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pandas as pd
 import pytest
-from conftest import assert_no_leaks
+from conftest import assert_no_leaks, leftovers
 
 CPU = {"world_sizes": [2], "gpus_per_rank": 0}
 BARRIER = {
@@ -359,6 +359,7 @@ def test_twenty_concurrent_submissions_all_finish_in_order(server):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_kill_9_mid_run_then_restart_accounts_for_everything(ray_cluster, tmp_path):
+    other = leftovers()  # the module's server keeps its warm pool meanwhile
     srv = make_server(tmp_path / "killed", ray_cluster).start()
     c = srv.client("submit")
     hung = c.post(
@@ -368,7 +369,7 @@ def test_kill_9_mid_run_then_restart_accounts_for_everything(ray_cluster, tmp_pa
     wait_for(c, hung, ("running",), timeout_s=60)
     time.sleep(3)  # inside its step: actors placed, the group formed
     srv.stop(signal.SIGKILL)
-    assert_no_leaks(60)  # Ray reaps a dead driver's actors and groups
+    assert_no_leaks(60, besides=other)  # Ray reaps a dead driver's actors and groups
 
     srv.start()
     try:
@@ -383,11 +384,11 @@ def test_kill_9_mid_run_then_restart_accounts_for_everything(ray_cluster, tmp_pa
         assert [r["run_id"] for r in stored] == [hung]
         wait_for(c, again["run_id"], ("running",), timeout_s=60)
         srv.stop()  # graceful: the run is torn down and marked interrupted; no attempts left
-        assert_no_leaks(30)
+        assert_no_leaks(30, besides=other)
         srv.start()
         c = srv.client("read")
         last = c.get(f"/v1/runs/{again['run_id']}").json()
         assert last["status"] == "interrupted" and last["retried_as"] is None
     finally:
         srv.stop()
-    assert_no_leaks(30)
+    assert_no_leaks(30, besides=other)

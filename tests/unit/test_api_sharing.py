@@ -210,3 +210,62 @@ def test_openapi_declares_every_status_and_the_bearer_scheme(svc):
                     assert list(resp["content"]) == ["application/problem+json"], (path, code)
     assert {"409", "429"} <= set(spec["paths"]["/v1/runs"]["post"]["responses"])
     assert json.dumps(spec).count("HTTPValidationError") == 0
+
+
+def test_runs_served_as_stored_json_are_exactly_the_models(svc, tmp_path):
+    """The hot reads splice stored JSON instead of building RunOut: the bytes must be the
+    model's JSON, for a queued, a running (with progress and verdicts) and a stored run."""
+    from fleetval.api.models import RunList, RunOut
+
+    client, db, h = svc
+    start = datetime(2026, 1, 2, tzinfo=UTC)
+    stored = RunRecord(
+        run_id="20260102-000000-aaaaaa", suite="cli", status="fail", started_at=start,
+        finished_at=start + timedelta(seconds=5), labels={"k": "v"}, submitter="me",
+        summary={"steps": [{"step": "bw", "status": "fail"}]}, message="1 failed",
+    )  # fmt: skip
+    Store(tmp_path).write_run(stored)
+    queued = [
+        client.post("/v1/runs", json={"suite": TINY, "labels": {"n": str(i)}}, headers=h["alice"])
+        for i in range(2)
+    ]
+    running = db.claim_next()
+    progress = {"job": 0, "step": "c", "index": 1, "total": 2, "percent": 50.0, "detail": "",
+                "culprits": [{"rank": 1, "node": "n"}]}  # fmt: skip
+    db.record_event(running, {"kind": "step_end"}, progress=progress, steps=[{"step": "c"}])
+    waiting = queued[1].json()["run_id"]
+    for run_id in (running, waiting, stored.run_id):
+        r = client.get(f"/v1/runs/{run_id}", headers=h["bob"])
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        assert r.json() == RunOut.model_validate_json(r.content).model_dump(mode="json")
+    assert client.get(f"/v1/runs/{waiting}", headers=h["bob"]).json()["queue_position"] == 0
+    got = client.get(f"/v1/runs/{running}", headers=h["bob"]).json()
+    assert got["progress"] == progress and got["steps"] == [{"step": "c"}]
+    assert got["status"] == "running" and got["labels"] == {"n": "0"}
+    assert client.get(f"/v1/runs/{stored.run_id}", headers=h["bob"]).json() == {
+        **RunOut(run_id=stored.run_id, suite="cli", status="fail").model_dump(mode="json"),
+        **json.loads(json.dumps(stored.listing())),
+    }
+    page = client.get("/v1/runs", params={"limit": 2}, headers=h["bob"])
+    listed = RunList.model_validate_json(page.content)
+    assert page.json() == listed.model_dump(mode="json")
+    assert sorted(r.run_id for r in listed.runs) == sorted([waiting, running])
+    assert listed.next_cursor == listed.runs[-1].run_id  # the stored run is on the next page
+
+
+def test_progress_events_are_coalesced_while_a_run_executes(svc):
+    """The engine reports progress twice a second; at most one a second is stored."""
+    from fleetval.api.executor import PROGRESS_EVERY_S, _Tracker
+    from fleetval.run.outcome import Event
+
+    client, db, h = svc
+    run_id = client.post("/v1/runs", json={"suite": TINY}, headers=h["alice"]).json()["run_id"]
+    assert db.claim_next() == run_id
+    tracker = _Tracker(db, run_id)
+    for i in range(50):  # a burst well inside one coalescing interval
+        tracker.on_event(Event("step_progress", 0, "s", 0, 1, f"iteration {i}"))
+    tracker.on_event(Event("step_start", 0, "t", 1, 2))
+    kinds = [e["kind"] for e in db.events(run_id)]
+    assert kinds == ["step_progress", "step_start"] and PROGRESS_EVERY_S >= 1.0
+    progress = client.get(f"/v1/runs/{run_id}", headers=h["bob"]).json()["progress"]
+    assert progress["step"] == "t" and progress["percent"] == 50.0

@@ -105,3 +105,17 @@ def test_catalog_constants_match_the_schemas() -> None:
         stamps = tuple(f.name for f in schema if pa.types.is_timestamp(f.type))
         assert TIMESTAMPS[name] == stamps
     assert set(ENV_COLUMNS) <= set(NODES_SCHEMA.names)
+
+
+def test_find_runs_is_one_index_query_with_a_file_fallback(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    ids = ["20260301-123015-aaaaaa", "20260302-000000-bbbbbb", "20260303-000000-cccccc"]
+    index = store.run_index()
+    queries: list[str] = []
+    index._conn.set_trace_callback(queries.append)
+    found = store.find_runs([*ids, "20990101-000000-nope00", ids[0]])
+    index._conn.set_trace_callback(None)
+    assert sorted(found) == ids  # the unknown id left out, the repeated one found once
+    assert found[ids[0]] == store.run(ids[0])
+    assert found[ids[2]].status == "incomplete"  # no record: found by its files, not indexed
+    assert len([q for q in queries if q.startswith("SELECT")]) == 1

@@ -1,0 +1,74 @@
+"""Warm rank actors (fleetval.run.pool) on real Ray and gloo: a second job reuses the pool's
+actors; a pooled rank killed or stopped from outside is replaced, never reused; nothing
+leaks once the pool is closed (the `ray_session` fixture checks)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+import pytest
+
+from fleetval.run.execute import run_suite
+from fleetval.run.pool import RankPool
+from fleetval.store.dataset import Store
+from fleetval.suite import parse_suite
+
+SUITE = parse_suite(
+    {
+        "name": "pooled",
+        "placement": {"world_sizes": [2], "gpus_per_rank": 0},
+        "steps": [{"check": "collectives", "collectives": ["all_reduce"], "repeats": 1}],
+    },
+    "test",
+)
+
+
+def pids(pool: RankPool) -> list[int]:
+    return [r.placed.pid for e in pool._idle.values() for r in e.ranks]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_pooled_ranks_are_reused_and_bad_ones_replaced(ray_session, tmp_path):
+    store, pool = Store(tmp_path), RankPool()
+    try:
+        assert run_suite(SUITE, store, pool=pool).status == "pass"
+        first = pool.actor_ids()
+        assert len(first) == 2  # given back after a clean job
+
+        # A second run takes the same actors (reset between the runs), and passes.
+        assert run_suite(SUITE, store, pool=pool).status == "pass"
+        assert pool.actor_ids() == first and pool.reused == 1
+
+        # Killed from outside while idle: the ping fails, the group is torn down and the
+        # run starts fresh actors.
+        os.kill(pids(pool)[1], signal.SIGKILL)
+        assert run_suite(SUITE, store, pool=pool).status == "pass"
+        second = pool.actor_ids()
+        assert len(second) == 2 and not set(second) & set(first) and pool.reused == 1
+
+        # Stopped (hung) while idle: it cannot answer the ping within its deadline.
+        stopped = pids(pool)[0]
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            assert run_suite(SUITE, store, pool=pool).status == "pass"
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # ray.kill has removed it, normally
+                os.kill(stopped, signal.SIGCONT)
+        assert not set(pool.actor_ids()) & set(second) and pool.reused == 1
+    finally:
+        pool.close()
+
+
+@pytest.mark.timeout(120)
+def test_idle_groups_expire_and_close_frees_everything(ray_session, tmp_path):
+    pool = RankPool(idle_s=0.0)
+    try:
+        assert run_suite(SUITE, Store(tmp_path), pool=pool).status == "pass"
+        assert len(pool.actor_ids()) == 2
+        pool.expire()  # idle longer than 0 s: freed (the fixture checks nothing is left)
+        assert pool.actor_ids() == []
+    finally:
+        pool.close()
