@@ -129,3 +129,18 @@ class Verdict(StrEnum):
     MISSING = "missing"  # in the baseline, not in the candidate
     NEW = "new"  # in the candidate, not in the baseline
     FAILED = "failed"  # correctness: wrong elements or a failed status, whatever the baseline
+
+
+class NodeState(StrEnum):
+    """A fleet sweep's verdict on one node."""
+
+    HEALTHY = "healthy"  # judged against a reference and met it
+    SUSPECT = "suspect"  # slow once, or not judged to the end: look, do not drain yet
+    DRAIN = "drain"  # slow or failed in two measurements (or its own job failed): take it out
+
+
+class SweepPhase(StrEnum):
+    """What a fleet sweep job measures."""
+
+    ALONE = "alone"  # every rank of one node, no network
+    PAIR = "pair"  # two nodes: their NICs and the link between them
