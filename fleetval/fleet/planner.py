@@ -72,3 +72,10 @@ def matching(
 
 def _pair(x: str, y: str) -> tuple[str, str]:
     return (x, y) if x < y else (y, x)
+
+
+def first_pairs(nodes: Sequence[str], settings: SweepSettings) -> list[tuple[str, str]]:
+    """The links round 2 measures when every node passes alone: what tonight's sweep covers
+    (a link no job crosses cannot be judged; a different `seed` covers others)."""
+    rng = random.Random(settings.seed * 1_000_003 + 2)
+    return [j.nodes for j in matching(list(nodes), {}, rng, 2)]  # type: ignore[misc]

@@ -159,7 +159,7 @@ def recording(
             backend=state.backend,
             faults=[f.model_dump(mode="json", exclude_none=True) for f in suite.faults],
             suite_json=suite.to_json(),
-            summary=summary(state.outcomes),
+            summary={**summary(state.outcomes), **state.summary},
             message=message,
             metrics=declared_metrics(s.check for s in suite.steps),
         )

@@ -76,6 +76,9 @@ class RunState:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     record: RunRecord | None = None
     cancel: threading.Event | None = None
+    summary: dict[str, Any] = field(
+        default_factory=dict
+    )  # more for the run's summary (a sweep's verdict)
 
     def check_cancelled(self) -> None:
         if self.cancel is not None and self.cancel.is_set():

@@ -234,3 +234,11 @@ def test_history_finds_repeat_offenders_flapping_and_drift():
     assert h["a"].findings == ["slow drift -15%"] and h["a"].drifting
     assert [s.run_id for s in h["a"].seen] == ["r0", "r1", "r2", "r3"]
     assert [x.node for x in node_histories(runs, "b")] == ["b"]
+
+
+def test_first_pairs_are_what_round_two_measures_on_a_clean_fleet():
+    from fleetval.fleet.planner import first_pairs
+
+    seen, _ = rounds_of(quiet())
+    assert [j.nodes for j in seen[1]] == first_pairs(EIGHT, LOOSE)
+    assert first_pairs(EIGHT, SweepSettings(seed=1)) != first_pairs(EIGHT, LOOSE)

@@ -1,0 +1,39 @@
+"""A sweep job's score from its result rows: GB/s at the largest size, slowest rank."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fleetval.vocab import Collective, Status
+
+
+def _speed(r: dict[str, Any]) -> float | None:
+    """busbw; algbw where busbw is 0 (one rank: nothing crosses a link); else 1/time."""
+    if r.get("busbw_gbps"):
+        return r["busbw_gbps"]
+    if r.get("algbw_gbps"):
+        return r["algbw_gbps"]
+    return 1e6 / r["time_us_median"] if r.get("time_us_median") else None
+
+
+def score_rows(rows: Sequence[dict[str, Any]]) -> tuple[float | None, dict[int, float], str]:
+    """(score, speed per size, why there is no score). A failed row fails the job.
+
+    Per size the slowest rank's reading: a late rank waits least in its own collectives (the
+    others wait for it), so only the slowest reading shows the delay. The score is the
+    largest size's (the most bandwidth-bound); all_reduce where the job measured it.
+    """
+    failed = [r for r in rows if r["status"] == Status.FAIL.value]
+    if failed:
+        return None, {}, failed[0]["message"] or f"{failed[0]['check']} failed"
+    timed = [r for r in rows if r.get("size_bytes") and _speed(r) is not None]
+    reduce = [r for r in timed if r.get("collective") == Collective.ALL_REDUCE.value]
+    by_size: dict[int, float] = {}
+    for r in reduce or timed:
+        speed = _speed(r)
+        assert speed is not None
+        by_size[r["size_bytes"]] = min(speed, by_size.get(r["size_bytes"], speed))
+    if not by_size:
+        return None, {}, "no timed measurement to score (a sweep phase needs a bandwidth step)"
+    return by_size[max(by_size)], by_size, ""
