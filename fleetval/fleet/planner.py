@@ -37,7 +37,7 @@ def next_round(
             busy |= {x, y}
     waiting = [n for n in nodes if n in a.pending_pair and n not in busy]
     if not a.good:  # nobody proven yet: everyone waiting is matched with everyone else
-        return jobs + matching(waiting, a.paired, rng, rnd)
+        return jobs + _first_matching(nodes, waiting, a, rng, rnd, settings)
     refs = sorted(a.good - busy)
     rng.shuffle(refs)
     fresh = []
@@ -51,6 +51,28 @@ def next_round(
             Planned(rnd, SweepPhase.PAIR, _pair(n, partner), f"re-pair with proven-good {partner}")
         )
     return jobs + matching(fresh, a.paired, rng, rnd)
+
+
+def _first_matching(
+    nodes: Sequence[str],
+    waiting: list[str],
+    a: Assessment,
+    rng: random.Random,
+    rnd: int,
+    settings: SweepSettings,
+) -> list[Planned]:
+    """The matching of the whole fleet (`first_pairs`), kept wherever both nodes wait, so a
+    node measured alone again does not reshuffle everyone else's partner; the rest among
+    themselves."""
+    free = set(waiting)
+    kept = [
+        (x, y)
+        for x, y in first_pairs(nodes, settings)
+        if x in free and y in free and y not in a.paired.get(x, ())
+    ]
+    rest = [n for n in waiting if not any(n in p for p in kept)]
+    jobs = [Planned(rnd, SweepPhase.PAIR, p, "pair") for p in kept]
+    return jobs + matching(rest, a.paired, rng, rnd)
 
 
 def matching(

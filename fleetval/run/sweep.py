@@ -14,15 +14,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import statistics
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 
 from fleetval.analysis.baselines import BaselineError, Baselines
 from fleetval.fleet.judge import Measurement, Planned
 from fleetval.fleet.score import score_rows
 from fleetval.fleet.verdict import BaselineLevels, FleetVerdict, run_rounds
 from fleetval.run.execute import RunState, StepOutcome, cluster_shape, connect, recording, run_job
-from fleetval.run.plan import ClusterShape, PlanError, eligible_nodes, node_job
+from fleetval.run.plan import ClusterShape, Job, PlanError, eligible_nodes, node_job
 from fleetval.run.plan import resolve_gpus_per_rank as gpus_per_rank
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.suite import Suite
@@ -88,9 +90,7 @@ def _round_runner(
         state.check_cancelled()
         jobs = [node_job(suite, cluster, p.nodes, next(index), steps[p.phase]) for p in planned]
         children = [_child(state) for _ in jobs]
-        # NOTE: one thread per job: each blocks on its own Ray waits, all with deadlines.
-        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="sweep-job") as pool:
-            outcomes = list(pool.map(run_job, jobs, children))
+        outcomes = _together(jobs, children, suite)
         for child in children:
             state.outcomes += child.outcomes
             state.backend = state.backend or child.backend
@@ -101,6 +101,30 @@ def _round_runner(
         ]
 
     return measure
+
+
+def _together(jobs: list[Job], children: list[RunState], suite: Suite) -> list[list[StepOutcome]]:
+    """Run the jobs side by side, their steps starting together once every job's ranks are up.
+
+    NOTE: one thread per job: each blocks on its own Ray waits, all with deadlines. Jobs of
+    a round are judged against each other, so they measure at the same time, under the same
+    load (rank start-up on other nodes would otherwise land in some jobs' timings).
+    """
+    lineup = threading.Barrier(len(jobs))
+    wait_s = suite.timeouts.placement_s + suite.timeouts.rendezvous_s
+
+    def ready() -> None:
+        with suppress(threading.BrokenBarrierError):
+            lineup.wait(timeout=wait_s)
+
+    def one(job: Job, child: RunState) -> list[StepOutcome]:
+        try:
+            return run_job(job, child, ready)
+        finally:
+            lineup.abort()  # a job that could not start frees the others at once
+
+    with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="sweep-job") as pool:
+        return list(pool.map(one, jobs, children))
 
 
 def _child(state: RunState) -> RunState:
