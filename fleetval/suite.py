@@ -104,7 +104,7 @@ class Fault(_Model):
     def _target(self) -> Self:
         if (self.rank is None) == (self.node is None):
             raise ValueError("a fault names exactly one of `rank` or `node`")
-        if self.peer is not None and self.peer in (self.node, None):
+        if self.peer is not None and self.peer == (self.node or self.peer):
             raise ValueError("`peer` needs `node` and names another node (the link's far end)")
         if self.kind == FaultKind.DELAY and self.ms is None:
             raise ValueError("a delay fault needs `ms`")

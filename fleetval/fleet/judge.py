@@ -41,12 +41,16 @@ class Planned:
 
 @dataclass(frozen=True)
 class Measurement:
-    """A measured job: its score (GB/s; None when the job failed) and busbw per size."""
+    """A measured job: its score (GB/s; None: failed, or nothing to score) and busbw per size."""
 
     job: Planned
     score: float | None
     by_size: Mapping[int, float] = field(default_factory=dict)
     detail: str = ""  # why the job failed
+
+    @property
+    def failed(self) -> bool:
+        return self.score is None and bool(self.detail)
 
 
 @dataclass(frozen=True)
@@ -114,9 +118,16 @@ def references(
 def _reference(
     phase: SweepPhase, sku: str, rnd: int, scores: list[float], settings: SweepSettings
 ) -> Reference:
-    med = statistics.median(scores)
-    mad = statistics.median(abs(s - med) for s in scores)
-    noise = MAD_TO_SIGMA * mad / med if med > 0 else 0.0
+    """The healthy level from the faster half of the jobs: slowness is one-sided (a fault
+    never speeds a job up), so up to half the jobs may be slow without moving it.
+
+    NOTE: level and noise are the faster half's median and MAD; the MAD of a normal's upper
+    half is about half the whole's, hence the factor of 2 (calibrated in the unit tests).
+    """
+    top = sorted(scores)[len(scores) // 2 :]
+    med = statistics.median(top)
+    mad = statistics.median(abs(s - med) for s in top)
+    noise = 2 * MAD_TO_SIGMA * mad / med if med > 0 else 0.0
     tol = min(settings.max_tolerance, max(settings.tolerance, settings.noise_sigmas * noise))
     return Reference(phase, sku, med, noise, tol, len(scores), rnd)
 
@@ -128,8 +139,10 @@ def judge(
     floors: Sequence[Floor],
 ) -> Judged:
     """Slow or not, and why: failure, a SKU floor, then the fleet's own level."""
-    if m.score is None:
-        return Judged(m, True, f"job failed: {m.detail or 'no score'}")
+    if m.failed:
+        return Judged(m, True, f"job failed: {m.detail}")
+    if m.score is None:  # e.g. one rank alone: its collectives cross no link
+        return Judged(m, False, "nothing timed to judge (its own checks passed)")
     for f in floors:
         floor = f.alone_gbps if m.job.phase == SweepPhase.ALONE else f.pair_gbps
         size = m.by_size.get(f.size_bytes)
@@ -192,7 +205,7 @@ def assess(nodes: Sequence[str], judged: Sequence[Judged]) -> Assessment:
     alone_ok = set()
     for n in nodes:
         slow = [j for j in alone[n] if j.slow]
-        if any(j.m.score is None for j in slow) or len(slow) >= 2:
+        if any(j.m.failed for j in slow) or len(slow) >= 2:
             a.bad[n] = [_line(j) for j in slow]
         elif slow and len(slow) == len(alone[n]):
             a.pending_alone.add(n)

@@ -25,7 +25,9 @@ def _speed(r: dict[str, Any]) -> float | None:
 
 
 def score_rows(rows: Sequence[dict[str, Any]]) -> tuple[float | None, dict[int, float], str]:
-    """(score, speed per size, why there is no score). A failed row fails the job.
+    """(score, speed per size, what failed). A failed row fails the job; a job with nothing
+    to score (no timed rows, or one rank's collectives: no peer, no link) has score None
+    and no failure.
 
     Per size the slowest rank's reading: a late rank waits least in its own collectives (the
     others wait for it), so only the slowest reading shows the delay. The score is the
@@ -34,7 +36,11 @@ def score_rows(rows: Sequence[dict[str, Any]]) -> tuple[float | None, dict[int, 
     failed = [r for r in rows if r["status"] == Status.FAIL.value]
     if failed:
         return None, {}, failed[0]["message"] or f"{failed[0]['check']} failed"
-    timed = [r for r in rows if r.get("size_bytes") and _speed(r) is not None]
+    timed = [
+        r
+        for r in rows
+        if r.get("size_bytes") and r.get("world_size", 2) > 1 and _speed(r) is not None
+    ]
     reduce = [r for r in timed if r.get("collective") == Collective.ALL_REDUCE.value]
     by_size: dict[int, float] = {}
     for r in reduce or timed:
@@ -42,5 +48,5 @@ def score_rows(rows: Sequence[dict[str, Any]]) -> tuple[float | None, dict[int, 
         assert speed is not None
         by_size[r["size_bytes"]] = min(speed, by_size.get(r["size_bytes"], speed))
     if not by_size:
-        return None, {}, "no timed measurement to score (a sweep phase needs a bandwidth step)"
+        return None, {}, ""
     return by_size[max(by_size)], by_size, ""

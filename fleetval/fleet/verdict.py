@@ -222,7 +222,7 @@ def _node(n: str, a: Assessment, scores: dict[SweepPhase, list[float]], rounds: 
     pair = statistics.median(pairs) if pairs else None
     if n in a.bad:
         why = a.bad[n]
-        confidence = "high" if len(why) >= 2 or "failed" in why[0] else "medium"
+        confidence = "high" if len(why) >= 2 or "job failed" in why[0] else "medium"
         return NodeVerdict(n, NodeState.DRAIN, confidence, why[0], evidence, alone, pair)
     if n in a.pending_alone:
         reason = f"slow alone once, not measured again within {rounds} rounds"

@@ -136,8 +136,7 @@ def _measurement(p: Planned, rows: list[dict], outcomes: list[StepOutcome]) -> M
     broke = [o for o in outcomes if o.status == Status.FAIL.value]
     if broke:
         return Measurement(p, None, detail=f"{broke[0].step}: {broke[0].message}")
-    score, by_size, why = score_rows(rows)
-    return Measurement(p, score, by_size, why)
+    return Measurement(p, *score_rows(rows))
 
 
 def _verdict_outcome(v: FleetVerdict) -> StepOutcome:
