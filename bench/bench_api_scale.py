@@ -40,7 +40,9 @@ def make_store(data: Path, n: int) -> tuple[str, str]:
         run_id = f"{(BASE + timedelta(seconds=i)):%Y%m%d-%H%M%S}-{i % 4096:06x}"
         labels = {"nightly": str(i % 7)}
         if i % 2:
-            rec = RunRecord(run_id=run_id, suite="cli", status="pass", started_at=BASE, labels=labels)
+            rec = RunRecord(
+                run_id=run_id, suite="cli", status="pass", started_at=BASE, labels=labels
+            )
             stored.append((run_id, "cli", "pass", labels, _index_json([rec.to_record()])))
         else:
             subs.append((run_id, json.dumps(labels), now()))
@@ -114,8 +116,12 @@ def main() -> None:
             proc.wait(30)
         rows.append((n, made, figures))
     empty = rows[0][2]
-    print(f"machine: {os.cpu_count()} cores; wrk -t2 -c{args.connections} -d{args.seconds:g}s; one uvicorn worker")
-    print("\n| runs | store made (s) | GET /v1/runs/{id} req/s | page of 50 req/s | page, label filter req/s | /healthz req/s |")
+    print(
+        f"machine: {os.cpu_count()} cores; wrk -t2 -c{args.connections} -d{args.seconds:g}s; one uvicorn worker"
+    )
+    print(
+        "\n| runs | store made (s) | GET /v1/runs/{id} req/s | page of 50 req/s | page, label filter req/s | /healthz req/s |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     for n, made, f in rows:
         cells = [f"{f[k]:,.0f} ({100 * f[k] / empty[k]:.0f}%)" for k in ("get", "page", "label")]

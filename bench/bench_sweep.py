@@ -48,7 +48,7 @@ def sweep_once(fleet: SimFleet, settings: SweepSettings, t: Tally) -> None:
     bad = set(fleet.compute) | set(fleet.nic)
     named = {n.node for n in v.named}
     drained = {n.node for n in v.drain}
-    links = {link.nodes for link in v.links}
+    links = {link.nodes for link in v.bad_links}
     t.sweeps += 1
     t.bad_nodes += len(bad)
     t.found_nodes += len(bad & named)
@@ -107,7 +107,7 @@ def main() -> None:
     args = ap.parse_args()
     print(
         "| method | nodes | sweeps | bad nodes named | bad nodes drained | bad links named "
-        "| healthy drained | healthy suspect | false links | rounds mean / max | jobs mean "
+        "| healthy drained | healthy suspect | false bad links | rounds mean / max | jobs mean "
         "| ms per sweep (median) |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -85,8 +85,11 @@ def _show(v: FleetVerdict, run_id: str, drain: list[str], drain_format: str) -> 
     for n in v.named:
         typer.echo(f"{n.state.value} {n.node}: {n.reason} (confidence {n.confidence})")
     for link in v.links:
-        kind = "slow link" if link.confirmed else "suspect link"
-        typer.echo(f"{kind} {' <-> '.join(link.nodes)}: {link.evidence[-1]}")
+        a, b = link.nodes
+        if link.confirmed:
+            typer.echo(f"slow link {a} <-> {b}: {link.evidence[-1]}")
+        else:  # NOTE: no flag word: a link seen slow once is said, not flagged
+            typer.echo(f"link {a} <-> {b} slow once, not confirmed: {link.evidence[-1]}")
     for line in (*v.findings, *v.notes):
         typer.echo(line)
     if drain:

@@ -99,20 +99,33 @@ def sku_key(nodes: Iterable[str], skus: Mapping[str, str]) -> str:
     return "+".join(sorted({skus.get(n, "") for n in nodes}))
 
 
+RefKey = tuple[SweepPhase, str, int]  # phase, SKU, round (0: the phase's main round)
+ROUND_REFERENCE_JOBS = 4  # a round with this many jobs of a kind is judged against itself
+
+
 def references(
     measurements: Sequence[Measurement], skus: Mapping[str, str], settings: SweepSettings
-) -> dict[tuple[SweepPhase, str], Reference]:
-    """Per phase and SKU: median and noise of the round that measured the most such jobs."""
+) -> dict[RefKey, Reference]:
+    """Per phase and SKU: the level and noise of each round with enough such jobs, and
+    (round 0) of the round that measured the most, for rounds too small to judge alone.
+
+    NOTE: a round's jobs run at the same time, under the same load; judging them against
+    each other, not a level from minutes before, keeps a change of load from reading as a
+    slow node. Idle proven-good nodes run control pairs so re-pair rounds have peers.
+    """
     groups: dict[tuple[SweepPhase, str, int], list[float]] = {}
     for m in measurements:
         if m.score is not None:
             key = (m.job.phase, sku_key(m.job.nodes, skus), m.job.round)
             groups.setdefault(key, []).append(m.score)
-    best: dict[tuple[SweepPhase, str], tuple[int, list[float]]] = {}
+    out: dict[RefKey, Reference] = {}
     for (phase, sku, rnd), scores in sorted(groups.items(), key=lambda kv: kv[0][2]):
-        if len(scores) > len(best.get((phase, sku), (0, []))[1]):
-            best[(phase, sku)] = (rnd, scores)
-    return {key: _reference(*key, rnd, scores, settings) for key, (rnd, scores) in best.items()}
+        ref = _reference(phase, sku, rnd, scores, settings)
+        if len(scores) >= ROUND_REFERENCE_JOBS:
+            out[(phase, sku, rnd)] = ref
+        if len(scores) > out.get((phase, sku, 0), ref).count or (phase, sku, 0) not in out:
+            out[(phase, sku, 0)] = ref
+    return out
 
 
 def _reference(
@@ -134,7 +147,7 @@ def _reference(
 
 def judge(
     m: Measurement,
-    refs: Mapping[tuple[SweepPhase, str], Reference],
+    refs: Mapping[RefKey, Reference],
     skus: Mapping[str, str],
     floors: Sequence[Floor],
 ) -> Judged:
@@ -151,7 +164,8 @@ def judge(
             return Judged(
                 m, True, f"{size:.4g} GB/s < {f.sku} floor {floor:g} at {human_bytes(f.size_bytes)}"
             )
-    ref = refs.get((m.job.phase, sku_key(m.job.nodes, skus)))
+    key = (m.job.phase, sku_key(m.job.nodes, skus))
+    ref = refs.get((*key, m.job.round)) or refs.get((*key, 0))
     if ref is None:
         return Judged(m, False, f"{m.score:.4g} GB/s (no reference)")
     ratio = m.score / ref.median if ref.median > 0 else None
@@ -160,8 +174,8 @@ def judge(
     return Judged(
         m,
         slow,
-        f"{m.score:.4g} GB/s {sign} {ref.threshold:.4g} (fleet median {ref.median:.4g} "
-        f"- {ref.tolerance:.0%}, noise {ref.noise:.1%})",
+        f"{m.score:.4g} GB/s {sign} {ref.threshold:.4g} (round {ref.round} level "
+        f"{ref.median:.4g} - {ref.tolerance:.0%}, noise {ref.noise:.1%} over {ref.count} jobs)",
         ratio,
     )
 

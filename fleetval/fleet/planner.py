@@ -6,7 +6,9 @@ run side by side:
 - nodes slow alone once are measured alone again (one disturbed job drains nobody);
 - links seen slow once between two good nodes are measured again;
 - until some node is proven good, the nodes waiting for a pair get a perfect matching;
-  after that, each is re-paired with a different proven-good node it has not been with.
+  after that, each is re-paired with a different proven-good node it has not been with,
+  and the proven-good nodes left idle pair up as controls, so every round is judged
+  against jobs measured at the same time.
 Rounds stay flat as the fleet grows: the matching covers every node at once.
 """
 
@@ -50,7 +52,18 @@ def next_round(
         jobs.append(
             Planned(rnd, SweepPhase.PAIR, _pair(n, partner), f"re-pair with proven-good {partner}")
         )
-    return jobs + matching(fresh, a.paired, rng, rnd)
+    jobs += matching(fresh, a.paired, rng, rnd)
+    return jobs + _controls(refs, jobs, rnd) if jobs else []
+
+
+def _controls(idle: list[str], jobs: list[Planned], rnd: int) -> list[Planned]:
+    """Proven-good nodes with nothing to do pair up as controls: the round's own level."""
+    busy = {n for j in jobs for n in j.nodes}
+    free = [g for g in idle if g not in busy]
+    return [
+        Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control")
+        for x, y in zip(free[::2], free[1::2], strict=False)
+    ]
 
 
 def _first_matching(

@@ -45,8 +45,10 @@ class SweepSettings(_Model):
     # `noise_sigmas` times the noise measured in the same sweep, whichever is larger.
     tolerance: float = Field(default=0.15, gt=0, lt=1)
     noise_sigmas: float = Field(default=4.0, gt=0)
-    # Noise larger than this (relative) makes the fleet reference useless: said, not hidden.
+    # Noise larger than this (relative) makes the fleet reference useless: said, not hidden
+    # (a finding where measured over `noise_jobs` jobs or more; fewer: a note).
     max_tolerance: float = Field(default=0.6, gt=0, lt=1)
+    noise_jobs: int = Field(default=8, ge=2)
     # Never recommend draining more than this share of the fleet (at least one node).
     max_drain_share: float = Field(default=0.10, gt=0, le=1)
     max_rounds: int = Field(default=4, ge=2, le=16)

@@ -19,6 +19,7 @@ from fleetval.fleet.judge import (
     Pair,
     Planned,
     Reference,
+    RefKey,
     assess,
     judge,
     references,
@@ -47,7 +48,7 @@ class NodeVerdict:
 @dataclass(frozen=True)
 class LinkVerdict:
     nodes: Pair
-    confirmed: bool  # slow twice: a bad link; once: a suspect one
+    confirmed: bool  # slow twice: a bad link; once and rounds ran out: suspect (said, not flagged)
     evidence: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -78,14 +79,19 @@ class FleetVerdict:
     notes: tuple[str, ...] = ()  # said, but not a finding
     rounds: int = 0
     jobs: int = 0
-    references: tuple[Reference, ...] = ()
+    references: tuple[Reference, ...] = ()  # each phase's main round first, then per round
     breaker: bool = False  # more would be drained than allowed: nothing is
     drain_limit: int = 0
     trials: tuple[Judged, ...] = field(default=(), compare=False)
 
     @property
     def flagged(self) -> bool:
-        return bool(self.findings or self.links or self.named)
+        """Nodes named, links confirmed slow, or a finding about the fleet."""
+        return bool(self.findings or self.bad_links or self.named)
+
+    @property
+    def bad_links(self) -> list[LinkVerdict]:
+        return [link for link in self.links if link.confirmed]
 
     @property
     def named(self) -> list[NodeVerdict]:
@@ -96,8 +102,11 @@ class FleetVerdict:
         return [n for n in self.nodes if n.state == NodeState.DRAIN]
 
     def levels(self) -> dict[str, float]:
-        """The fleet's median per phase and SKU: what a later sweep's baseline reads."""
-        return {level_key(r.phase, r.sku): r.median for r in self.references}
+        """The fleet's level per phase and SKU (main rounds): what a later sweep's baseline reads."""
+        out: dict[str, float] = {}
+        for r in self.references:
+            out.setdefault(level_key(r.phase, r.sku), r.median)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -161,7 +170,7 @@ def verdict(
     nodes: Sequence[str],
     a: Assessment,
     judged: Sequence[Judged],
-    refs: Mapping[tuple[SweepPhase, str], Reference],
+    refs: Mapping[RefKey, Reference],
     settings: SweepSettings,
     *,
     rounds: int,
@@ -190,7 +199,7 @@ def verdict(
         notes=tuple(notes),
         rounds=rounds,
         jobs=len(judged),
-        references=tuple(refs[k] for k in sorted(refs)),
+        references=tuple(refs[k] for k in sorted(refs, key=lambda k: (k[2] != 0, k))),
         breaker=breaker,
         drain_limit=0 if breaker else limit,
         trials=tuple(judged),
@@ -242,7 +251,7 @@ def _node(n: str, a: Assessment, scores: dict[SweepPhase, list[float]], rounds: 
 
 
 def _fleet(
-    refs: Mapping[tuple[SweepPhase, str], Reference],
+    refs: Mapping[RefKey, Reference],
     settings: SweepSettings,
     baseline: BaselineLevels | None,
     judged: Sequence[Judged],
@@ -250,12 +259,20 @@ def _fleet(
     """Fleet-level findings: slower than the baseline's sweeps, noise too large to judge.
     "Everything equally slow" is caught here (baseline) or by the floors, never passed."""
     findings, notes = [], []
-    for (phase, sku), ref in sorted(refs.items()):
+    for (phase, sku, rnd), ref in sorted(refs.items()):
+        if rnd != 0:
+            continue
         where = f"{phase.value} jobs" + (f" ({sku})" if sku else "")
-        if ref.tolerance >= settings.max_tolerance:
+        noisy = ref.tolerance >= settings.max_tolerance
+        if noisy and ref.count >= settings.noise_jobs:
             findings.append(
                 f"{where}: noise {ref.noise:.0%} measured over {ref.count} jobs is too large to "
                 f"judge against the fleet (max tolerance {settings.max_tolerance:.0%})"
+            )
+        elif noisy:
+            notes.append(
+                f"{where}: noise {ref.noise:.0%} over only {ref.count} jobs; judged with the "
+                f"largest tolerance ({settings.max_tolerance:.0%})"
             )
         past = baseline.medians.get(level_key(phase, sku)) if baseline else None
         if baseline and past and ref.median < past * (1 - ref.tolerance):

@@ -142,8 +142,7 @@ def _measurement(p: Planned, rows: list[dict], outcomes: list[StepOutcome]) -> M
 def _verdict_outcome(v: FleetVerdict) -> StepOutcome:
     """The sweep's verdict as the run's last step, so `show` and exit statuses see it."""
     lines = [f"{n.state.value} {n.node}: {n.reason}" for n in v.named]
-    lines += [f"{'slow' if link.confirmed else 'suspect'} link {' <-> '.join(link.nodes)}"
-              for link in v.links]  # fmt: skip
+    lines += [f"slow link {' <-> '.join(link.nodes)}" for link in v.bad_links]
     lines += list(v.findings)
     status = Status.FAIL.value if v.flagged else Status.PASS.value
     message = "; ".join(lines) or f"fleet healthy: {len(v.nodes)} nodes in {v.rounds} rounds"

@@ -58,6 +58,7 @@ def sweep(cluster: Any, data: Path, name: str, spec: dict[str, Any], *args: str)
         "output": res.output,
         "verdict": run.summary.get("sweep"),
         "run_id": run.run_id,
+        "seconds": (run.finished_at - run.started_at).total_seconds() if run.finished_at else None,
     }
 
 
@@ -85,10 +86,10 @@ def slow_link(cluster: Any, data: Path) -> dict[str, Any]:
 
 
 def throttled(cluster: Any, data: Path) -> dict[str, Any]:
-    """node-4's rank processes stopped 10 ms of every 20 ms by a process fleetval knows nothing of."""
+    """node-4's rank processes stopped 16 ms of every 20 ms by a process fleetval knows nothing of."""
     node = "node-4"
     throttler = subprocess.Popen(
-        [sys.executable, str(HERE / "throttle.py"), cluster.address, node, "10", "20"],
+        [sys.executable, str(HERE / "throttle.py"), cluster.address, node, "16", "20"],
         stdout=subprocess.PIPE,
         text=True,
     )
