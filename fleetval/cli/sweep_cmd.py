@@ -78,7 +78,7 @@ def _show(v: FleetVerdict, run_id: str, drain: list[str], drain_format: str) -> 
     console.print(table)
     for r in v.references:
         typer.echo(
-            f"reference {r.phase.value}{' ' + r.sku if r.sku else ''}: median {r.median:.4g} GB/s "
+            f"reference {r.phase.value}{' ' + r.sku if r.sku else ''} round {r.round}: level {r.median:.4g} GB/s "
             f"over {r.count} jobs, noise {r.noise:.1%}, slow below -{r.tolerance:.0%}"
         )
     # NOTE: plain lines, one per flagged node or link, so scripts can grep them.

@@ -8,16 +8,24 @@ from typing import Any
 
 from fleetval.vocab import Collective, Status
 
+REPEATS = 4  # a job's calls of one size, cut into this many runs of consecutive calls
+
 
 def _speed(r: dict[str, Any]) -> float | None:
-    """busbw (algbw where busbw is 0: one rank, nothing crosses a link; else 1/time), at the
-    mean time per call: throughput, so a process stopped now and then shows as it costs.
+    """busbw (algbw where busbw is 0; else 1/time) at the best throughput of REPEATS runs of
+    consecutive calls: a throttled or slow node is slow in every run, a healthy one that a
+    passing load slowed is fast in one of them.
 
-    NOTE: the median of short calls hides a duty-cycled stall (most calls fall between
-    stops); the mean does not, and a sweep scores throughput as nccl-tests does.
+    NOTE: throughput (mean time per call within a run), not the median call: the median of
+    short calls hides a duty-cycled stall (most calls fall between stops). The best run, not
+    the mean of all: contention on a shared host only ever slows a run, never speeds it up.
     """
-    median, samples = r.get("time_us_median"), r.get("samples_us") or []
-    scale = median / statistics.fmean(samples) if median and samples else 1.0
+    median, samples = r.get("time_us_median"), list(r.get("samples_us") or [])
+    scale = 1.0
+    if median and samples:
+        n = max(1, len(samples) // REPEATS)
+        runs = [samples[i : i + n] for i in range(0, len(samples) - n + 1, n)]
+        scale = median / min(statistics.fmean(run) for run in runs)
     for col in ("busbw_gbps", "algbw_gbps"):
         if r.get(col):
             return r[col] * scale

@@ -199,7 +199,9 @@ def verdict(
         notes=tuple(notes),
         rounds=rounds,
         jobs=len(judged),
-        references=tuple(refs[k] for k in sorted(refs, key=lambda k: (k[2] != 0, k))),
+        references=tuple(
+            dict.fromkeys(refs[k] for k in sorted(refs, key=lambda k: (k[2] != 0, k)))
+        ),
         breaker=breaker,
         drain_limit=0 if breaker else limit,
         trials=tuple(judged),

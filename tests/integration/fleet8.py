@@ -34,7 +34,7 @@ def suite(faults: list[dict[str, Any]] | None = None, **sweep: Any) -> dict[str,
 
     spec = load_suite("sweep").model_dump(mode="json", exclude_none=True)
     # Pair jobs long enough to span many throttle periods (20 ms) on this small machine.
-    spec["steps"] = [s | {"iters": 40} if s["check"] == "bandwidth" else s for s in spec["steps"]]
+    spec["steps"] = [s | {"iters": 60} if s["check"] == "bandwidth" else s for s in spec["steps"]]
     spec["faults"] = faults or []
     spec["sweep"] |= sweep
     return spec

@@ -278,10 +278,14 @@ def test_a_throttled_rank_scores_by_throughput_not_by_its_median_call():
 
     row = {"check": "bandwidth", "collective": "all_reduce", "size_bytes": 1 << 20,
            "status": "info", "message": "", "algbw_gbps": None, "time_us_median": 100.0}  # fmt: skip
-    steady = row | {"busbw_gbps": 10.0, "samples_us": [100.0] * 10}
-    stalled = row | {"busbw_gbps": 10.0, "samples_us": [100.0] * 8 + [10_100.0] * 2}
+    steady = row | {"busbw_gbps": 10.0, "samples_us": [100.0] * 12}
+    # Stopped 10 ms every few calls, all along: every run of 3 calls holds a stop.
+    stalled = row | {"busbw_gbps": 10.0, "samples_us": [100.0, 100.0, 10_100.0] * 4}
+    # A passing load: one run slowed; the best of the others is the node's speed.
+    passing = row | {"busbw_gbps": 10.0, "samples_us": [10_100.0] * 3 + [100.0] * 9}
     assert score_rows([steady])[0] == pytest.approx(10.0)
-    assert score_rows([steady, stalled])[0] == pytest.approx(10.0 * 100 / 2100)
+    assert score_rows([steady, stalled])[0] == pytest.approx(10.0 * 100 / 3433.33, rel=1e-3)
+    assert score_rows([steady, passing])[0] == pytest.approx(10.0)
 
 
 def test_half_the_pairs_slow_still_names_both_nodes_when_alone_jobs_measure_nothing():
