@@ -10,6 +10,7 @@ it, and a node is drained only after two measurements agree.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -50,10 +51,12 @@ def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
 
 
 def named(doc: dict[str, Any]) -> list[str]:
-    """Nodes on output lines that say slow, suspect or drain."""
-    words = ("slow", "suspect", "drain")
-    lines = [ln for ln in doc["output"].splitlines() if any(w in ln.split(":")[0] for w in words)]
-    return sorted({n for ln in lines for n in NODES if f"{n}:" in ln or f"{n} " in ln})
+    """Nodes flagged by name: output lines `slow|suspect|drain NODE: why` (a link's line
+    names its two ends, `slow link A <-> B: why`, and is checked on its own)."""
+    lines = doc["output"].splitlines()
+    return sorted(
+        {m[2] for ln in lines if (m := re.match(r"(slow|suspect|drain) (node-\d+):", ln))}
+    )
 
 
 def test_a_clean_fleet_names_nobody_and_exits_0(scenarios):
