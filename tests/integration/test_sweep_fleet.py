@@ -10,8 +10,8 @@ it, and a node is drained only after two measurements agree.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
