@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.multinode]
-
 HERE = Path(__file__).resolve().parent
 NODES = [f"node-{i}" for i in range(8)]
 DEADLINE_S = 1500  # the script's own watchdog; the test waits a little longer
+# NOTE: the four sweeps take 4-6 minutes on 2 shared cores, in the module fixture.
+pytestmark = [pytest.mark.slow, pytest.mark.multinode, pytest.mark.timeout(DEADLINE_S + 300)]
 
 
 @pytest.fixture(scope="module")
