@@ -147,3 +147,4 @@ def run_values(summaries: pa.Table, *, models: pa.Table | None, cutoff_bytes: in
             "failed": summed("failed"),
         }
     )
+

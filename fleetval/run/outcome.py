@@ -76,9 +76,8 @@ class RunState:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     record: RunRecord | None = None
     cancel: threading.Event | None = None
-    summary: dict[str, Any] = field(
-        default_factory=dict
-    )  # more for the run's summary (a sweep's verdict)
+    # More for the run's summary (a sweep's verdict).
+    summary: dict[str, Any] = field(default_factory=dict)
 
     def check_cancelled(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
