@@ -86,10 +86,13 @@ def slow_link(cluster: Any, data: Path) -> dict[str, Any]:
 
 
 def throttled(cluster: Any, data: Path) -> dict[str, Any]:
-    """node-4's rank processes stopped 16 ms of every 20 ms by a process fleetval knows nothing of."""
+    """node-4's rank processes stopped 18 ms of every 20 ms by a process fleetval knows nothing of."""
+    import ray
+
     node = "node-4"
+    (node_id,) = [n["NodeID"] for n in ray.nodes() if n["Labels"].get("fleetval/node") == node]
     throttler = subprocess.Popen(
-        [sys.executable, str(HERE / "throttle.py"), cluster.address, node, "16", "20"],
+        [sys.executable, str(HERE / "throttle.py"), node_id, "18", "20"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -98,7 +101,7 @@ def throttled(cluster: Any, data: Path) -> dict[str, Any]:
     finally:
         throttler.send_signal(signal.SIGTERM)
         said, _ = throttler.communicate(timeout=60)
-    return out | {"throttled": node, "throttler": said.strip()}
+    return out | {"throttled": node, "throttler": said.strip().replace(node_id, node)}
 
 
 SCENARIOS = {f.__name__: f for f in (clean, two_slow, slow_link, throttled)}

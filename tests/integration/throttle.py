@@ -1,15 +1,16 @@
 """A throttle made outside fleetval: stop every rank process on one node for STOP_MS of
 each PERIOD_MS (SIGSTOP / SIGCONT), as a noisy neighbour or a throttled CPU would.
 
-    python tests/integration/throttle.py RAY_ADDRESS NODE STOP_MS PERIOD_MS
+    python tests/integration/throttle.py RAY_NODE_ID STOP_MS PERIOD_MS
 
-It finds the node's rank actors through Ray's actor table (new jobs start new actors, so
-it looks again every second), runs until SIGTERM, and leaves every process running.
+It knows the node by its Ray node id only, and finds that node's rank processes the way an
+operator would, in /proc: the `ray::RankActor` children of the raylet started with that
+node id. Each sweep round starts new rank processes, so it looks again every cycle. It
+runs until SIGTERM and leaves every process running.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
@@ -18,28 +19,43 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rayprocs import rank_pids
+def _cmdline(pid: str) -> bytes:
+    with suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    return b""
 
 
-def main(address: str, node: str, stop_ms: float, period_ms: float) -> None:
-    import ray
+def _pids() -> list[str]:
+    return [p for p in os.listdir("/proc") if p.isdigit()]
 
-    ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+
+def raylet(node_id: str) -> str:
+    flag = f"--node_id={node_id}".encode()
+    found = [p for p in _pids() if b"raylet" in _cmdline(p)[:200] and flag in _cmdline(p)]
+    if not found:
+        raise SystemExit(f"no raylet with node id {node_id}")
+    return found[0]
+
+
+def rank_processes(parent: str) -> list[int]:
+    out = []
+    for p in _pids():
+        with suppress(OSError, IndexError):
+            stat = Path(f"/proc/{p}/stat").read_text()
+            ppid = stat.rsplit(")", 1)[1].split()[1]  # the name may hold spaces: after ")"
+            if ppid == parent and _cmdline(p).startswith(b"ray::RankActor"):
+                out.append(int(p))
+    return out
+
+
+def main(node_id: str, stop_ms: float, period_ms: float) -> None:
+    parent = raylet(node_id)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    pids: list[int] = []
-
-    def refresh() -> None:
-        while not done.wait(1.0):
-            with suppress(Exception):  # the actor table is evidence; a miss is retried
-                pids[:] = rank_pids(count=64, node=node)
-
-    threading.Thread(target=refresh, daemon=True).start()
     stops = 0
     while not done.is_set():
-        stopped = list(pids)
+        stopped = rank_processes(parent)
         for pid in stopped:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
@@ -49,9 +65,8 @@ def main(address: str, node: str, stop_ms: float, period_ms: float) -> None:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         time.sleep((period_ms - stop_ms) / 1000)
-    print(f"throttled {node}: {stops} stops", flush=True)
-    ray.shutdown()
+    print(f"throttled {node_id}: {stops} stops", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))
+    main(sys.argv[1], float(sys.argv[2]), float(sys.argv[3]))
