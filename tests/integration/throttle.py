@@ -5,8 +5,9 @@ each PERIOD_MS (SIGSTOP / SIGCONT), as a noisy neighbour or a throttled CPU woul
 
 It knows the node by its Ray node id only, and finds that node's rank processes the way an
 operator would, in /proc: the `ray::RankActor` children of the raylet started with that
-node id. Each sweep round starts new rank processes, so it looks again every cycle. It
-runs until SIGTERM and leaves every process running.
+node id. Each sweep round starts new rank processes, so it keeps looking (in a thread of
+its own, so the stop/run cycle keeps its period). It runs until SIGTERM and leaves every
+process running.
 """
 
 from __future__ import annotations
@@ -53,9 +54,17 @@ def main(node_id: str, stop_ms: float, period_ms: float) -> None:
     parent = raylet(node_id)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
+    pids: list[int] = []
+
+    def look() -> None:  # NOTE: apart from the cycle: a /proc scan takes longer than a period
+        while not done.is_set():
+            pids[:] = rank_processes(parent)
+            time.sleep(0.05)
+
+    threading.Thread(target=look, daemon=True).start()
     stops = 0
     while not done.is_set():
-        stopped = rank_processes(parent)
+        stopped = list(pids)
         for pid in stopped:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
