@@ -142,6 +142,8 @@ def _reference(
     mad = statistics.median(abs(s - med) for s in top)
     noise = 2 * MAD_TO_SIGMA * mad / med if med > 0 else 0.0
     tol = min(settings.max_tolerance, max(settings.tolerance, settings.noise_sigmas * noise))
+    if len(scores) < settings.noise_jobs:  # too few jobs to measure the noise: the widest
+        tol = settings.max_tolerance
     return Reference(phase, sku, med, noise, tol, len(scores), rnd)
 
 

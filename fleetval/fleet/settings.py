@@ -46,7 +46,8 @@ class SweepSettings(_Model):
     tolerance: float = Field(default=0.15, gt=0, lt=1)
     noise_sigmas: float = Field(default=4.0, gt=0)
     # Noise larger than this (relative) makes the fleet reference useless: said, not hidden
-    # (a finding where measured over `noise_jobs` jobs or more; fewer: a note).
+    # (a finding where measured over `noise_jobs` jobs or more). Fewer jobs than that cannot
+    # measure the noise: they are judged with `max_tolerance`.
     max_tolerance: float = Field(default=0.6, gt=0, lt=1)
     noise_jobs: int = Field(default=8, ge=2)
     # Never recommend draining more than this share of the fleet (at least one node).

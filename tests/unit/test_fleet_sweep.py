@@ -56,7 +56,7 @@ def test_two_slow_nodes_in_different_halves_are_both_drained_and_nobody_else():
 
 
 def test_a_node_that_failed_alone_is_never_a_reference():
-    seen, v = rounds_of(quiet(dead={"node-3"}, nic={"node-6": 0.4}))
+    seen, v = rounds_of(quiet(dead={"node-3"}, nic={"node-6": 0.2}))
     later = [j for rnd in seen[1:] for j in rnd]
     assert not any("node-3" in j.nodes for j in later)
     assert not any("proven-good node-3" in j.why or "proven-good node-6" in j.why for j in later)
@@ -65,7 +65,7 @@ def test_a_node_that_failed_alone_is_never_a_reference():
 
 
 def test_a_bad_nic_is_found_by_re_pairing_with_proven_good_nodes():
-    seen, v = rounds_of(quiet(nic={"node-4": 0.4}))
+    seen, v = rounds_of(quiet(nic={"node-4": 0.2}))
     repairs = [j for j in seen[2] if "node-4" in j.nodes]
     assert len(repairs) == 1 and "re-pair with proven-good" in repairs[0].why
     assert [n.node for n in v.named] == ["node-4"] and v.drain[0].confidence == "high"
@@ -74,7 +74,7 @@ def test_a_bad_nic_is_found_by_re_pairing_with_proven_good_nodes():
 
 def test_a_bad_link_between_two_good_nodes_is_named_and_confirmed():
     fleet = quiet()
-    fleet.links_pending = [0.4]  # planted on a pair that round 2 measures
+    fleet.links_pending = [0.2]  # planted on a pair that round 2 measures
     seen, v = rounds_of(fleet)
     (pair,) = fleet.links
     assert [link.nodes for link in v.links] == [pair] and v.links[0].confirmed
