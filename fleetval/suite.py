@@ -23,6 +23,7 @@ from pydantic import (
 
 from fleetval.analysis.compare_settings import CompareSettings
 from fleetval.checks import CHECKS
+from fleetval.fleet.settings import SweepSettings
 from fleetval.signoff.gates import Gates
 from fleetval.vocab import Backend, FaultKind, Strategy
 
@@ -96,20 +97,26 @@ class Fault(_Model):
     node: str | None = None
     ms: PositiveFloat | None = None
     step: str | None = None  # only in the step with this name (default: every step)
+    # With `node`: only in jobs that also hold this node (a slow link between the two).
+    peer: str | None = None
 
     @model_validator(mode="after")
     def _target(self) -> Self:
         if (self.rank is None) == (self.node is None):
             raise ValueError("a fault names exactly one of `rank` or `node`")
+        if self.peer is not None and self.peer == (self.node or self.peer):
+            raise ValueError("`peer` needs `node` and names another node (the link's far end)")
         if self.kind == FaultKind.DELAY and self.ms is None:
             raise ValueError("a delay fault needs `ms`")
         if self.kind != FaultKind.DELAY and self.ms is not None:
             raise ValueError(f"`ms` applies to delay faults only, not {self.kind.value}")
         return self
 
-    def applies(self, *, rank: int, node: str, step: str) -> bool:
+    def applies(self, *, rank: int, node: str, step: str, nodes: frozenset[str]) -> bool:
+        """This rank (or node) in this step, in a job over `nodes` (the peer among them)."""
         target = self.rank == rank if self.rank is not None else self.node == node
-        return target and self.step in (None, step)
+        linked = self.peer is None or self.peer in nodes
+        return target and linked and self.step in (None, step)
 
 
 def _step_union() -> Any:
@@ -133,6 +140,8 @@ class Suite(_Model):
     faults: list[Fault] = Field(default_factory=list)
     compare: CompareSettings = CompareSettings()  # regression thresholds for runs of this suite
     gates: Gates | None = None  # release sign-off gates (fleetval/signoff/gates.py); None: the defaults
+    # How `fleetval sweep` judges the fleet (fleetval/fleet/settings.py).
+    sweep: SweepSettings = SweepSettings()
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -140,6 +149,12 @@ class Suite(_Model):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"step names must be unique; repeated: {', '.join(dupes)}")
+        for field_name in ("alone_steps", "pair_steps"):
+            unknown = [n for n in getattr(self.sweep, field_name) or [] if n not in names]
+            if unknown:
+                raise ValueError(
+                    f"sweep.{field_name}: no step named {', '.join(unknown)} ({', '.join(names)})"
+                )
         fixed = [w for w in self.placement.world_sizes if w != "all"]
         biggest = max(fixed) if len(fixed) == len(self.placement.world_sizes) else None
         for i, fault in enumerate(self.faults):

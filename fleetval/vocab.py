@@ -136,3 +136,18 @@ class Catchup(StrEnum):
 
     ONCE = "once"  # one run, for the latest of them
     SKIP = "skip"  # nothing until the next fire time
+
+
+class NodeState(StrEnum):
+    """A fleet sweep's verdict on one node."""
+
+    HEALTHY = "healthy"  # judged against a reference and met it
+    SUSPECT = "suspect"  # slow once, or not judged to the end: look, do not drain yet
+    DRAIN = "drain"  # slow or failed in two measurements (or its own job failed): take it out
+
+
+class SweepPhase(StrEnum):
+    """What a fleet sweep job measures."""
+
+    ALONE = "alone"  # every rank of one node, no network
+    PAIR = "pair"  # two nodes: their NICs and the link between them

@@ -1,67 +1,134 @@
-"""`fleetval sweep SUITE`: isolate slow nodes; exit 0 healthy, 1 nodes flagged, 2 bad input."""
+"""`fleetval sweep SUITE`: per-node verdicts and a drain list; exit 0 healthy, 1 nodes or
+links flagged, 2 bad input. `fleetval sweep-history`: each node over the last sweeps."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from fleetval.cli.common import AddressOpt, DataOpt, Exit, bad_input_exits, console, open_store
+from fleetval.cli.common import (
+    AddressOpt,
+    DataOpt,
+    Exit,
+    JsonOpt,
+    bad_input_exits,
+    console,
+    open_catalog,
+    open_store,
+)
+
+if TYPE_CHECKING:
+    from fleetval.fleet.verdict import FleetVerdict
+
+
+class Format(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+class DrainFormat(StrEnum):
+    KUBECTL = "kubectl"
+    SLURM = "slurm"
+    RAY = "ray"
+    JSON = "json"
 
 
 def sweep(
-    suite: Annotated[
-        str, typer.Argument(help="Suite whose steps measure each node group (e.g. sweep)")
-    ],
+    suite: Annotated[str, typer.Argument(help="Suite whose steps measure each job (e.g. sweep)")],
     address: AddressOpt = None,
     data: DataOpt = None,
-    threshold: Annotated[
-        float,
-        typer.Option(
-            help="A group this much worse than its peer is slow (0.2 = 20%)", min=0.01, max=0.99
-        ),
-    ] = 0.2,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    baseline: Annotated[
+        str | None, typer.Option(help="Judge the fleet's level against this baseline's sweeps")
+    ] = None,
+    fmt: Annotated[Format, typer.Option("--format", help="Output")] = Format.TABLE,
+    drain_format: Annotated[
+        DrainFormat, typer.Option(help="Form of the drain list")
+    ] = DrainFormat.KUBECTL,
 ) -> None:
-    """Fleet sweep: node groups bisected until the slow node is isolated."""
+    """Fleet sweep: every node alone, node pairs side by side, re-pairs; drain list."""
+    from fleetval.fleet.drain import drain_lines
     from fleetval.run.sweep import sweep as run_sweep
     from fleetval.suite import load_suite  # NOTE: torch and ray only for commands that run
 
     with bad_input_exits():
-        record, found = run_sweep(
-            load_suite(suite), open_store(data), address=address, threshold=threshold
+        record, verdict = run_sweep(
+            load_suite(suite), open_store(data), address=address, baseline=baseline
         )
-    if as_json:
-        trials = [
-            {"round": t.round, "group": list(t.group), "score": t.score} for t in found.trials
-        ]
-        typer.echo(
-            json.dumps(
-                {
-                    "run_id": record.run_id,
-                    "flagged": found.flagged,
-                    "rounds": found.rounds,
-                    "trials": trials,
-                    "note": found.note,
-                }
-            )
-        )
+    drain = drain_lines(verdict, drain_format.value, record.run_id)
+    if fmt == Format.JSON:
+        doc = {"run_id": record.run_id, **verdict.to_dict(), "drain_lines": drain}
+        typer.echo(json.dumps(doc, indent=2))
     else:
-        table = Table(title=f"sweep {record.run_id}: {found.rounds} round(s)")
-        table.add_column("round", justify="right")
-        table.add_column("node group")
-        table.add_column("score (busbw GB/s or 1/time)", justify="right")
-        for t in found.trials:
-            table.add_row(
-                str(t.round), ", ".join(t.group), "failed" if t.score is None else f"{t.score:.4g}"
-            )
-        console.print(table)
-        verdict = (
-            f"[red]slow: {', '.join(found.flagged)}[/red]"
-            if found.flagged
-            else "[green]fleet healthy[/green]"
+        _show(verdict, record.run_id, drain, drain_format.value)
+    raise typer.Exit(Exit.FAILED if verdict.flagged else Exit.OK)
+
+
+def _show(v: FleetVerdict, run_id: str, drain: list[str], drain_format: str) -> None:
+    table = Table(title=f"sweep {run_id}: {len(v.nodes)} nodes, {v.rounds} rounds, {v.jobs} jobs")
+    for col in ("node", "verdict", "confidence", "alone GB/s", "pair GB/s", "reason"):
+        table.add_column(col, justify="right" if "GB/s" in col else "left")
+    for n in v.nodes:
+        table.add_row(
+            n.node, n.state.value, n.confidence, _num(n.alone_gbps), _num(n.pair_gbps), n.reason
         )
-        console.print(verdict + (f" ({found.note})" if found.note else ""))
-    raise typer.Exit(Exit.FAILED if found.flagged else Exit.OK)
+    console.print(table)
+    for r in v.references:
+        typer.echo(
+            f"reference {r.phase.value}{' ' + r.sku if r.sku else ''} round {r.round}: level {r.median:.4g} GB/s "
+            f"over {r.count} jobs, noise {r.noise:.1%}, slow below -{r.tolerance:.0%}"
+        )
+    # NOTE: plain lines, one per flagged node or link, so scripts can grep them.
+    for n in v.named:
+        typer.echo(f"{n.state.value} {n.node}: {n.reason} (confidence {n.confidence})")
+    for link in v.links:
+        a, b = link.nodes
+        if link.confirmed:
+            typer.echo(f"slow link {a} <-> {b}: {link.evidence[-1]}")
+        else:  # NOTE: no flag word: a link seen slow once is said, not flagged
+            typer.echo(f"link {a} <-> {b} slow once, not confirmed: {link.evidence[-1]}")
+    for line in (*v.findings, *v.notes):
+        typer.echo(line)
+    if drain:
+        typer.echo(f"drain list ({drain_format}):")
+        typer.echo("\n".join(drain))
+    if not v.flagged:
+        typer.echo(f"fleet healthy: {len(v.nodes)} nodes judged in {v.rounds} rounds")
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def sweep_history(
+    data: DataOpt = None,
+    last: Annotated[int, typer.Option(help="How many of the newest sweeps", min=1)] = 10,
+    node: Annotated[str | None, typer.Option(help="Only this node")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Each node's verdicts and busbw over the last sweeps: repeat offenders, flapping, drift."""
+    from fleetval.fleet.history import node_histories, sweep_runs
+
+    runs = sweep_runs(open_catalog(data), last)
+    found = node_histories(runs, node)
+    if node is not None and not found:
+        console.print(f"[red]error:[/red] no node {node!r} in the last {len(runs)} sweep(s)")
+        raise typer.Exit(Exit.BAD_INPUT)
+    if as_json:
+        typer.echo(
+            json.dumps({"runs": [r.run_id for r in runs], "nodes": [h.to_dict() for h in found]})
+        )
+        return
+    table = Table(
+        title=f"{len(runs)} sweep(s): {', '.join(r.run_id for r in runs) or 'none stored'}"
+    )
+    for col in ("node", "verdicts (oldest first)", "GB/s (oldest first)", "findings"):
+        table.add_column(col)
+    for h in found:
+        states = " ".join(s.state.value for s in h.seen)
+        scores = " ".join(_num(s.score) for s in h.seen)
+        table.add_row(h.node, states, scores, ", ".join(h.findings))
+    console.print(table)

@@ -9,7 +9,7 @@ records its culprits, skips its remaining steps, and the run goes on with the ne
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -44,13 +44,18 @@ __all__ = [
 ]
 
 
-def run_job(job: Job, state: RunState) -> list[StepOutcome]:
-    """The job's steps in order on one set of ranks; torn down on every path."""
+def run_job(
+    job: Job, state: RunState, ready: Callable[[], None] | None = None
+) -> list[StepOutcome]:
+    """The job's steps in order on one set of ranks; torn down on every path. `ready` is
+    called once the ranks are up, before the first step (a sweep lines up a round's jobs)."""
     state.backend = state.backend or job.backend
     first = len(state.outcomes)
     remaining = list(job.steps)
     try:
         with job_ranks(job, state) as ranks:
+            if ready is not None:
+                ready()
             while remaining:
                 state.check_cancelled()
                 step = remaining[0]
@@ -160,7 +165,7 @@ def recording(
             backend=state.backend,
             faults=[f.model_dump(mode="json", exclude_none=True) for f in suite.faults],
             suite_json=suite.to_json(),
-            summary=summary(state.outcomes),
+            summary={**summary(state.outcomes), **state.summary},
             message=message,
             metrics=declared_metrics(s.check for s in suite.steps),
         )

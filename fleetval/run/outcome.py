@@ -78,6 +78,8 @@ class RunState:
     record: RunRecord | None = None
     cancel: threading.Event | None = None
     pool: RankPool | None = None  # warm ranks kept between jobs (the service's), else none
+    # More for the run's summary (a sweep's verdict).
+    summary: dict[str, Any] = field(default_factory=dict)
 
     def check_cancelled(self) -> None:
         if self.cancel is not None and self.cancel.is_set():

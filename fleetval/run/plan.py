@@ -196,18 +196,23 @@ def make_plan(suite: Suite, cluster: ClusterShape) -> Plan:
     return Plan(suite, tuple(jobs))
 
 
-def node_group_job(suite: Suite, cluster: ClusterShape, group: tuple[str, ...], index: int) -> Job:
-    """A job with exactly one rank on each node of `group` (STRICT_SPREAD), for fleet sweeps."""
+def node_job(
+    suite: Suite, cluster: ClusterShape, nodes: tuple[str, ...], index: int, steps: list[str] | None
+) -> Job:
+    """A fleet sweep's job: every rank each node of `nodes` can take, and nothing else
+    (a label selector keeps the group on them), running `steps` (None: all of them)."""
     gpr, backend = _resources(suite, cluster)
-    eligible = [n for n in cluster.nodes if n.name in group]
-    check_fits(len(group), Strategy.STRICT_SPREAD, eligible, suite.placement.cpus_per_rank, gpr)
+    cpr = suite.placement.cpus_per_rank
+    shapes = [n for n in cluster.nodes if n.name in nodes]
+    world = sum(n.bundles(cpr, gpr) for n in shapes)
+    check_fits(world, Strategy.PACK, shapes, cpr, gpr)
     return Job(
         index=index,
-        world_size=len(group),
+        world_size=world,
         backend=backend,
         gpus_per_rank=gpr,
-        cpus_per_rank=suite.placement.cpus_per_rank,
-        strategy=Strategy.STRICT_SPREAD,
-        nodes=tuple(sorted(group)),
-        steps=tuple(suite.steps),
+        cpus_per_rank=cpr,
+        strategy=Strategy.STRICT_PACK if len(nodes) == 1 else Strategy.PACK,
+        nodes=tuple(sorted(nodes)),
+        steps=tuple(s for s in suite.steps if steps is None or s.step_name in steps),
     )

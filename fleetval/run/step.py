@@ -104,11 +104,13 @@ class Heartbeats:
         return max(self.last.values(), key=lambda p: p.seq, default=None)
 
 
-def faults_for(suite: Suite, ctx: RankContext, step: str) -> tuple[ActiveFault, ...]:
+def faults_for(
+    suite: Suite, ctx: RankContext, step: str, nodes: frozenset[str]
+) -> tuple[ActiveFault, ...]:
     return tuple(
         ActiveFault(f.kind, f.ms or 0.0)
         for f in suite.faults
-        if f.applies(rank=ctx.rank, node=ctx.node, step=step)
+        if f.applies(rank=ctx.rank, node=ctx.node, step=step, nodes=nodes)
     )
 
 
@@ -117,7 +119,8 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
     suite, name = state.suite, step.step_name
     timeout = suite.step_timeout(step)
     started = time.monotonic()
-    refs = [r.actor.run_step.remote(step, faults_for(suite, r.ctx, name)) for r in ranks]
+    nodes = frozenset(r.placed.node for r in ranks)
+    refs = [r.actor.run_step.remote(step, faults_for(suite, r.ctx, name, nodes)) for r in ranks]
     beats = Heartbeats(ranks)
 
     def tick() -> None:

@@ -1,46 +1,34 @@
-"""Fleet sweep: isolate a slow node by bisection over node groups (one rank per node).
+"""Fleet sweep, the engine side: the jobs of each round run side by side on Ray.
 
-The bisection itself is `fleetval.detect.bisection.isolate` (shared with the `isolate` check,
-which bisects ranks inside one job); here each group of nodes is one STRICT_SPREAD job
-running the suite's steps, scored by `group_score` (median busbw, else 1/time). One slow
-node among N is found in about log2(N) rounds of two jobs; every round's groups and
-scores are kept as the evidence, in the run's summary and on the command line.
+What to run and what it means is `fleetval.fleet` (pure, unit-tested and benchmarked on a
+simulated fleet); here each planned job becomes a job of the run (`plan.node_job`: every
+rank its nodes can take, kept on them by the `fleetval/node` label selector), all jobs of
+a round run at once (one thread per job drives its placement group and rank actors
+through `execute.run_job`, each with its own deadlines), and each job's rows become its
+score (`fleet.score`). The sweep is one stored run: every job's rows, and the verdict in
+its summary (`summary["sweep"]`), which `fleetval sweep-history` reads.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import statistics
-from typing import Any
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 
-from fleetval.detect.bisection import Isolation, isolate
+from fleetval.analysis.baselines import BaselineError, Baselines
+from fleetval.fleet.judge import Measurement, Planned
+from fleetval.fleet.score import score_rows
+from fleetval.fleet.verdict import BaselineLevels, FleetVerdict, run_rounds
 from fleetval.run.execute import RunState, StepOutcome, cluster_shape, connect, recording, run_job
-from fleetval.run.plan import PlanError, eligible_nodes, node_group_job
+from fleetval.run.plan import ClusterShape, Job, PlanError, eligible_nodes, node_job
+from fleetval.run.plan import resolve_gpus_per_rank as gpus_per_rank
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.suite import Suite
-from fleetval.vocab import Status
-
-Group = tuple[str, ...]
-
-
-def group_score(rows: list[dict[str, Any]]) -> float | None:
-    """A node group's speed: per measurement (collective, size) its slowest rank, then the
-    median over measurements; busbw where rows have it, else 1/time. None if the job failed.
-
-    NOTE: the slowest rank, not a mean: a late rank waits least in its own collectives
-    (the others wait for it), so only the group's slowest reading shows the delay.
-    """
-    if not rows or any(r["status"] == Status.FAIL.value for r in rows):
-        return None
-    by_key: dict[tuple[Any, ...], list[float]] = {}
-    for r in rows:
-        key = (r["step"], r["collective"], r["op"], r["dtype"], r["size_bytes"])
-        if r["busbw_gbps"]:
-            by_key.setdefault(("busbw", *key), []).append(r["busbw_gbps"])
-        elif r["time_us_median"]:
-            by_key.setdefault(("time", *key), []).append(1e6 / r["time_us_median"])
-    busbw = [min(v) for k, v in by_key.items() if k[0] == "busbw"]
-    speeds = busbw or [min(v) for v in by_key.values()]
-    return statistics.median(speeds) if speeds else None
+from fleetval.vocab import Status, SweepPhase
 
 
 def sweep(
@@ -48,52 +36,114 @@ def sweep(
     store: Store,
     *,
     address: str | None = None,
-    threshold: float = 0.2,
+    baseline: str | None = None,
     labels: dict[str, str] | None = None,
-) -> tuple[RunRecord, Isolation]:
-    """Run the sweep as one stored run whose jobs are the node groups tried."""
+) -> tuple[RunRecord, FleetVerdict]:
+    """Sweep the fleet as one stored run; bad input (PlanError, BaselineError) before it starts."""
+    levels = baseline_levels(store, baseline) if baseline else None
     connect(address, suite.placement.cpus_per_rank)
     cluster = cluster_shape()
-    names = [
-        n.name
-        for n in eligible_nodes(suite, cluster)
-        if n.bundles(suite.placement.cpus_per_rank, 0) > 0
-    ]
+    names = sweep_nodes(suite, cluster)
+    with recording(suite, store, labels=labels) as state:
+        skus: dict[str, str] = {}  # filled from each node's fingerprint as jobs run
+        measure = _round_runner(suite, cluster, state, skus, itertools.count())
+        verdict = run_rounds(names, measure, suite.sweep, skus=skus, baseline=levels)
+        state.summary["sweep"] = verdict.to_dict()
+        state.outcomes.append(_verdict_outcome(verdict))
+    assert state.record is not None  # written by recording() on the way out
+    return state.record, verdict
+
+
+def sweep_nodes(suite: Suite, cluster: ClusterShape) -> list[str]:
+    """The nodes a sweep judges: the eligible ones that can take a rank (at least two)."""
+    gpr, cpr = gpus_per_rank(suite, cluster), suite.placement.cpus_per_rank
+    names = [n.name for n in eligible_nodes(suite, cluster) if n.bundles(cpr, gpr) > 0]
     if len(names) < 2:
         raise PlanError(
             f"a sweep needs at least 2 nodes that can take a rank; the cluster has {cluster.describe()}"
         )
-    with recording(suite, store, labels=labels) as state:
-
-        def measure(group: Group) -> float | None:
-            job = node_group_job(suite, cluster, group, index=_next_job(state))
-            run_job(job, state)
-            return group_score(_job_rows(store, state, job.index))
-
-        found = isolate(names, measure, threshold)
-        state.outcomes.append(_verdict_outcome(found))
-    assert state.record is not None
-    return state.record, found
+    return names
 
 
-def _next_job(state: RunState) -> int:
-    return len({o.job for o in state.outcomes})
-
-
-def _job_rows(store: Store, state: RunState, job: int) -> list[dict[str, Any]]:
-    return [r for r in store.results([state.run_id]).to_pylist() if r["job"] == job]
-
-
-def _verdict_outcome(found: Isolation) -> StepOutcome:
-    status = Status.FAIL.value if found.flagged else Status.PASS.value
-    message = (
-        f"slow node(s): {', '.join(found.flagged)} after {found.rounds} round(s)"
-        if found.flagged
-        else f"no slow node found in {found.rounds} round(s)"
+def baseline_levels(store: Store, name: str) -> BaselineLevels:
+    """A baseline's past sweeps: the median of their fleet levels per phase and SKU."""
+    runs = [store.run(r) for r in Baselines(store).resolve(name).run_ids]
+    past = [r.summary["sweep"].get("levels", {}) for r in runs if "sweep" in r.summary]
+    if not past:
+        raise BaselineError(f"baseline {name!r}: none of its {len(runs)} run(s) is a sweep")
+    keys = {k for levels in past for k in levels}
+    return BaselineLevels(
+        name, {k: statistics.median(lv[k] for lv in past if k in lv) for k in sorted(keys)}
     )
-    if found.note:
-        message += f"; {found.note}"
-    evidence = found.evidence()
-    if evidence:
-        message += "; evidence (score: busbw GB/s or 1/time) " + "; ".join(evidence)
-    return StepOutcome(-1, 0, "isolate", "sweep", status, message, 0.0)
+
+
+def _round_runner(
+    suite: Suite,
+    cluster: ClusterShape,
+    state: RunState,
+    skus: dict[str, str],
+    index: Iterator[int],
+) -> Callable[[list[Planned]], list[Measurement]]:
+    steps = {SweepPhase.ALONE: suite.sweep.alone_steps, SweepPhase.PAIR: suite.sweep.pair_steps}
+
+    def measure(planned: list[Planned]) -> list[Measurement]:
+        state.check_cancelled()
+        jobs = [node_job(suite, cluster, p.nodes, next(index), steps[p.phase]) for p in planned]
+        children = [_child(state) for _ in jobs]
+        outcomes = _together(jobs, children, suite)
+        for child in children:
+            state.outcomes += child.outcomes
+            state.backend = state.backend or child.backend
+        skus.update({n: fp.get("gpu_model") or "" for n, fp in state.nodes.items()})
+        return [
+            _measurement(p, state.store.job_results(state.run_id, job.index), outs)
+            for p, job, outs in zip(planned, jobs, outcomes, strict=True)
+        ]
+
+    return measure
+
+
+def _together(jobs: list[Job], children: list[RunState], suite: Suite) -> list[list[StepOutcome]]:
+    """Run the jobs side by side, their steps starting together once every job's ranks are up.
+
+    NOTE: one thread per job: each blocks on its own Ray waits, all with deadlines. Jobs of
+    a round are judged against each other, so they measure at the same time, under the same
+    load (rank start-up on other nodes would otherwise land in some jobs' timings).
+    """
+    lineup = threading.Barrier(len(jobs))
+    wait_s = suite.timeouts.placement_s + suite.timeouts.rendezvous_s
+
+    def ready() -> None:
+        with suppress(threading.BrokenBarrierError):
+            lineup.wait(timeout=wait_s)
+
+    def one(job: Job, child: RunState) -> list[StepOutcome]:
+        try:
+            return run_job(job, child, ready)
+        finally:
+            lineup.abort()  # a job that could not start frees the others at once
+
+    with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="sweep-job") as pool:
+        return list(pool.map(one, jobs, children))
+
+
+def _child(state: RunState) -> RunState:
+    """A job's own state (its outcomes apart), sharing the run's id, store, nodes and cancel."""
+    return dataclasses.replace(state, outcomes=[], done_steps=0)
+
+
+def _measurement(p: Planned, rows: list[dict], outcomes: list[StepOutcome]) -> Measurement:
+    broke = [o for o in outcomes if o.status == Status.FAIL.value]
+    if broke:
+        return Measurement(p, None, detail=f"{broke[0].step}: {broke[0].message}")
+    return Measurement(p, *score_rows(rows))
+
+
+def _verdict_outcome(v: FleetVerdict) -> StepOutcome:
+    """The sweep's verdict as the run's last step, so `show` and exit statuses see it."""
+    lines = [f"{n.state.value} {n.node}: {n.reason}" for n in v.named]
+    lines += [f"slow link {' <-> '.join(link.nodes)}" for link in v.bad_links]
+    lines += list(v.findings)
+    status = Status.FAIL.value if v.flagged else Status.PASS.value
+    message = "; ".join(lines) or f"fleet healthy: {len(v.nodes)} nodes in {v.rounds} rounds"
+    return StepOutcome(-1, 0, "verdict", "sweep", status, message, 0.0)

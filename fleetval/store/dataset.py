@@ -120,6 +120,12 @@ class Store(Catalog):
             files, RESULTS_SCHEMA, columns=columns, dictionary=dictionary, having=having
         )
 
+    def job_results(self, run_id: str, job: int) -> list[dict[str, Any]]:
+        """The result rows of one job of a run (its parts are named job<N>-<step>)."""
+        folder = self.root / "results" / _check_name("run", run_id)
+        files = sorted(folder.glob(f"job{job}-*.parquet"))
+        return read_parquet(files, RESULTS_SCHEMA).to_pylist() if files else []
+
     def summaries(self, run_ids: list[str]) -> pa.Table:
         """Run summaries (SUMMARIES_SCHEMA) of the given runs, dictionary-encoded strings.
 

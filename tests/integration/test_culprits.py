@@ -1,4 +1,4 @@
-"""Naming the culprit across ranks and nodes: stragglers, a slow node by bisection, a lost node."""
+"""Naming the culprit across ranks and nodes: stragglers, a lost node (fleet sweeps: test_sweep_fleet.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ import time
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from fleetval.cli import app
 from fleetval.run.execute import run_suite
-from fleetval.run.sweep import sweep
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 
@@ -51,46 +48,6 @@ def test_clean_run_names_nobody(tmp_path):
     got = straggler_rows(tmp_path, [])
     assert [r["status"] for r in got] == ["pass"] * 4
     assert all('"stragglers": []' in r["details"] for r in got)
-
-
-SWEEP = {
-    "name": "sweep-test",
-    "placement": {"gpus_per_rank": 0},
-    "steps": [
-        {
-            "check": "bandwidth",
-            "sizes": {"min": 4096, "max": 16384, "factor": 4},
-            "warmup": 1,
-            "iters": 4,
-        }
-    ],
-}
-
-
-@pytest.mark.slow
-@pytest.mark.multinode
-def test_sweep_isolates_the_slow_node_by_bisection(tmp_path):
-    spec = parse_suite({**SWEEP, "faults": [{"kind": "delay", "node": "node-c", "ms": 30}]})
-    # A 30 ms delay per collective makes a group ~100x slower; 0.7 keeps loaded-CI noise out.
-    record, found = sweep(spec, Store(tmp_path), threshold=0.7)
-    assert found.flagged == ["node-c"]
-    assert found.rounds == 2 and len(found.trials) == 4  # log2(4) rounds of two groups
-    assert all(len(t.group) == 2 for t in found.trials)
-    assert record.status == "fail" and "node-c" in record.summary["steps"][-1]["message"]
-
-
-@pytest.mark.slow
-@pytest.mark.multinode
-def test_sweep_cli_on_a_healthy_fleet_exits_0(tmp_path):
-    path = tmp_path / "sweep.yaml"
-    import yaml
-
-    path.write_text(yaml.safe_dump(SWEEP))
-    res = CliRunner().invoke(
-        app, ["sweep", str(path), "--data", str(tmp_path), "--json", "--threshold", "0.7"]
-    )
-    assert res.exit_code == 0, res.output
-    assert '"flagged": []' in res.output
 
 
 @pytest.mark.multinode

@@ -32,6 +32,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "fleetval.checks": ("fleetval.run", "fleetval.analysis", "fleetval.signoff", *LATER),
     "fleetval.analysis": ("fleetval.run", "fleetval.signoff", *LATER),
     "fleetval.signoff": ("fleetval.run", *LATER),
+    "fleetval.fleet": ("fleetval.run", "fleetval.analysis", "fleetval.signoff", "fleetval.checks",
+                       *LATER),
     "fleetval.run": ("fleetval.signoff", *LATER),
 }  # fmt: skip
 
@@ -91,6 +93,7 @@ def _pkg(mod: str) -> str:
         "fleetval.analysis.compare, fleetval.analysis.trend, fleetval.analysis.compare_format",
         "fleetval.signoff.evaluate, fleetval.reports.render, fleetval.checks",
         "fleetval.cli.app, fleetval.cli.inspect_cmds, fleetval.store.dataset",
+        "fleetval.fleet.verdict, fleetval.fleet.drain, fleetval.fleet.history, fleetval.fleet.simulate",
     ],
 )
 def test_the_read_side_imports_neither_torch_nor_ray(modules: str) -> None:

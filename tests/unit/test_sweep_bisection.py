@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from fleetval.run.sweep import group_score, isolate
+from fleetval.detect.bisection import isolate
+from fleetval.fleet.score import score_rows
 
 
 def fleet(n: int) -> list[str]:
@@ -100,17 +101,18 @@ def test_a_failed_group_counts_as_slow():
 
 def row(size: int, busbw: float | None, time_us: float | None = 10.0, status: str = "pass") -> dict:
     return {
-        "step": "bw", "collective": "all_reduce", "op": "sum", "dtype": "float32",
-        "size_bytes": size, "busbw_gbps": busbw, "time_us_median": time_us, "status": status,
+        "step": "bw", "check": "bandwidth", "collective": "all_reduce", "op": "sum",
+        "dtype": "float32", "size_bytes": size, "busbw_gbps": busbw, "algbw_gbps": None,
+        "time_us_median": time_us, "status": status, "message": "",
     }  # fmt: skip
 
 
-def test_group_score_takes_the_slowest_rank_per_size_then_the_median():
+def test_a_sweep_job_scores_its_slowest_rank_at_the_largest_size():
     # Two ranks, three sizes; the late rank (second reading) waits least, so reads fast.
     rows = [
         row(s, b) for s, pair in ((1, (1.0, 9.0)), (2, (2.0, 9.0)), (3, (3.0, 9.0))) for b in pair
     ]
-    assert group_score(rows) == 2.0
-    assert group_score([row(1, None, 4.0), row(1, None, 8.0)]) == 125_000.0  # 1 / the slower time
-    assert group_score([*rows, row(4, None, None, "fail")]) is None
-    assert group_score([]) is None
+    assert score_rows(rows) == (3.0, {1: 1.0, 2: 2.0, 3: 3.0}, "")
+    assert score_rows([row(1, None, 4.0), row(1, None, 8.0)])[0] == 125_000.0  # 1 / slower time
+    assert score_rows([*rows, row(4, None, None, "fail")])[0] is None
+    assert score_rows([])[0] is None

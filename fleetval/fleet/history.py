@@ -1,0 +1,89 @@
+"""Each node across the last N stored sweeps: repeat offenders, flapping, slow drift.
+
+A sweep is a stored run whose summary holds its verdict (`summary["sweep"]`, written by
+`fleetval.run.sweep`); reading them needs the catalog only (no pyarrow, no ray).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from fleetval.store.catalog import Catalog, RunRecord
+from fleetval.vocab import NodeState
+
+DRIFT = 0.10  # the newer sweeps' median this much below the older ones': drifting
+
+
+@dataclass(frozen=True)
+class SweepSeen:
+    """One node in one sweep."""
+
+    run_id: str
+    state: NodeState
+    score: float | None  # pair busbw where paired, else alone
+
+
+@dataclass(frozen=True)
+class NodeHistory:
+    node: str
+    seen: tuple[SweepSeen, ...]  # oldest first
+    repeat_offender: bool  # not healthy in two sweeps or more
+    flapping: bool  # healthy and not healthy alternating: changed state twice or more
+    drift: float | None  # newer half's median score against the older half's (-0.12: 12% down)
+
+    @property
+    def drifting(self) -> bool:
+        return self.drift is not None and self.drift <= -DRIFT
+
+    @property
+    def findings(self) -> list[str]:
+        out = ["repeat offender"] if self.repeat_offender else []
+        out += ["flapping"] if self.flapping else []
+        out += [f"slow drift {self.drift:+.0%}"] if self.drifting else []
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "sweeps": [
+                {"run_id": s.run_id, "state": s.state.value, "score_gbps": s.score}
+                for s in self.seen
+            ],
+            "repeat_offender": self.repeat_offender,
+            "flapping": self.flapping,
+            "drift": self.drift,
+            "findings": self.findings,
+        }
+
+
+def sweep_runs(catalog: Catalog, last: int) -> list[RunRecord]:
+    """The newest `last` runs that are sweeps (their summary holds a verdict), oldest first."""
+    return [r for r in catalog.runs() if "sweep" in r.summary][-last:]
+
+
+def node_histories(runs: list[RunRecord], node: str | None = None) -> list[NodeHistory]:
+    """Per node (or the one named), its state and score in each of `runs`."""
+    seen: dict[str, list[SweepSeen]] = {}
+    for run in runs:
+        for n in run.summary["sweep"].get("nodes", []):
+            if node is None or n["node"] == node:
+                score = n.get("pair_gbps") or n.get("alone_gbps")
+                seen.setdefault(n["node"], []).append(
+                    SweepSeen(run.run_id, NodeState(n["state"]), score)
+                )
+    return [history(name, s) for name, s in sorted(seen.items())]
+
+
+def history(node: str, seen: list[SweepSeen]) -> NodeHistory:
+    bad = [s.state != NodeState.HEALTHY for s in seen]
+    changes = sum(a != b for a, b in itertools.pairwise(bad))
+    scores = [s.score for s in seen if s.score is not None]
+    drift = None
+    if len(scores) >= 3:
+        half = len(scores) // 2
+        before = statistics.median(scores[:half])
+        drift = statistics.median(scores[half:]) / before - 1 if before > 0 else None
+    return NodeHistory(node, tuple(seen), sum(bad) >= 2, changes >= 2, drift)

@@ -1,0 +1,142 @@
+"""Fleet sweep scenarios on their own simulated cluster: eight one-CPU nodes labelled
+node-0..7 (one rank each, gloo) and a head that takes no rank. Run by
+tests/integration/test_sweep_fleet.py in a subprocess, because the session's shared
+cluster has another shape; every scenario shares this one.
+
+    python tests/integration/fleet8.py DATA_DIR SCENARIO...
+
+Prints one JSON line per scenario: the command's exit status and output, and the stored
+verdict. A watchdog ends everything (cluster included) at the deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEADLINE_S = float(os.environ.get("FLEET8_DEADLINE_S", "1500"))
+NODES = [f"node-{i}" for i in range(8)]
+HERE = Path(__file__).resolve().parent
+
+
+def suite(faults: list[dict[str, Any]] | None = None, **sweep: Any) -> dict[str, Any]:
+    """The shipped `sweep` suite with faults, and sweep settings for an 8-node fleet."""
+    from fleetval.suite import load_suite
+
+    spec = load_suite("sweep").model_dump(mode="json", exclude_none=True)
+    # Pair jobs long enough to span many throttle periods (20 ms) on this small machine.
+    spec["steps"] = [s | {"iters": 60} if s["check"] == "bandwidth" else s for s in spec["steps"]]
+    spec["faults"] = faults or []
+    spec["sweep"] |= sweep
+    return spec
+
+
+def sweep(cluster: Any, data: Path, name: str, spec: dict[str, Any], *args: str) -> dict[str, Any]:
+    from typer.testing import CliRunner
+
+    from fleetval.cli import app
+    from fleetval.store.dataset import Store
+
+    path = data / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    res = CliRunner().invoke(
+        app, ["sweep", str(path), "--data", str(data), "--address", cluster.address, *args]
+    )
+    run = Store(data).latest_run()
+    return {
+        "scenario": name,
+        "exit_code": res.exit_code,
+        "output": res.output,
+        "verdict": run.summary.get("sweep"),
+        "run_id": run.run_id,
+        "seconds": (run.finished_at - run.started_at).total_seconds() if run.finished_at else None,
+    }
+
+
+def clean(cluster: Any, data: Path) -> dict[str, Any]:
+    return sweep(cluster, data, "clean", suite())
+
+
+def two_slow(cluster: Any, data: Path) -> dict[str, Any]:
+    faults = [{"kind": "delay", "node": n, "ms": 20} for n in ("node-2", "node-5")]
+    return sweep(
+        cluster, data, "two_slow", suite(faults, max_drain_share=0.25), "--drain-format", "slurm"
+    )
+
+
+def slow_link(cluster: Any, data: Path) -> dict[str, Any]:
+    from fleetval.fleet.planner import first_pairs
+    from fleetval.fleet.settings import SweepSettings
+
+    # NOTE: only a link some job crosses can be judged: put it on one tonight's pairs measure.
+    a, b = first_pairs(NODES, SweepSettings())[0]
+    out = sweep(
+        cluster, data, "slow_link", suite([{"kind": "delay", "node": a, "peer": b, "ms": 20}])
+    )
+    return out | {"link": [a, b]}
+
+
+def throttled(cluster: Any, data: Path) -> dict[str, Any]:
+    """node-4's rank processes stopped 18 ms of every 20 ms by a process fleetval knows nothing of."""
+    import ray
+
+    node = "node-4"
+    (node_id,) = [n["NodeID"] for n in ray.nodes() if n["Labels"].get("fleetval/node") == node]
+    throttler = subprocess.Popen(
+        [sys.executable, str(HERE / "throttle.py"), node_id, "18", "20"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out = sweep(cluster, data, "throttled", suite())
+    finally:
+        throttler.send_signal(signal.SIGTERM)
+        said, _ = throttler.communicate(timeout=60)
+    return out | {"throttled": node, "throttler": said.strip().replace(node_id, node)}
+
+
+SCENARIOS = {f.__name__: f for f in (clean, two_slow, slow_link, throttled)}
+
+
+def main(data: Path, names: list[str]) -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "labels": {"fleetval/node": "head"}}
+    )
+
+    def watchdog() -> None:
+        print(json.dumps({"error": f"deadline of {DEADLINE_S:g}s passed"}), flush=True)
+        cluster.shutdown()
+        os._exit(3)
+
+    timer = threading.Timer(DEADLINE_S, watchdog)
+    timer.daemon = True
+    timer.start()
+    try:
+        for n in NODES:
+            cluster.add_node(num_cpus=1, labels={"fleetval/node": n})
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
+        for name in names:
+            print(json.dumps(SCENARIOS[name](cluster, data)), flush=True)
+    finally:
+        timer.cancel()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ["COLUMNS"] = "250"
+    main(Path(sys.argv[1]), sys.argv[2:])

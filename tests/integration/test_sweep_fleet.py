@@ -1,0 +1,95 @@
+"""`fleetval sweep` on eight simulated nodes (one rank each, gloo): several slow nodes, a
+slow link, a node throttled from outside fleetval, and a clean fleet.
+
+The scenarios run in `fleet8.py`, a subprocess with its own Ray cluster (the session's
+shared cluster has another shape); it prints one JSON line per scenario. Noise on a small
+shared machine is large: the sweep measures it in the same run and sets its tolerance from
+it, and a node is drained only after two measurements agree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+NODES = [f"node-{i}" for i in range(8)]
+DEADLINE_S = 1500  # the script's own watchdog; the test waits a little longer
+# NOTE: the four sweeps take 4-6 minutes on 2 shared cores, in the module fixture.
+pytestmark = [pytest.mark.slow, pytest.mark.multinode, pytest.mark.timeout(DEADLINE_S + 300)]
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    data = tmp_path_factory.mktemp("fleet8")
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "fleet8.py"), str(data), "clean", "two_slow", "slow_link",
+         "throttled"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "FLEET8_DEADLINE_S": str(DEADLINE_S)},
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=DEADLINE_S + 120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its Ray cluster with it
+        out, err = proc.communicate()
+    results = {}
+    for line in out.splitlines():
+        doc = json.loads(line)
+        assert "error" not in doc, doc["error"] + err[-3000:]
+        results[doc["scenario"]] = doc
+    assert proc.returncode == 0, err[-3000:]
+    return results
+
+
+def named(doc: dict[str, Any]) -> list[str]:
+    """Nodes flagged by name: output lines `slow|suspect|drain NODE: why` (a link's line
+    names its two ends, `slow link A <-> B: why`, and is checked on its own)."""
+    lines = doc["output"].splitlines()
+    return sorted(
+        {m[2] for ln in lines if (m := re.match(r"(slow|suspect|drain) (node-\d+):", ln))}
+    )
+
+
+def test_a_clean_fleet_names_nobody_and_exits_0(scenarios):
+    doc = scenarios["clean"]
+    assert doc["exit_code"] == 0, doc["output"]
+    assert named(doc) == [] and "fleet healthy: 8 nodes" in doc["output"]
+    assert [n["state"] for n in doc["verdict"]["nodes"]] == ["healthy"] * 8
+
+
+def test_two_slow_nodes_one_in_each_half_are_both_named(scenarios):
+    doc = scenarios["two_slow"]
+    assert doc["exit_code"] == 1, doc["output"]
+    assert named(doc) == ["node-2", "node-5"], doc["output"]
+    assert sorted(doc["verdict"]["drain"]) == ["node-2", "node-5"]
+    drains = [ln for ln in doc["output"].splitlines() if ln.startswith("scontrol update")]
+    assert [ln.split()[2] for ln in drains] == ["nodename=node-2", "nodename=node-5"]
+    assert all('state=drain reason="fleetval: ' in ln for ln in drains)
+
+
+def test_a_slow_link_between_two_good_nodes_is_named(scenarios):
+    doc = scenarios["slow_link"]
+    a, b = doc["link"]
+    assert doc["exit_code"] == 1, doc["output"]
+    assert named(doc) == [], doc["output"]  # both nodes are healthy: the link is the finding
+    links = doc["verdict"]["links"]
+    assert [(x["nodes"], x["confirmed"]) for x in links] == [([a, b], True)], doc["output"]
+    assert f"slow link {a} <-> {b}:" in doc["output"]
+
+
+def test_a_node_throttled_from_outside_is_named(scenarios):
+    doc = scenarios["throttled"]
+    assert doc["throttler"].startswith("throttled node-4:") and not doc["throttler"].endswith(
+        ": 0 stops"
+    ), doc["throttler"]
+    assert doc["exit_code"] == 1, doc["output"]
+    assert named(doc) == ["node-4"], doc["output"]

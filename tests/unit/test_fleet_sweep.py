@@ -1,0 +1,303 @@
+"""The fleet sweep's pure part: planner, judge, verdict, circuit breaker, drain lists, history."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import ValidationError
+
+from fleetval.fleet.drain import drain_lines
+from fleetval.fleet.history import node_histories
+from fleetval.fleet.judge import Measurement, Planned, assess, judge, references
+from fleetval.fleet.planner import first_round, next_round
+from fleetval.fleet.settings import Floor, SweepSettings
+from fleetval.fleet.simulate import SimFleet, planted
+from fleetval.fleet.verdict import BaselineLevels, run_rounds
+from fleetval.store.catalog import RunRecord
+from fleetval.vocab import NodeState, SweepPhase
+
+EIGHT = [f"node-{i}" for i in range(8)]
+LOOSE = SweepSettings(max_drain_share=0.3)  # 8 nodes: two may be drained
+
+
+def quiet(**kw: object) -> SimFleet:
+    """Eight nodes, 2% noise, no transients."""
+    return SimFleet(list(EIGHT), noise=0.02, disturbed=0.0, **kw)  # type: ignore[arg-type]
+
+
+def rounds_of(
+    fleet: SimFleet, settings: SweepSettings = LOOSE
+) -> tuple[list[list[Planned]], object]:
+    seen: list[list[Planned]] = []
+
+    def measure(jobs: list[Planned]) -> list[Measurement]:
+        seen.append(jobs)
+        return fleet.measure(jobs)
+
+    return seen, run_rounds(fleet.nodes, measure, settings)
+
+
+def test_round_one_is_every_node_alone_and_round_two_a_perfect_matching():
+    seen, v = rounds_of(quiet())
+    assert [j.nodes for j in seen[0]] == [(n,) for n in EIGHT]
+    assert all(j.phase == SweepPhase.PAIR for j in seen[1])
+    assert sorted(n for j in seen[1] for n in j.nodes) == EIGHT  # each node in exactly one pair
+    assert len(seen) == 2 and not v.flagged and not v.named  # a clean fleet: nobody named
+    assert all(n.state == NodeState.HEALTHY and n.confidence == "high" for n in v.nodes)
+
+
+def test_two_slow_nodes_in_different_halves_are_both_drained_and_nobody_else():
+    _, v = rounds_of(quiet(compute={"node-2": 0.2, "node-5": 0.2}))
+    assert sorted(n.node for n in v.drain) == ["node-2", "node-5"]
+    assert [n.node for n in v.named] == ["node-2", "node-5"]
+    assert all("alone" in n.reason and n.confidence == "high" for n in v.drain)
+
+
+def test_a_node_that_failed_alone_is_never_a_reference():
+    seen, v = rounds_of(quiet(dead={"node-3"}, nic={"node-6": 0.2}))
+    later = [j for rnd in seen[1:] for j in rnd]
+    assert not any("node-3" in j.nodes for j in later)
+    assert not any("proven-good node-3" in j.why or "proven-good node-6" in j.why for j in later)
+    assert sorted(n.node for n in v.drain) == ["node-3", "node-6"]
+    assert "failed" in next(n for n in v.drain if n.node == "node-3").reason
+
+
+def test_a_bad_nic_is_found_by_re_pairing_with_proven_good_nodes():
+    seen, v = rounds_of(quiet(nic={"node-4": 0.2}))
+    repairs = [j for j in seen[2] if "node-4" in j.nodes]
+    assert len(repairs) == 1 and "re-pair with proven-good" in repairs[0].why
+    assert [n.node for n in v.named] == ["node-4"] and v.drain[0].confidence == "high"
+    assert not v.links
+
+
+def test_a_bad_link_between_two_good_nodes_is_named_and_confirmed():
+    fleet = quiet()
+    fleet.links_pending = [0.2]  # planted on a pair that round 2 measures
+    seen, v = rounds_of(fleet)
+    (pair,) = fleet.links
+    assert [link.nodes for link in v.links] == [pair] and v.links[0].confirmed
+    assert not v.named  # both nodes are healthy: the link is the finding
+    assert any(j.why == "confirm link" and j.nodes == pair for j in seen[3])
+    assert v.flagged and v.rounds == 4
+
+
+def test_one_disturbed_alone_job_drains_nobody():
+    fleet = quiet()
+    judged_first = {"node-1": 0.5}  # slow in round 1 only: measured alone again, then fine
+    real = fleet.measure
+
+    def measure(jobs: list[Planned]) -> list[Measurement]:
+        out = real(jobs)
+        return [
+            Measurement(m.job, m.score * judged_first.get(m.job.nodes[0], 1.0))
+            if m.job.round == 1 and m.score
+            else m
+            for m in out
+        ]
+
+    v = run_rounds(fleet.nodes, measure, LOOSE)
+    assert not v.named, [n.to_dict() for n in v.named]
+
+
+def test_the_circuit_breaker_holds_drains_above_the_share_and_says_why():
+    _, v = rounds_of(quiet(compute={"node-2": 0.2, "node-5": 0.2}), SweepSettings())
+    assert v.breaker and not v.drain and v.drain_limit == 0
+    assert [n.state for n in v.named] == [NodeState.SUSPECT] * 2
+    assert any("fabric or the reference is suspect" in f for f in v.findings)
+    assert drain_lines(v, "slurm") == []
+
+
+def test_everything_equally_slow_is_a_finding_against_a_baseline():
+    fleet = quiet(compute={n: 0.2 for n in EIGHT})
+    _, v = rounds_of(fleet)
+    assert not v.findings and any("fleet's own distribution only" in n for n in v.notes)
+    fleet = quiet(compute={n: 0.2 for n in EIGHT})
+    base = BaselineLevels("last-week", {"alone/": 100.0, "pair/": 100.0})
+    v = run_rounds(fleet.nodes, fleet.measure, LOOSE, baseline=base)
+    assert v.flagged and any("below baseline 'last-week'" in f for f in v.findings)
+
+
+def test_everything_below_the_sku_floor_trips_the_breaker():
+    floor = Floor(sku="H100", size_bytes=1 << 30, alone_gbps=460, pair_gbps=40)
+
+    def measure(jobs: list[Planned]) -> list[Measurement]:
+        return [Measurement(j, 300.0, {1 << 30: 300.0}) for j in jobs]
+
+    v = run_rounds(
+        EIGHT, measure, SweepSettings(floors=[floor]), skus=dict.fromkeys(EIGHT, "NVIDIA H100 80GB")
+    )
+    assert v.breaker and v.flagged
+    assert "floor 460" in v.nodes[0].reason
+
+
+def test_noise_sets_the_tolerance_and_too_much_noise_is_said():
+    jobs = [Planned(1, SweepPhase.ALONE, (n,)) for n in EIGHT]
+    scores = [100, 104, 96, 101, 99, 103, 97, 50]
+    ms = [Measurement(j, s) for j, s in zip(jobs, scores, strict=True)]
+    refs = references(ms, {}, SweepSettings())
+    ref = refs[(SweepPhase.ALONE, "", 0)]
+    assert refs[(SweepPhase.ALONE, "", 1)] == ref  # round 1 is the main round
+    assert ref.median == 102.0 and 0.02 < ref.noise < 0.05  # the faster half: 100..104
+    assert ref.tolerance == pytest.approx(max(0.15, 4 * ref.noise))
+    judged = [judge(m, refs, {}, []) for m in ms]
+    assert [j.slow for j in judged] == [False] * 7 + [True]
+    wild = [
+        Measurement(j, s) for j, s in zip(jobs, [100, 160, 40, 130, 70, 150, 50, 120], strict=True)
+    ]
+    v = run_rounds(
+        EIGHT,
+        lambda js: [
+            next(w for w in wild if w.job.nodes == j.nodes)
+            if j.round == 1
+            else Measurement(j, 100.0)
+            for j in js
+        ],
+        LOOSE,
+    )
+    assert any("too large to judge" in f for f in v.findings)
+
+
+def test_planner_never_puts_a_node_in_two_jobs_of_a_round():
+    fleet = planted(101, 6, 6, seed=3)
+    v = run_rounds(fleet.nodes, fleet.measure, SweepSettings(seed=3))  # SimFleet raises otherwise
+    assert v.rounds <= 4
+    with pytest.raises(ValueError, match="two jobs"):
+        fleet.measure([Planned(1, SweepPhase.ALONE, ("node-0000",))] * 2)
+
+
+def test_rounds_stay_flat_and_everything_planted_is_found_at_1024_nodes():
+    for seed in range(3):
+        fleet = planted(1024, 16, 16, seed)
+        v = run_rounds(fleet.nodes, fleet.measure, SweepSettings(seed=seed))
+        assert {n.node for n in v.drain} == set(fleet.compute) | set(fleet.nic)
+        assert {link.nodes for link in v.bad_links} == set(fleet.links)
+        assert v.rounds <= 4
+
+
+def test_a_lone_leftover_is_paired_with_a_proven_good_node():
+    nodes = EIGHT[:5]
+    a = assess(nodes, [])
+    a.good, a.pending_pair = {"node-0", "node-1"}, {"node-4"}
+    (job,) = next_round(nodes, a, 3, SweepSettings())
+    assert "node-4" in job.nodes and job.why.startswith("re-pair with proven-good")
+    assert [j.nodes for j in first_round(nodes)] == [(n,) for n in nodes]
+
+
+def test_settings_reject_impossible_values():
+    with pytest.raises(ValidationError, match="max_tolerance"):
+        SweepSettings(tolerance=0.7, max_tolerance=0.5)
+    with pytest.raises(ValidationError, match="alone_gbps or pair_gbps"):
+        Floor(sku="H100", size_bytes=1)
+    assert SweepSettings().drain_limit(8) == 1 and SweepSettings().drain_limit(1024) == 102
+
+
+def test_drain_formats_are_ready_to_paste():
+    _, v = rounds_of(quiet(compute={"node-2": 0.2}))
+    k = drain_lines(v, "kubectl", "run-1")
+    assert "kubectl cordon node-2" in k
+    assert "kubectl taint nodes node-2 fleetval/verdict=drain:NoSchedule --overwrite" in k
+    assert "kubectl label nodes node-2 fleetval/verdict=drain --overwrite" in k
+    (s,) = drain_lines(v, "slurm", "run-1")
+    assert s.startswith('scontrol update nodename=node-2 state=drain reason="fleetval: ')
+    assert s.endswith('(run run-1)"') and s.count('"') == 2
+    r = drain_lines(v, "ray")
+    assert json.loads(r[-1]) == {"label_selector": {"fleetval/node": "!in(node-2)"}}
+    doc = json.loads(drain_lines(v, "json", "run-1")[0])
+    assert [d["node"] for d in doc["drain"]] == ["node-2"] and doc["breaker"] is False
+    with pytest.raises(ValueError, match="kubectl, slurm, ray, json"):
+        drain_lines(v, "ansible")
+
+
+def _run(i: int, states: dict[str, tuple[str, float]]) -> RunRecord:
+    nodes = [
+        {"node": n, "state": s, "pair_gbps": g, "alone_gbps": None} for n, (s, g) in states.items()
+    ]
+    return RunRecord(
+        run_id=f"r{i}",
+        suite="sweep",
+        status="x",
+        started_at=datetime(2026, 1, i + 1, tzinfo=UTC),
+        summary={"sweep": {"nodes": nodes}},
+    )
+
+
+def test_history_finds_repeat_offenders_flapping_and_drift():
+    runs = [
+        _run(0, {"a": ("healthy", 10.0), "b": ("drain", 3.0), "c": ("healthy", 10.0)}),
+        _run(1, {"a": ("healthy", 10.0), "b": ("healthy", 10.0), "c": ("suspect", 10.0)}),
+        _run(2, {"a": ("healthy", 9.0), "b": ("drain", 3.0), "c": ("healthy", 10.0)}),
+        _run(3, {"a": ("healthy", 8.0), "b": ("healthy", 10.0), "c": ("healthy", 10.0)}),
+    ]
+    h = {x.node: x for x in node_histories(runs)}
+    assert h["b"].repeat_offender and h["b"].flapping
+    assert not h["c"].repeat_offender and h["c"].flapping  # healthy, suspect, healthy
+    assert h["a"].findings == ["slow drift -15%"] and h["a"].drifting
+    assert [s.run_id for s in h["a"].seen] == ["r0", "r1", "r2", "r3"]
+    assert [x.node for x in node_histories(runs, "b")] == ["b"]
+
+
+def test_first_pairs_are_what_round_two_measures_on_a_clean_fleet():
+    from fleetval.fleet.planner import first_pairs
+
+    seen, _ = rounds_of(quiet())
+    assert [j.nodes for j in seen[1]] == first_pairs(EIGHT, LOOSE)
+    assert first_pairs(EIGHT, SweepSettings(seed=1)) != first_pairs(EIGHT, LOOSE)
+
+
+def test_a_link_fault_applies_only_when_both_nodes_share_a_job():
+    from fleetval.suite import Fault
+
+    link = Fault(kind="delay", node="node-3", peer="node-6", ms=20)
+    on = {"rank": 0, "node": "node-3", "step": "allreduce"}
+    assert link.applies(**on, nodes=frozenset({"node-3", "node-6"}))
+    assert not link.applies(**on, nodes=frozenset({"node-3", "node-1"}))
+    assert not link.applies(**on, nodes=frozenset({"node-3"}))
+    with pytest.raises(ValidationError, match="peer"):
+        Fault(kind="delay", rank=1, peer="node-6", ms=20)
+
+
+def test_the_sweep_command_refuses_bad_input_with_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from fleetval.cli import app
+
+    run = CliRunner().invoke
+    res = run(app, ["sweep", "sweep", "--data", str(tmp_path), "--baseline", "nope"])
+    assert res.exit_code == 2 and "no baseline 'nope'" in res.output
+    assert run(app, ["sweep", "sweep", "--drain-format", "ansible"]).exit_code == 2
+    assert run(app, ["sweep", "no-such-suite", "--data", str(tmp_path)]).exit_code == 2
+    assert not (tmp_path / "runs").exists()  # nothing ran, nothing written
+    res = run(app, ["sweep-history", "--data", str(tmp_path), "--node", "node-9"])
+    assert res.exit_code == 2 and "no node 'node-9'" in res.output
+
+
+def test_a_throttled_rank_scores_by_throughput_not_by_its_median_call():
+    from fleetval.fleet.score import score_rows
+
+    row = {"check": "bandwidth", "collective": "all_reduce", "size_bytes": 1 << 20,
+           "status": "info", "message": "", "algbw_gbps": None, "time_us_median": 100.0}  # fmt: skip
+    steady = row | {"busbw_gbps": 10.0, "samples_us": [100.0] * 12}
+    # Stopped 10 ms every few calls, all along: every run of 3 calls holds a stop.
+    stalled = row | {"busbw_gbps": 10.0, "samples_us": [100.0, 100.0, 10_100.0] * 4}
+    # A passing load: one run slowed; the best of the others is the node's speed.
+    passing = row | {"busbw_gbps": 10.0, "samples_us": [10_100.0] * 3 + [100.0] * 9}
+    assert score_rows([steady])[0] == pytest.approx(10.0)
+    assert score_rows([steady, stalled])[0] == pytest.approx(10.0 * 100 / 3433.33, rel=1e-3)
+    assert score_rows([steady, passing])[0] == pytest.approx(10.0)
+
+
+def test_half_the_pairs_slow_still_names_both_nodes_when_alone_jobs_measure_nothing():
+    """One rank per node: alone jobs have no score; two bad nodes slow half the pairs."""
+    fleet = quiet(nic={"node-2": 0.1, "node-5": 0.1})
+    fleet.links_pending = []
+
+    def measure(jobs: list[Planned]) -> list[Measurement]:
+        return [
+            Measurement(m.job, None) if len(m.job.nodes) == 1 else m for m in fleet.measure(jobs)
+        ]
+
+    v = run_rounds(EIGHT, measure, LOOSE)
+    assert sorted(n.node for n in v.drain) == ["node-2", "node-5"] and not v.links
+    assert [n.node for n in v.named] == ["node-2", "node-5"]
