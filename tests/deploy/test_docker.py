@@ -127,19 +127,18 @@ def _drain_snippet() -> str:
 
 
 def test_slurm_script_drains_what_a_sweep_flags(tmp_path: Path) -> None:
-    """A sweep's flagged nodes (a run's culprits are proven on Slurm in test_slurm.py)."""
+    """A sweep's own drain list (`--drain-format slurm`) is printed as it is; a run's culprits
+    are proven on Slurm in test_slurm.py."""
+    line = 'scontrol update nodename=gpu-3 state=drain reason="fleetval: r9: slow in pairs"'
     record = tmp_path / "sweep.json"
     record.write_text(
-        "(raylet) a worker died\n" + json.dumps({"run_id": "r9", "flagged": ["gpu-3"]})
+        "(raylet) a worker died\n" + json.dumps({"run_id": "r9", "drain_lines": [line]})
     )
     done = subprocess.run(
         [sys.executable, "-c", _drain_snippet(), str(record)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    assert (
-        'scontrol update NodeName=gpu-3 State=DRAIN Reason="fleetval r9: slow in sweep"'
-        in done.stdout
-    )
+    assert line in done.stdout.splitlines()
     record.write_text("Traceback: no JSON")
     done = subprocess.run(
         [sys.executable, "-c", _drain_snippet(), str(record)], capture_output=True, text=True
@@ -151,10 +150,14 @@ def test_slurm_script_drains_what_a_sweep_flags(tmp_path: Path) -> None:
 def test_slurm_script_command_parses_with_the_cli(mode: str, suite: str) -> None:
     text = (ROOT / "deploy" / "slurm" / "fleetval.sbatch").read_text()
     line = next(ln for ln in text.splitlines() if ln.startswith('fleetval "$mode" "$suite"'))
+    modes = re.search(r'then as_json=\((.*?)\); else as_json=\((.*?)\); fi', text)
+    assert modes, "the script sets as_json per mode"
+    as_json = modes[1] if mode == "sweep" else modes[2]
     flags = (
         line.split('"$suite"', 1)[1]
         .split('"$@"', 1)[0]
         .replace('"$head_ip:$port"', "10.0.0.1:20001")
+        .replace('"${as_json[@]}"', as_json)
     )
     group = typer.main.get_command(app)
     group.commands[mode].make_context(mode, [suite, *shlex.split(flags)])  # type: ignore[attr-defined]
