@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fleetval.api import Settings, create_app
-from fleetval.api.db import Scope, ServiceDB
+from fleetval.api.db import Scope, ServiceDB, Submission
 from fleetval.api.executor import Executor
 from fleetval.api.limits import Limits
 from fleetval.api.scheduler import Scheduler, submission_id
@@ -106,8 +106,12 @@ def _add(db: ServiceDB, name: str, cron: str, due: datetime, catchup: str = "onc
 
 
 def _runs(db: ServiceDB, name: str) -> list[dict[str, str]]:
-    subs = db.page(RunFilter(labels={"schedule": name}), before=None, limit=1000)
-    return [s.labels for s in subs]
+    return [s.labels for s in _subs(db, name, 1000)]
+
+
+def _subs(db: ServiceDB, name: str, limit: int) -> list[Submission]:
+    rows = db.page(RunFilter(labels={"schedule": name}), before=None, limit=limit)
+    return [Submission.from_row(r) for r in rows]
 
 
 def test_two_schedulers_racing_on_one_database_fire_each_time_once(tmp_path):
@@ -155,7 +159,7 @@ def test_a_scheduler_that_died_between_submit_and_claim_queues_nothing_twice(tmp
     restarted = _scheduler(tmp_path)  # the same database, as after a restart
     assert restarted.tick(at(2)) == ["nightly"]
     assert restarted.tick(at(3)) == []  # claimed: due tomorrow
-    runs = restarted.db.page(RunFilter(labels={"schedule": "nightly"}), before=None, limit=10)
+    runs = _subs(restarted.db, "nightly", 10)
     assert [r.run_id for r in runs] == [run_id]
     sub = runs[0]
     assert sub.submission_id == submission_id("nightly", T0) and sub.submitter == "alice"
