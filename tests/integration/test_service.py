@@ -26,6 +26,8 @@ import pandas as pd
 import pytest
 from conftest import assert_no_leaks, leftovers
 
+from fleetval.vocab import CulpritReason, Status
+
 CPU = {"world_sizes": [2], "gpus_per_rank": 0}
 BARRIER = {
     "name": "tiny",
@@ -183,6 +185,21 @@ def events_of(client: httpx.Client, run_id: str) -> list[dict]:
     return out
 
 
+def clean_or_only_late(step: dict) -> bool:
+    """A step passed, or warned only because a rank arrived late: on a loaded 2-core box a
+    rank can be late for real, which the step must say (a WARN naming it), never a FAIL."""
+    culprits = step.get("culprits") or []
+    if step["status"] == Status.PASS:
+        return not culprits
+    return step["status"] == Status.WARN and bool(culprits) and all(
+        c["reason"] in (CulpritReason.LATE, CulpritReason.SLOW) for c in culprits
+    )
+
+
+def worst_of_steps(run: dict) -> str:
+    return Status.WARN if any(s["status"] == Status.WARN for s in run["steps"]) else Status.PASS
+
+
 def test_submit_events_results_compare_and_cli(server):
     c = server.client()
     first = c.post("/v1/runs", json={"suite": BANDWIDTH, "labels": {"rocm": "6.1"}})
@@ -196,7 +213,7 @@ def test_submit_events_results_compare_and_cli(server):
         "percent"
     ] == 100.0
     run = c.get(f"/v1/runs/{run_id}").json()
-    assert run["status"] == "pass" and [s["status"] for s in run["steps"]] == ["pass", "pass"]
+    assert run["status"] == worst_of_steps(run) and all(map(clean_or_only_late, run["steps"])), run
     assert run["progress"]["percent"] == 100.0 and run["submitter"] == "ci-admin"
 
     rows = c.get(f"/v1/runs/{run_id}/results", params={"check": "bandwidth", "rank": 1}).json()[
