@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
+from conftest import tool_missing
 from packaging.requirements import Requirement
 
 from fleetval.cli import app
@@ -30,7 +31,7 @@ ARGS = {"BASE_IMAGE", "TORCH_VERSION", "TORCH_INDEX_URL", "RAY_VERSION", "FLEETV
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"{name} is not installed (the test extras bring it: pip install -e .[test])")
+        tool_missing(f"{name} is not installed (the test extras bring it: pip install -e .[test])")
     return path
 
 

