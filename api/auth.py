@@ -35,16 +35,20 @@ def require(scope: Scope) -> Callable[..., Token]:
     NOTE: async: one primary-key read on the database's reading connection (WAL: it never
     waits for a writer), cheaper than the thread-pool hop a sync dependency costs."""
 
-    async def dependency(
-        request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> Token:
-        token = authenticate(request.app.state.db, credentials)
-        if SCOPE_RANK[token.scope] < SCOPE_RANK[scope]:
-            raise HTTPException(
-                403,
-                f"this needs a token with scope {scope.value}; this one has {token.scope.value}",
-            )
-        return token
+    async def dependency(request: Request, credentials: Credentials) -> Token:
+        return admit(request.app.state.db, credentials, scope)
 
     return dependency
+
+
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def admit(db: ServiceDB, credentials: HTTPAuthorizationCredentials | None, scope: Scope) -> Token:
+    """The caller's token if it is valid and has `scope` (or one that includes it)."""
+    token = authenticate(db, credentials)
+    if SCOPE_RANK[token.scope] < SCOPE_RANK[scope]:
+        raise HTTPException(
+            403, f"this needs a token with scope {scope.value}; this one has {token.scope.value}"
+        )
+    return token

@@ -5,11 +5,12 @@ NOTE: async, so FastAPI calls them on the event loop instead of a thread-pool ho
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 
-from fleetval.api.auth import require
+from fleetval.api.auth import Credentials, admit, require
 from fleetval.api.db import Scope, ServiceDB, Token
 from fleetval.api.executor import Executor
 from fleetval.api.limits import Limits
@@ -46,3 +47,21 @@ LimitsDep = Annotated[Limits, Depends(_limits)]
 ReadToken = Annotated[Token, Depends(require(Scope.READ))]
 SubmitToken = Annotated[Token, Depends(require(Scope.SUBMIT))]
 AdminToken = Annotated[Token, Depends(require(Scope.ADMIN))]
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A hot read's whole context in one dependency: the caller's read token, the service
+    database and the store (one node to resolve per request instead of four)."""
+
+    token: Token
+    db: ServiceDB
+    store: Store
+
+
+async def _reader(request: Request, credentials: Credentials) -> Reader:
+    state = request.app.state
+    return Reader(admit(state.db, credentials, Scope.READ), state.db, state.store)
+
+
+ReaderDep = Annotated[Reader, Depends(_reader)]

@@ -75,12 +75,18 @@ def wrk(url: str, token: str, seconds: float, conns: int) -> float:
     return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 
 
-def serve(data: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data", str(data),
-         "--no-access-log", "--no-executor"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+def serve(data: Path, port: int, h11: bool = False) -> subprocess.Popen:
+    """`fleetval serve`; with `h11`, the same app under uvicorn's pure-Python HTTP parser and
+    asyncio's loop (what uvicorn runs without its [standard] extras): the peer."""
+    if h11:
+        env = {**os.environ, "FLEETVAL_DATA": str(data), "FLEETVAL_EXECUTOR": "0", "FLEETVAL_SCHEDULER": "0"}
+        cmd = [sys.executable, "-m", "uvicorn", "fleetval.api.app:app_from_env", "--factory",
+               "--port", str(port), "--no-access-log", "--http", "h11", "--loop", "asyncio"]
+    else:
+        env = None
+        cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data",
+               str(data), "--no-access-log", "--no-executor"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -106,6 +112,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="per wrk burst")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
+                    help="also serve the smallest store with uvicorn's h11 parser and asyncio loop")
     args = ap.parse_args()
     # NOTE: every store's server runs at once and the bursts interleave (round after round,
     # each route on each store in turn), so a shared machine's changing load falls on all
@@ -118,6 +126,9 @@ def main() -> None:
         made = time.perf_counter() - t0
         port = 18700 + i
         servers.append((n, made, port, serve(data, port), token, run_id))
+        if i == 0 and args.peer:
+            peer = (f"{n} h11", made, 18799, serve(data, 18799, h11=True), token, run_id)
+    servers += [peer] if args.peer else []
     samples: dict[tuple[int, str], list[float]] = {}
     try:
         for _ in range(args.rounds):
@@ -137,7 +148,8 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|")
     for n, made, *_ in servers:
         cells = [f"{fig[n, k]:,.0f} ({100 * fig[n, k] / fig[empty, k]:.0f}%)" for k in ("get", "page", "label")]
-        print(f"| {max(n, FLOOR):,} | {made:.1f} | {' | '.join(cells)} | {fig[n, 'healthz']:,.0f} |")
+        runs = f"{max(n, FLOOR):,}" if isinstance(n, int) else f"{max(int(n.split()[0]), FLOOR):,}, peer: h11 + asyncio"
+        print(f"| {runs} | {made:.1f} | {' | '.join(cells)} | {fig[n, 'healthz']:,.0f} |")
 
 
 if __name__ == "__main__":

@@ -19,10 +19,12 @@ router = APIRouter(tags=["health"])
         503: {"model": Health, "description": "Degraded: the executor or the scheduler cannot run"}
     },
 )
-def healthz(db: DbDep, executor: ExecutorDep, request: Request) -> Response:
+async def healthz(db: DbDep, executor: ExecutorDep, request: Request) -> Response:
     """Liveness (no token): whether this process runs the queue, and the queue depth; 503
     while the executor cannot run the queue (crashed and restarting, thread gone, no Ray) or
     the scheduler cannot fire schedules."""
+    # NOTE: async: thread-state checks and one count on the reading connection (WAL), cheaper
+    # than the thread-pool hop; a probe polled by every load balancer should cost least.
     reason = executor.degraded() or request.app.state.scheduler.degraded()
     health = Health(
         status="degraded" if reason else "ok",

@@ -33,10 +33,18 @@ def suite(faults: list[dict[str, Any]] | None = None, **sweep: Any) -> dict[str,
     from fleetval.suite import load_suite
 
     spec = load_suite("sweep").model_dump(mode="json", exclude_none=True)
-    # Pair jobs long enough to span many throttle periods (20 ms) on this small machine.
-    spec["steps"] = [s | {"iters": 60} if s["check"] == "bandwidth" else s for s in spec["steps"]]
+    # NOTE: eight ranks share two cores here, so a pair's speed at a bandwidth-bound size
+    # depends on how its two ranks happen to be scheduled (healthy pairs of one round spread
+    # 5x at 1 MiB). At 64 KiB a call is mostly wake-ups, not CPU: healthy pairs spread about
+    # 2x, and a 50 ms delay costs 100x or more. 240 calls make each of a job's four timed
+    # runs (`fleet.score`) take more CPU time than a throttle's running window (2 ms).
+    one_size = {"sizes": {"min": "64KiB", "max": "64KiB", "factor": 2}, "iters": 240}
+    spec["steps"] = [s | one_size if s["check"] == "bandwidth" else s for s in spec["steps"]]
     spec["faults"] = faults or []
-    spec["sweep"] |= sweep
+    # Healthy pairs of one round measured 40-100% of the round's level here (a loaded box
+    # moves the level 3x from round to round), the faults (50 ms delays, a rank stopped 95%
+    # of the time) 2-7%: slow is below 20% of the level.
+    spec["sweep"] |= {"max_tolerance": 0.8} | sweep
     return spec
 
 
@@ -67,7 +75,7 @@ def clean(cluster: Any, data: Path) -> dict[str, Any]:
 
 
 def two_slow(cluster: Any, data: Path) -> dict[str, Any]:
-    faults = [{"kind": "delay", "node": n, "ms": 20} for n in ("node-2", "node-5")]
+    faults = [{"kind": "delay", "node": n, "ms": 50} for n in ("node-2", "node-5")]
     return sweep(
         cluster, data, "two_slow", suite(faults, max_drain_share=0.25), "--drain-format", "slurm"
     )
@@ -80,19 +88,19 @@ def slow_link(cluster: Any, data: Path) -> dict[str, Any]:
     # NOTE: only a link some job crosses can be judged: put it on one tonight's pairs measure.
     a, b = first_pairs(NODES, SweepSettings())[0]
     out = sweep(
-        cluster, data, "slow_link", suite([{"kind": "delay", "node": a, "peer": b, "ms": 20}])
+        cluster, data, "slow_link", suite([{"kind": "delay", "node": a, "peer": b, "ms": 50}])
     )
     return out | {"link": [a, b]}
 
 
 def throttled(cluster: Any, data: Path) -> dict[str, Any]:
-    """node-4's rank processes stopped 18 ms of every 20 ms by a process fleetval knows nothing of."""
+    """node-4's rank processes stopped 38 ms of every 40 ms by a process fleetval knows nothing of."""
     import ray
 
     node = "node-4"
     (node_id,) = [n["NodeID"] for n in ray.nodes() if n["Labels"].get("fleetval/node") == node]
     throttler = subprocess.Popen(
-        [sys.executable, str(HERE / "throttle.py"), node_id, "18", "20"],
+        [sys.executable, str(HERE / "throttle.py"), node_id, "38", "40"],
         stdout=subprocess.PIPE,
         text=True,
     )
