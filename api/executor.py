@@ -7,7 +7,7 @@ between runs, and so are warm rank actors (`fleetval.run.pool`): a run whose job
 previous run had takes its actors, reset and health-pinged, instead of starting new ones.
 Progress goes to the database as it happens, so every worker serves it.
 
-The thread is supervised: an exception outside a run's own handling (a database fault, a
+The thread is supervised (`Supervised`): an exception outside a run's own handling (a database fault, a
 submission that cannot be read, a SystemExit raised into the thread to kill it) is logged, the run it had claimed ends as `error` with the
 reason, and the loop starts again after a back-off; `/healthz` answers 503 (degraded) until
 a claim succeeds again.
@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleetval.api.db import QueueStatus, ServiceDB, Submission
+from fleetval.api.supervised import Supervised
 from fleetval.run.execute import Event, cluster_shape, connect, run_suite
 from fleetval.run.pool import RankPool
 from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
@@ -44,7 +45,6 @@ SIZE_CLASSES = ((64 * 1024, "small"), (16 * 1024 * 1024, "medium"))
 EMBEDDED_MIN_CPUS = 8
 INTERRUPTED_MESSAGE = "the service stopped while this run was executing; finished steps are kept"
 PROGRESS_EVERY_S = 1.0  # step_progress events are stored at most this often (coalesced)
-BACKOFF_S = (1.0, 30.0)  # after a crash of the loop: first wait, doubling up to the second
 CLUSTER_KEY = "cluster"  # the service DB's meta key for the shape the executor sees
 
 
@@ -94,32 +94,24 @@ class _Tracker:
         )
 
 
-class Executor:
+class Executor(Supervised):
     """Runs the queue of one data directory through the library, one run at a time."""
 
+    what = "executor"
+
     def __init__(self, db: ServiceDB, store: Store, address: str | None) -> None:
+        super().__init__()
         self.db, self.store, self.address = db, store, address
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self.active = False  # this process holds the executor lock
         self.ray_error = ""
-        self.failing = ""  # why the loop crashed last, until a claim succeeds again
-        self.crashes = 0
         self._claimed: str | None = None  # the run the loop is on
         self.pool = RankPool()  # warm rank actors between runs; closed when the thread ends
 
     def degraded(self) -> str:
         """Why this process cannot run the queue now ("" when it can, or stands by)."""
-        if self._thread is None or self._stopping.is_set():
-            return ""
-        if not self._thread.is_alive():
-            return "the executor thread is not running"
-        if self.failing:
-            return f"the executor crashed ({self.crashes}x) and is restarting: {self.failing}"
-        if self.active and self.ray_error:
+        if self.active and self.ray_error and not super().degraded():
             return f"Ray not reachable: {self.ray_error}"
-        return ""
+        return super().degraded()
 
     def start(self) -> None:
         # NOTE: when the lock is free now, recover before the app serves its first request,
@@ -128,20 +120,11 @@ class Executor:
         if lock is not None:
             self.active = True
             self.recover()
-        self._thread = threading.Thread(
-            target=self._main, args=(lock,), name="fleetval-executor", daemon=True
-        )
-        self._thread.start()
-
-    def wake(self) -> None:
-        self._wake.set()
+        self._start_thread(lambda: self._main(lock))
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Cancel the running run (its actors torn down) and wait for the thread."""
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        super().stop(timeout_s)
 
     # -- the thread ----------------------------------------------------------------------
 
@@ -160,33 +143,13 @@ class Executor:
             self.active = False
             lock.close()  # releases the lock for a standby worker
 
-    def _supervise(self) -> None:
-        """Run the loop; when it raises, end the claimed run as `error` and start it again."""
-        backoff = BACKOFF_S[0]
-        while not self._stopping.is_set():
-            try:
-                self._loop()
-            # NOTE: whatever broke (even a SystemExit raised into the thread), the queue goes on
-            except BaseException as err:
-                if self._stopping.is_set() and not isinstance(err, Exception):
-                    raise
-                log.exception("executor crashed; restarting in %.0f s", backoff)
-                self.crashes += 1
-                self.failing = f"{type(err).__name__}: {err}"
-                self._fail_claimed(f"the executor crashed: {self.failing}")
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF_S[1])
-            else:
-                return
-
     def _loop(self) -> None:
         while not self._stopping.is_set():
             run_id = self.db.claim_next()
-            self.failing = ""  # the database answers: healthy again
+            self._healthy()  # the database answers again
             if run_id is None:
                 self.pool.expire()
-                self._wake.wait(IDLE_POLL_S)
-                self._wake.clear()
+                self._sleep(IDLE_POLL_S)
                 continue
             self._claimed = run_id
             sub = self.db.get(run_id)
@@ -199,6 +162,9 @@ class Executor:
                 log.exception("executor: run %s", sub.run_id)
                 self._fail_claimed(f"{type(err).__name__}: {err}")
             self._claimed = None
+
+    def _crashed(self, reason: str) -> None:
+        self._fail_claimed(f"the executor crashed: {reason}")
 
     def _fail_claimed(self, message: str) -> None:
         """The claimed run ends as `error` with the reason (once; never raises)."""

@@ -1,4 +1,4 @@
-"""The scheduler: a supervised thread that fires due schedules by submitting their suites.
+"""The scheduler: a supervised thread (`Supervised`) that fires due schedules by submitting their suites.
 
 Every service process runs one (API replicas and uvicorn workers included); they agree
 through the database, never through a lock, so schedules fire while any process lives.
@@ -14,7 +14,6 @@ schedule due; the next look submits the same id again, which queues nothing new.
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
@@ -27,6 +26,7 @@ from fleetval.api.executor import Executor
 from fleetval.api.limits import Limits
 from fleetval.api.models import SubmitRequest
 from fleetval.api.schedules import Firing, decide, parse_stamp, stamp
+from fleetval.api.supervised import Supervised
 from fleetval.run.plan import PlanError
 from fleetval.suite import SuiteError
 from fleetval.vocab import Catchup
@@ -34,7 +34,6 @@ from fleetval.vocab import Catchup
 log = logging.getLogger(__name__)
 
 TICK_S = 1.0  # the longest sleep: a schedule made in another process is seen this fast
-BACKOFF_S = (1.0, 30.0)  # after a crash of the loop: first wait, doubling up to the second
 # What a firing's submit may refuse with (the suite, a limit, the plan, the owner's quota):
 # the firing is counted as refused with the reason, and the schedule moves on.
 REFUSALS = (ApiError, SuiteError, PlanError, ValidationError)
@@ -45,65 +44,23 @@ def submission_id(name: str, fire_at: datetime) -> str:
     return f"schedule.{name}.{fire_at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
 
 
-class Scheduler:
+class Scheduler(Supervised):
     """Fires the due schedules of one service database."""
 
+    what = "scheduler"
+
     def __init__(self, db: ServiceDB, executor: Executor, limits: Limits) -> None:
+        super().__init__()
         self.db, self.executor, self.limits = db, executor, limits
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.failing = ""  # why the loop crashed last, until a look succeeds again
-        self.crashes = 0
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._supervise, name="fleetval-scheduler", daemon=True
-        )
-        self._thread.start()
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    def degraded(self) -> str:
-        """Why schedules may not fire from this process ("" when they do)."""
-        if self._thread is None or self._stopping.is_set():
-            return ""
-        if not self._thread.is_alive():
-            return "the scheduler thread is not running"
-        if self.failing:
-            return f"the scheduler crashed ({self.crashes}x) and is restarting: {self.failing}"
-        return ""
-
-    # -- the thread ----------------------------------------------------------------------
-
-    def _supervise(self) -> None:
-        """Run the loop; when it raises, log it and start it again after a back-off."""
-        backoff = BACKOFF_S[0]
-        while not self._stopping.is_set():
-            try:
-                self._loop()
-            except Exception as err:  # NOTE: whatever broke, schedules must go on firing
-                log.exception("scheduler crashed; restarting in %.0f s", backoff)
-                self.crashes += 1
-                self.failing = f"{type(err).__name__}: {err}"
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF_S[1])
-            else:
-                return
+        self._start_thread(self._supervise)
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
             self.tick(datetime.now(UTC))
-            self.failing = ""
-            self._wake.wait(self._sleep_s())
-            self._wake.clear()
+            self._healthy()
+            self._sleep(self._sleep_s())
 
     def _sleep_s(self) -> float:
         due = self.db.next_due()
