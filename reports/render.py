@@ -68,6 +68,8 @@ _env.filters["bytes"] = lambda n: "" if n is None else human_bytes(int(n))
 _env.filters["num"] = lambda x: "" if x is None else f"{x:.4g}"
 _env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S UTC") if t else ""
 _env.filters["md"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
+# A node's state in one sweep as one letter (Markdown) or a cell's class (HTML); "-": not in it.
+_env.filters["letter"] = lambda state: state.value[0].upper() if state else "-"
 
 
 def _plots(s: Signoff) -> dict[str, Any]:
@@ -80,7 +82,12 @@ def _plots(s: Signoff) -> dict[str, Any]:
         else None
     )
     heat = plots.heat_map(v.heat_nodes, v.heat_checks, v.heat, "heat") if v.heat_nodes else None
-    return {"busbw": busbw, "scaling": scaling, "heat": heat}
+    trends = (
+        {t.node: plots.sparkline([c.score for c in t.cells]) for t in v.sweep.history}
+        if v.sweep
+        else {}
+    )
+    return {"busbw": busbw, "scaling": scaling, "heat": heat, "trends": trends}
 
 
 def _changes(s: Signoff) -> list[Any]:
@@ -123,6 +130,7 @@ def to_json(s: Signoff) -> dict[str, Any]:
         "env_diff": [{"key": k, "baseline": b, "candidate": c} for k, b, c in s.views.env_diff],
         "parquet_paths": list(s.parquet_paths),
         "notes": list(s.notes),
+        "sweep": s.views.sweep.to_dict() if s.views.sweep else None,
         "generated_at": s.generated_at,
     }
 
