@@ -213,3 +213,21 @@ def test_the_sweep_report_is_one_self_contained_file(sweeps):
     html = render(build_signoff(store, ids[2]), "html")
     assert re.findall(r"https?://[^\s\"'<>]+", html.replace("http://www.w3.org/", "")) == []
     assert "<script" not in html and "<link" not in html and " src=" not in html
+
+
+def test_a_stored_verdict_reads_back_as_the_sweep_judged_it():
+    """A simulated sweep with two bad nodes and the breaker loosened: what the report and the
+    gate read back from the stored dict is what the sweep decided."""
+    from fleetval.fleet.settings import SweepSettings
+    from fleetval.fleet.simulate import SimFleet
+    from fleetval.fleet.verdict import FleetVerdict, run_rounds
+
+    fleet = SimFleet([f"node-{i}" for i in range(8)], noise=0.02, disturbed=0.0,
+                     nic={"node-2": 0.1, "node-5": 0.1})  # fmt: skip
+    v = run_rounds(fleet.nodes, fleet.measure, SweepSettings(max_drain_share=0.3))
+    back = FleetVerdict.from_dict(json.loads(json.dumps(v.to_dict())))
+    assert [n.node for n in back.drain] == ["node-2", "node-5"]
+    assert (back.nodes, back.links, back.findings, back.flagged) == (
+        v.nodes, v.links, v.findings, v.flagged)  # fmt: skip
+    assert (back.rounds, back.jobs, back.breaker, back.drain_limit) == (
+        v.rounds, v.jobs, v.breaker, v.drain_limit)  # fmt: skip
