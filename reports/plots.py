@@ -124,3 +124,29 @@ def heat_map(
             ax.text(j, i, status or "-", ha="center", va="center", fontsize=8)
     ax.set_title("node x check: worst status")
     return _svg(fig, salt)
+
+
+def sparkline(
+    values: Sequence[float | None], top: float, width: int = 120, height: int = 24
+) -> str:
+    """A node's GB/s over sweeps, oldest left, from 0 to `top` (the same for every node, so
+    a 10% dip looks like one), as a small inline <svg> (no matplotlib: one per node of a
+    fleet); a sweep that did not measure the node is skipped. Empty below two measurements."""
+    known = [(i, v) for i, v in enumerate(values) if v is not None]
+    if len(known) < 2 or top <= 0:
+        return ""
+    pad = 3
+    step = (width - 2 * pad) / max(len(values) - 1, 1)
+    pts = [
+        (pad + i * step, height - pad - min(v / top, 1.0) * (height - 2 * pad)) for i, v in known
+    ]
+    line = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+    dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="1.8"/>' for x, y in pts)
+    lo, hi = min(v for _, v in known), max(v for _, v in known)
+    return (
+        f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'role="img"><title>{lo:.4g} to {hi:.4g} GB/s (axis 0 to {top:.4g})</title>'
+        f'<line x1="0" y1="{height - pad}" x2="{width}" y2="{height - pad}" stroke="#e0e0e0"/>'
+        f'<polyline points="{line}" fill="none" stroke="#1565c0" stroke-width="1.5"/>'
+        f'<g fill="#1565c0">{dots}</g></svg>'
+    )

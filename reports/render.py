@@ -12,8 +12,10 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from pydantic import BaseModel
 
+from fleetval.checks.spec import plural
 from fleetval.reports import plots
 from fleetval.signoff.evaluate import Signoff
+from fleetval.signoff.sweep import SweepView
 from fleetval.text import human_bytes
 from fleetval.vocab import Verdict
 
@@ -68,6 +70,9 @@ _env.filters["bytes"] = lambda n: "" if n is None else human_bytes(int(n))
 _env.filters["num"] = lambda x: "" if x is None else f"{x:.4g}"
 _env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S UTC") if t else ""
 _env.filters["md"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
+# A node's state in one sweep as one letter (Markdown) or a cell's class (HTML); "-": not in it.
+_env.filters["plural"] = plural
+_env.filters["letter"] = lambda state: state.value[0].upper() if state else "-"
 
 
 def _plots(s: Signoff) -> dict[str, Any]:
@@ -80,7 +85,14 @@ def _plots(s: Signoff) -> dict[str, Any]:
         else None
     )
     heat = plots.heat_map(v.heat_nodes, v.heat_checks, v.heat, "heat") if v.heat_nodes else None
-    return {"busbw": busbw, "scaling": scaling, "heat": heat}
+    trends = _trends(v.sweep) if v.sweep else {}
+    return {"busbw": busbw, "scaling": scaling, "heat": heat, "trends": trends}
+
+
+def _trends(sw: SweepView) -> dict[str, str]:
+    """Each node's GB/s over the sweeps, all on one scale: 0 to the most any node measured."""
+    top = max((c.score or 0.0 for t in sw.history for c in t.cells), default=0.0)
+    return {t.node: plots.sparkline([c.score for c in t.cells], top) for t in sw.history}
 
 
 def _changes(s: Signoff) -> list[Any]:
@@ -123,6 +135,7 @@ def to_json(s: Signoff) -> dict[str, Any]:
         "env_diff": [{"key": k, "baseline": b, "candidate": c} for k, b, c in s.views.env_diff],
         "parquet_paths": list(s.parquet_paths),
         "notes": list(s.notes),
+        "sweep": s.views.sweep.to_dict() if s.views.sweep else None,
         "generated_at": s.generated_at,
     }
 

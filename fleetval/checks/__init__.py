@@ -40,7 +40,7 @@ def declared_metrics(check_names: Iterable[str]) -> list[MetricDecl]:
 
 
 def check_gates() -> list[Gate]:
-    """The sign-off gates the checks declare (the sign-off adds its own: completed, regression)."""
+    """The sign-off gates the checks declare (the sign-off adds its own: completed, sweep, regression)."""
     return [c.gate for c in CHECKS.values() if c.gate is not None]
 
 

@@ -1,4 +1,4 @@
-"""`fleetval report RUN [--baseline NAME] [--waive GATE:WHO:REASON]... -o FILE`."""
+"""`fleetval report RUN [--baseline NAME] [--waive GATE:WHO:REASON]... [--sweeps N] -o FILE`."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ def report(
         list[str] | None,
         typer.Option("--waive", help="Accept a failing gate: GATE:WHO:REASON (repeatable)"),
     ] = None,
+    sweeps: Annotated[
+        int, typer.Option(help="A sweep's report: each node over this many sweeps", min=1)
+    ] = 10,
     data: DataOpt = None,
 ) -> None:
     """Release sign-off report of a run against its suite's gates. Exit 0 passed, 1 failed, 2 bad input."""
@@ -38,7 +41,7 @@ def report(
         waivers = [parse_waiver(w) for w in waive or []]
         store = open_store(data)
         run_id = store.latest_run().run_id if run == "latest" else run
-        signoff = build_signoff(store, run_id, baseline=baseline, waivers=waivers)
+        signoff = build_signoff(store, run_id, baseline=baseline, waivers=waivers, sweeps=sweeps)
         output.write_text(render(signoff, fmt))
     colour = "green" if signoff.exit_code == 0 else "red"
     failed = [g.gate.value for g in signoff.gates if g.status.value == "FAIL"]

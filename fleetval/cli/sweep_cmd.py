@@ -107,12 +107,19 @@ def sweep_history(
     data: DataOpt = None,
     last: Annotated[int, typer.Option(help="How many of the newest sweeps", min=1)] = 10,
     node: Annotated[str | None, typer.Option(help="Only this node")] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Only sweeps up to this run (default: the newest)")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Each node's verdicts and busbw over the last sweeps: repeat offenders, flapping, drift."""
     from fleetval.fleet.history import node_histories, sweep_runs
 
-    runs = sweep_runs(open_catalog(data), last)
+    catalog = open_catalog(data)
+    if until is not None:
+        with bad_input_exits():
+            catalog.run(until)  # an unknown run is bad input, not an empty history
+    runs = sweep_runs(catalog, last, until=until)
     found = node_histories(runs, node)
     if node is not None and not found:
         console.print(f"[red]error:[/red] no node {node!r} in the last {len(runs)} sweep(s)")

@@ -59,9 +59,13 @@ class NodeHistory:
         }
 
 
-def sweep_runs(catalog: Catalog, last: int) -> list[RunRecord]:
-    """The newest `last` runs that are sweeps (their summary holds a verdict), oldest first."""
-    return [r for r in catalog.runs() if "sweep" in r.summary][-last:]
+def sweep_runs(catalog: Catalog, last: int, *, until: str | None = None) -> list[RunRecord]:
+    """The newest `last` runs that are sweeps (their summary holds a verdict), oldest first;
+    with `until`, none newer than that run (a report of an old sweep shows its past only)."""
+    runs = catalog.runs()  # oldest first: run ids sort by time
+    if until is not None:
+        runs = [r for r in runs if r.run_id <= until]
+    return [r for r in runs if "sweep" in r.summary][-last:]
 
 
 def node_histories(runs: list[RunRecord], node: str | None = None) -> list[NodeHistory]:

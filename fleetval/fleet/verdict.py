@@ -44,6 +44,13 @@ class NodeVerdict:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "state": self.state.value, "evidence": list(self.evidence)}
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> NodeVerdict:
+        return cls(
+            d["node"], NodeState(d["state"]), d.get("confidence", ""), d.get("reason", ""),
+            tuple(d.get("evidence", ())), d.get("alone_gbps"), d.get("pair_gbps"),
+        )  # fmt: skip
+
 
 @dataclass(frozen=True)
 class LinkVerdict:
@@ -57,6 +64,11 @@ class LinkVerdict:
             "confirmed": self.confirmed,
             "evidence": list(self.evidence),
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LinkVerdict:
+        a, b = d["nodes"]
+        return cls((a, b), bool(d["confirmed"]), tuple(d.get("evidence", ())))
 
 
 @dataclass(frozen=True)
@@ -124,6 +136,22 @@ class FleetVerdict:
             "levels": self.levels(),
             "trials": [_trial(j) for j in self.trials],
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FleetVerdict:
+        """A stored verdict (`to_dict`, in a sweep run's summary) read back for what reports
+        and the sign-off judge: nodes, links, findings, breaker. NOTE: references and trials
+        stay in the stored dict; nothing reads them back as objects."""
+        return cls(
+            nodes=tuple(NodeVerdict.from_dict(n) for n in d.get("nodes", ())),
+            links=tuple(LinkVerdict.from_dict(x) for x in d.get("links", ())),
+            findings=tuple(d.get("findings", ())),
+            notes=tuple(d.get("notes", ())),
+            rounds=d.get("rounds", 0),
+            jobs=d.get("jobs", 0),
+            breaker=bool(d.get("breaker", False)),
+            drain_limit=d.get("drain_limit", 0),
+        )
 
 
 def _trial(j: Judged) -> dict[str, Any]:

@@ -22,13 +22,17 @@ from fleetval.checks.spec import Evidence, GateInputs
 from fleetval.signoff.gates import (
     DEFAULT_GATES,
     GATES,
+    SWEEP_DEFAULT_GATES,
     GateName,
     Gates,
     GateStatus,
     RegressionGate,
+    SweepGate,
     Waiver,
     gates_from_suite_json,
+    is_sweep,
 )
+from fleetval.signoff.sweep import SWEEPS_SHOWN
 from fleetval.signoff.views import Views, build_views
 from fleetval.store.dataset import RunRecord, Store
 
@@ -133,18 +137,28 @@ def _compare(
         return None, f"cannot compare with {baseline!r}: {err}"
 
 
+def _gates(record: RunRecord, declared: Gates | None) -> Gates:
+    """The suite's gates, else the defaults; a sweep's verdict is always a gate to pass."""
+    if not is_sweep(record.summary):
+        return declared or DEFAULT_GATES
+    gates = declared or SWEEP_DEFAULT_GATES
+    return gates if gates.sweep else gates.model_copy(update={"sweep": SweepGate()})
+
+
 def build_signoff(
     store: Store,
     run_id: str,
     *,
     baseline: str | None = None,
     waivers: Iterable[Waiver] = (),
+    sweeps: int = SWEEPS_SHOWN,
 ) -> Signoff:
     """Judge a stored run against its suite's gates (ValueError for bad input: unknown run,
-    unknown baseline named here, an invalid stored gates section)."""
+    unknown baseline named here, an invalid stored gates section). A sweep's report also
+    shows each node over the last `sweeps` sweeps up to this one."""
     record = store.run(run_id)
     declared = gates_from_suite_json(record.suite_json)
-    gates = declared or DEFAULT_GATES
+    gates = _gates(record, declared)
     if baseline is not None:
         Baselines(store).get(baseline)  # unknown -> bad input naming the known ones
         if gates.regression is None:  # a named baseline is a gate to pass
@@ -159,7 +173,7 @@ def build_signoff(
     by_gate = {w.gate: w for w in gates.waivers} | {w.gate: w for w in waivers}
     names = gates.declared()
     results = tuple(_judge(g, getattr(gates, g.value, None), inp, by_gate.get(g)) for g in names)
-    notes = _notes(declared, by_gate, names, results)
+    notes = _notes(declared, gates, by_gate, names, results)
     verdict = (
         GateStatus.FAIL if any(r.status == GateStatus.FAIL for r in results) else GateStatus.PASS
     )
@@ -169,7 +183,7 @@ def build_signoff(
         gates=results,
         baseline=base,
         gates_declared=declared is not None,
-        views=build_views(store, inp.record, inp.rows, inp.nodes, comparison, base),
+        views=build_views(store, inp.record, inp.rows, inp.nodes, comparison, base, sweeps=sweeps),
         comparison=comparison,
         parquet_paths=parquet_paths(store, run_id),
         notes=notes,
@@ -178,14 +192,16 @@ def build_signoff(
 
 def _notes(
     declared: Gates | None,
+    gates: Gates,
     waivers: dict[GateName, Waiver],
     names: list[GateName],
     results: tuple[GateResult, ...],
 ) -> tuple[str, ...]:
     notes = []
     if declared is None:
-        notes.append("the suite declares no gates: the default gates were applied "
-                     "(completed, correctness, health; regression when a baseline is named)")  # fmt: skip
+        applied = ", ".join(g.value for g in gates.declared() if g != GateName.REGRESSION)
+        notes.append(f"the suite declares no gates: the default gates were applied "
+                     f"({applied}; regression when a baseline is named)")  # fmt: skip
     for gate, w in waivers.items():
         if gate not in names:
             notes.append(f"waiver for {gate.value} by {w.by} ignored: that gate is not evaluated")

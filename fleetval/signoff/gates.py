@@ -17,9 +17,10 @@ gates:
 A gate that is not declared is not evaluated. A declared gate that finds no evidence in
 the run (a CPU run has no GPU model, a suite without a `microbench` step) FAILS, saying
 so: a sign-off never passes on evidence it does not have. Waive it to accept that.
-The gates come from one registry, `GATES`: the sign-off's own (completed, regression) and
-the one each check plug-in declares (`fleetval/checks/<name>/__init__.py`, `GATE`), in
-report order. Pure pydantic: reading a stored run's gates needs neither torch nor Ray.
+The gates come from one registry, `GATES`: the sign-off's own (completed, sweep,
+regression) and the one each check plug-in declares (`fleetval/checks/<name>/__init__.py`,
+`GATE`), in report order. A fleet sweep's run always gets the `sweep` gate (its verdict
+flagged nothing). Pure pydantic: reading a stored run's gates needs neither torch nor Ray.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pydantic import (
 
 from fleetval.checks import check_gates
 from fleetval.checks.spec import Evidence, Gate, GateInputs, Outcome, plural
+from fleetval.fleet.verdict import FleetVerdict
 from fleetval.status import completed, signoff_completed
 from fleetval.vocab import Verdict
 
@@ -85,6 +87,42 @@ def _completed(inp: GateInputs, _: object) -> Outcome:
         return Outcome(False, text, [Evidence(ok=False, text=text)])
     text = f"run {rec.status}: {rec.message or 'no message'}; {len(steps)} steps recorded"
     return Outcome(False, text, [Evidence(ok=False, text=text)])
+
+
+class SweepGate(_Model):
+    """The fleet sweep named no node and no link and found nothing about the fleet as a whole
+    (added to the gates of every sweep run: a report never signs off a sweep that flagged)."""
+
+
+def is_sweep(summary: dict[str, Any]) -> bool:
+    """Whether a run is a fleet sweep: its summary holds the verdict (`fleetval.run.sweep`)."""
+    return "sweep" in summary
+
+
+def _sweep(inp: GateInputs, _: object) -> Outcome:
+    if not is_sweep(inp.record.summary):
+        return Outcome(None, "the run is not a fleet sweep: no sweep verdict in its summary", [])
+    v = FleetVerdict.from_dict(inp.record.summary["sweep"])
+    evidence = [
+        Evidence(ok=False, text=f"{n.state.value} {n.node}: {n.reason} (confidence {n.confidence})",
+                 node=n.node, value=n.pair_gbps or n.alone_gbps, unit="GB/s")
+        for n in v.named
+    ]  # fmt: skip
+    evidence += [
+        Evidence(ok=False, text=f"slow link {' <-> '.join(link.nodes)}: {link.evidence[-1]}"
+                 if link.evidence else f"slow link {' <-> '.join(link.nodes)}")
+        for link in v.bad_links
+    ]  # fmt: skip
+    evidence += [Evidence(ok=False, text=f) for f in v.findings]
+    if evidence:
+        said = [plural(len(v.named), "node") + " named"] if v.named else []
+        said += [plural(len(v.bad_links), "slow link")] if v.bad_links else []
+        said += [plural(len(v.findings), "fleet finding")] if v.findings else []
+        return Outcome(False, f"the sweep flagged: {', '.join(said)}", evidence)
+    if not v.nodes:
+        return Outcome(None, "the sweep judged no node", [])
+    text = f"{plural(len(v.nodes), 'node')} healthy in {v.rounds} rounds ({v.jobs} jobs)"
+    return Outcome(True, text, [Evidence(ok=True, text=text)])
 
 
 # NOTE: a sign-off is `compare --strict`: a change beyond the threshold that the runs cannot
@@ -151,10 +189,20 @@ REGRESSION = Gate(
     ),
     order=20,
 )
+SWEEP = Gate(
+    name="sweep",
+    config=SweepGate,
+    evaluate=_sweep,
+    requires=lambda _: (
+        "the fleet sweep named no node (suspect or drain), no slow link and "
+        "no finding about the whole fleet"
+    ),
+    order=5,
+)
 
 # The one registry of gates, in the order a report lists them.
 GATES: dict[str, Gate] = {
-    g.name: g for g in sorted((COMPLETED, REGRESSION, *check_gates()), key=lambda g: g.order)
+    g.name: g for g in sorted((COMPLETED, SWEEP, REGRESSION, *check_gates()), key=lambda g: g.order)
 }
 GateName = StrEnum("GateName", [(name.upper(), name) for name in GATES])  # type: ignore[misc]
 GateName.__doc__ = "The gates a sign-off knows, in the order a report lists them."
@@ -204,6 +252,9 @@ Gates = create_model(
 # What a run whose suite declares no gates is held to: it finished, its correctness checks
 # passed, nothing hung or crashed (a regression gate joins when a baseline is named).
 DEFAULT_GATES = Gates(correctness={}, health={"checks": []})
+# A fleet sweep's: it finished, its verdict flagged nothing, nothing hung or crashed.
+# NOTE: no correctness gate: a sweep measures bandwidth, and a gate with no evidence fails.
+SWEEP_DEFAULT_GATES = Gates(sweep={}, health={"checks": []})
 
 
 def gates_from_suite_json(suite_json: str) -> Gates | None:

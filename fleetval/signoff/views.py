@@ -1,5 +1,6 @@
 """What a sign-off report shows beside its gates, as plain data: busbw curves with the
-baseline's spread, scaling points, the node x check status map, incidents, the environment.
+baseline's spread, scaling points, the node x check status map, incidents, the environment,
+and for a fleet sweep its verdict and each node's history (`fleetval.signoff.sweep`).
 
 Plain frozen dataclasses of numbers and strings, so `fleetval.reports` only formats them.
 """
@@ -18,6 +19,7 @@ from fleetval.analysis.baselines import Baselines
 from fleetval.analysis.compare import Comparison
 from fleetval.checks import CHECKS, bandwidth
 from fleetval.checks.ddp import scaling_efficiency, scaling_steps
+from fleetval.signoff.sweep import SWEEPS_SHOWN, SweepView, sweep_view
 from fleetval.status import severity
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import ENV_COLUMNS
@@ -74,6 +76,7 @@ class Views:
     environment: tuple[dict[str, Any], ...]  # one per node: node + ENV_SHOWN
     env_diff: tuple[tuple[str, str, str], ...]  # (key, baseline values, candidate values)
     faults: tuple[dict[str, Any], ...]
+    sweep: SweepView | None = None  # the run is a fleet sweep
 
 
 def _label(key: tuple) -> str:
@@ -202,6 +205,8 @@ def build_views(
     nodes: list[dict[str, Any]],
     comparison: Comparison | None,
     baseline: str | None,
+    *,
+    sweeps: int = SWEEPS_SHOWN,
 ) -> Views:
     baseline_runs: list[str] = []
     if baseline and comparison is not None:
@@ -227,4 +232,5 @@ def build_views(
         environment=environment,
         env_diff=diff,
         faults=tuple(record.faults),
+        sweep=sweep_view(store, record, sweeps),
     )

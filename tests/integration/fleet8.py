@@ -52,6 +52,7 @@ def sweep(cluster: Any, data: Path, name: str, spec: dict[str, Any], *args: str)
     from typer.testing import CliRunner
 
     from fleetval.cli import app
+    from fleetval.reports import build_signoff, render
     from fleetval.store.dataset import Store
 
     path = data / f"{name}.yaml"
@@ -60,12 +61,15 @@ def sweep(cluster: Any, data: Path, name: str, spec: dict[str, Any], *args: str)
         app, ["sweep", str(path), "--data", str(data), "--address", cluster.address, *args]
     )
     run = Store(data).latest_run()
+    report = json.loads(render(build_signoff(Store(data), run.run_id), "json"))
     return {
         "scenario": name,
         "exit_code": res.exit_code,
         "output": res.output,
         "verdict": run.summary.get("sweep"),
         "run_id": run.run_id,
+        "signoff": {g["gate"]: g["status"] for g in report["gates"]} | {"": report["verdict"]},
+        "history": report["sweep"]["history"]["runs"],
         "seconds": (run.finished_at - run.started_at).total_seconds() if run.finished_at else None,
     }
 

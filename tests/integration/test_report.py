@@ -223,3 +223,28 @@ def test_html_report_in_headless_chromium_offline(runs, browser, tmp_path):
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     if os.environ.get("FLEETVAL_UPDATE_SCREENSHOT"):  # refresh docs/report-screenshot.png
         shutil.copy(shot, Path(__file__).resolve().parents[2] / "docs" / "report-screenshot.png")
+
+
+def test_sweep_report_in_headless_chromium_offline(browser, tmp_path):
+    """A fleet sweep's report (stored sweeps, no Ray): the history table draws a cell per
+    sweep and a trend per node, with the network off and no console error."""
+    from selenium.webdriver.common.by import By
+
+    from tests.sweepgen import SWEEPS, write_sweep
+
+    store = Store(tmp_path / "data")
+    ids = [write_sweep(store, i, s) for i, s in enumerate(SWEEPS)]
+    page = tmp_path / "sweep.html"
+    page.write_text(render(build_signoff(store, ids[-1]), "html"))
+    seen = _open(browser, page)
+    assert seen["verdict"] == "FAIL" and seen["errors"] == []
+    row = browser.find_element(By.CSS_SELECTOR, '#sweep-history-table tr[data-node="node-3"]')
+    cells = row.find_elements(By.CSS_SELECTOR, "span.cell")
+    assert [c.text for c in cells] == ["D", "H", "D"]
+    assert all(c.size["width"] >= 10 and c.size["height"] >= 10 for c in cells)
+    assert [c.value_of_css_property("background-color") for c in cells[:2]] == [
+        "rgba(229, 57, 53, 1)", "rgba(76, 175, 80, 1)"]  # fmt: skip
+    spark = row.find_element(By.CSS_SELECTOR, "svg.spark")
+    assert spark.size["width"] > 100 and spark.size["height"] > 15
+    flags = [f.text for f in row.find_elements(By.CSS_SELECTOR, ".flag")]
+    assert flags == ["repeat offender", "flapping"]

@@ -64,6 +64,20 @@ def test_a_clean_fleet_names_nobody_and_exits_0(scenarios):
     assert doc["exit_code"] == 0, doc["output"]
     assert named(doc) == [] and "fleet healthy: 8 nodes" in doc["output"]
     assert [n["state"] for n in doc["verdict"]["nodes"]] == ["healthy"] * 8
+    gates = doc["signoff"]
+    assert gates["sweep"] == "PASS" and gates["completed"] == "PASS", gates
+    # NOTE: a rank made late by this loaded box is the health gate's to name, not the sweep's.
+    assert gates[""] == gates["health"], gates
+
+
+def test_the_report_of_a_sweep_follows_its_verdict(scenarios):
+    """`fleetval report` of each stored sweep: FAIL on the sweep gate whenever the sweep
+    flagged, and the history of the sweeps before it in the same store, this one last."""
+    for name in ("two_slow", "slow_link", "throttled"):
+        doc = scenarios[name]
+        assert doc["signoff"][""] == "FAIL" and doc["signoff"]["sweep"] == "FAIL", doc["signoff"]
+    order = [scenarios[n]["run_id"] for n in ("clean", "two_slow", "slow_link", "throttled")]
+    assert [scenarios[n]["history"] for n in ("clean", "throttled")] == [order[:1], order]
 
 
 def test_two_slow_nodes_one_in_each_half_are_both_named(scenarios):

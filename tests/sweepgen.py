@@ -1,0 +1,62 @@
+"""Fleet sweeps stored without Ray, as `fleetval.run.sweep` stores them: the verdict in the
+run's summary and as its last step. Three sweeps of a small fleet whose history has a repeat
+offender, a flapping node, a drifting one and a node that joined late.
+
+Used by tests/unit/test_sweep_report.py and tests/integration/test_report.py (the browser).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fleetval.fleet.verdict import FleetVerdict, LinkVerdict, NodeVerdict
+from fleetval.run.outcome import StepOutcome
+from fleetval.store.dataset import RunRecord, Store
+from fleetval.vocab import NodeState, RunStatus, Status
+
+NODES = [f"node-{i}" for i in range(6)]
+# (state, pair GB/s) per node and sweep, oldest first; node-6 joins the fleet in the third.
+# node-3: drain, healthy, drain (a repeat offender); node-5: healthy, suspect, healthy
+# (flapping); node-1 slows from 10 to 7 GB/s (drifting).
+SWEEPS: list[dict[str, tuple[str, float]]] = [
+    {**{n: ("healthy", 10.0) for n in NODES}, "node-3": ("drain", 3.0)},
+    {**{n: ("healthy", 10.0) for n in NODES}, "node-1": ("healthy", 9.0),
+     "node-5": ("suspect", 9.0)},
+    {**{n: ("healthy", 10.0) for n in NODES}, "node-1": ("healthy", 7.0),
+     "node-3": ("drain", 2.5), "node-6": ("healthy", 10.0)},
+]  # fmt: skip
+REASONS = {"drain": "slow in 2 pairs with proven-good nodes", "suspect": "slow in a pair once",
+           "healthy": "met every reference"}  # fmt: skip
+
+
+def write_sweep(
+    store: Store,
+    i: int,
+    states: dict[str, tuple[str, float]],
+    *,
+    links: tuple[LinkVerdict, ...] = (),
+    findings: tuple[str, ...] = (),
+    gates: dict[str, Any] | None = None,
+) -> str:
+    """A sweep stored as `fleetval.run.sweep` stores one: the verdict in the summary, the
+    verdict as the last step's outcome (FAIL when flagged), the run's status from it."""
+    nodes = tuple(
+        NodeVerdict(n, NodeState(s), "high" if s == "drain" else "medium", REASONS[s],
+                    (f"pair {g} GB/s",), alone_gbps=None, pair_gbps=g)
+        for n, (s, g) in sorted(states.items())
+    )  # fmt: skip
+    v = FleetVerdict(nodes=nodes, links=links, findings=findings, rounds=3, jobs=9, drain_limit=2)
+    status = Status.FAIL if v.flagged else Status.PASS
+    verdict_step = StepOutcome(-1, 0, "verdict", "sweep", status.value, "; ".join(findings), 0.0)
+    started = datetime(2026, 1, 1, 2, tzinfo=UTC) + timedelta(days=i)
+    run_id = f"{started:%Y%m%d-%H%M%S}-00000{i}"
+    suite = {"name": "sweep", **({"gates": gates} if gates else {})}
+    store.write_run(RunRecord(
+        run_id=run_id, suite="sweep", started_at=started, finished_at=started + timedelta(minutes=4),
+        status=(RunStatus.FAIL if v.flagged else RunStatus.PASS).value, suite_json=json.dumps(suite),
+        summary={"steps": [asdict(verdict_step)], "sweep": v.to_dict()},
+    ))  # fmt: skip
+    return run_id
