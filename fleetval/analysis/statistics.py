@@ -58,6 +58,7 @@ MIN_HISTORY = 3
 # one df each; p stays uniform (tests/unit/test_statistics.py, bench/RESULTS.md).
 BREAK_Z = 4.0
 
+
 def moments(ident: np.ndarray, side: np.ndarray, x: np.ndarray, nid: int) -> tuple[np.ndarray, ...]:
     """[nid, 2] run counts, means and sums of squared deviations of x per identity and side."""
     seg = ident * 2 + side
@@ -204,7 +205,10 @@ def _cuts(x: np.ndarray, sigma: np.ndarray, limit: np.ndarray) -> np.ndarray:
     if width < 2:
         return cuts
     with np.errstate(invalid="ignore", divide="ignore"):
-        single = np.nan_to_num(np.abs(np.diff(x, axis=1)) / (np.sqrt(2) * sigma[:, None])) > limit[:, None]
+        single = (
+            np.nan_to_num(np.abs(np.diff(x, axis=1)) / (np.sqrt(2) * sigma[:, None]))
+            > limit[:, None]
+        )
     edged = np.pad(single, ((0, 0), (1, 1)), constant_values=True)
     kept = np.where(edged[:, :-1] & edged[:, 1:], np.nan, x)  # a run cut off on both sides
     wide = np.zeros_like(cuts, float)
@@ -213,7 +217,9 @@ def _cuts(x: np.ndarray, sigma: np.ndarray, limit: np.ndarray) -> np.ndarray:
             continue
         mean = sliding_window_view(kept, w, axis=1).mean(axis=2)  # NaN where a run is out
         with np.errstate(invalid="ignore", divide="ignore"):
-            z = np.abs(mean[:, w:] - mean[:, : width - 2 * w + 1]) / (sigma[:, None] * np.sqrt(2 / w))
+            z = np.abs(mean[:, w:] - mean[:, : width - 2 * w + 1]) / (
+                sigma[:, None] * np.sqrt(2 / w)
+            )
         wide[:, w - 1 : width - w] = np.maximum(wide[:, w - 1 : width - w], np.nan_to_num(z))
     pad, near = np.pad(wide, ((0, 0), (1, 1))), np.pad(single, ((0, 0), (1, 1)))
     peak = (wide > limit[:, None]) & (wide >= pad[:, :-2]) & (wide >= pad[:, 2:])
