@@ -642,6 +642,11 @@ def compare_runs(
         o for c in candidates for o in run_outliers(store, records[c], settings, decls, models)
     ]
     notes += _side_notes(len(base_runs), len(candidates))
+    if history:
+        notes.append(
+            f"run-to-run spreads also from {len(history)} earlier runs of the suite "
+            f"({history[0]} .. {history[-1]}; --history 0: the runs compared alone)"
+        )
     failed = tuple(c for c in candidates if not passes_for_compare(records[c].status))
     return Comparison(
         baseline=baseline,
