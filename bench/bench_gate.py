@@ -16,6 +16,7 @@ then candidates compared through `compare_runs` exactly as `fleetval compare` do
     python bench/bench_gate.py --values              # the same model, run values made here
 
     python bench/bench_gate.py --identities 1,24,200,2000,10000   # the sweep (below)
+    python bench/bench_gate.py --identities 1,24,200,2000,10000 --history 20
 
 --identities sweeps family sizes at --designs (5+1, 5+5, 7+7): per size and design, seeded
 repeats of one family of alike identities (log run values normal with sd --value-sd, the
@@ -25,7 +26,8 @@ prints the false alarms on clean data, the power at the drops the known-variance
 Neyman-Pearson test finds 50% and 90% of the time, that bound (analytic, beside each
 figure) and the best a test can do with the variance unknown (the t on all the family's
 degrees of freedom, noncentral t), the share of 10-run-sd drops caught, and the CVS anchor
-(460 identities, 7+7, a 6% drop).
+(460 identities, 7+7, a 6% drop). --history N gives every identity N earlier runs of the
+same spread (`statistics.history_variance`, as compare reads them from the store).
 
 With --values the store is skipped: each run's value per identity is made here exactly as
 the store's summaries make it (per iteration the mean over ranks, the median over
@@ -186,14 +188,19 @@ class Cell:
     q: np.ndarray  # [repeats, size] BH across each repeat's family
 
     @classmethod
-    def draw(cls, size: int, m: int, k: int, repeats: int, sd: float, seed: int) -> Cell:
+    def draw(
+        cls, size: int, m: int, k: int, repeats: int, sd: float, seed: int, history: int = 0
+    ) -> Cell:
         rng = np.random.default_rng(seed)
         x0 = rng.standard_normal((repeats * size, m)) * sd
         x1 = rng.standard_normal((repeats * size, k)) * sd
         n = np.tile([float(m), float(k)], (repeats * size, 1))
         mean = np.c_[x0.mean(1), x1.mean(1)]
         ss = np.c_[((x0 - mean[:, :1]) ** 2).sum(1), ((x1 - mean[:, 1:]) ** 2).sum(1)]
-        var, df, _ = st.moderated(n, ss, np.repeat(np.arange(repeats), size))
+        past = st.NO_HISTORY
+        if history:
+            past = st.history_variance(rng.standard_normal((repeats * size, history)) * sd)
+        var, df, _, _ = st.moderated(n, ss, np.repeat(np.arange(repeats), size), past)
         diff = mean[:, 1] - mean[:, 0]
         var = var * (1 / m + 1 / k)
         p, _ = st.t_test(diff, var, df, 0.95)
@@ -253,7 +260,8 @@ def sweep(args: argparse.Namespace) -> None:
     alpha, sd, thr, fdr = args.fdr / 2, args.value_sd, args.threshold, args.fdr
     print(f"run-value sd {sd:.2%} (alike identities), threshold {thr}%, fdr {fdr} (regressions "
           f"one side: false-alarm budget {alpha:.1%}), bound = known-variance one-sided test "
-          f"at level 1-(1-{alpha})^(1/M) per identity; seed {args.seed}\n")  # fmt: skip
+          f"at level 1-(1-{alpha})^(1/M) per identity; {args.history} earlier runs per "
+          f"identity; seed {args.seed}\n")  # fmt: skip
     print(
         "| identities | runs | repeats | false alarms | drop (bound 50%) | found | bound "
         "| t bound | drop (bound 90%) | found | bound | t bound | 10-sd drop caught | s |"
@@ -263,7 +271,8 @@ def sweep(args: argparse.Namespace) -> None:
         for m, k in designs:
             start = time.perf_counter()
             repeats = max(args.min_repeats, min(args.repeats, args.budget // size))
-            cell = Cell.draw(size, m, k, repeats, sd, args.seed + size + 100 * k)
+            cell = Cell.draw(size, m, k, repeats, sd, args.seed + size + 100 * k, args.history)
+            own_df = m + k - 2 + max(args.history - 1, 0)
             se = sd * np.sqrt(1 / m + 1 / k)
             cols = [f"{size:,}", f"{m}+{k}", f"{repeats:,}",
                     f"{cell.false_alarms(thr, fdr):.2%}"]  # fmt: skip
@@ -272,7 +281,7 @@ def sweep(args: argparse.Namespace) -> None:
                 delta = -np.log1p(-d) / se
                 cols += [f"{d:.1%}", f"{cell.found(d, thr, fdr):.1%}",
                          f"{np_bound(delta, size, alpha):.1%}",
-                         f"{t_bound(delta, size, m + k - 2, alpha):.1%}"]  # fmt: skip
+                         f"{t_bound(delta, size, own_df, alpha):.1%}"]  # fmt: skip
             ten = -np.expm1(-10 * sd)
             caught = cell.found(ten, thr, fdr)
             cols += [f"{caught * repeats:.0f}/{repeats}", f"{time.perf_counter() - start:.0f}"]
@@ -282,11 +291,11 @@ def sweep(args: argparse.Namespace) -> None:
     print("|---:|---:|---:|---:|---:|---:|")
     for anchor_sd in (np.hypot(0.015, 0.025 * 1.2533 / np.sqrt(10)), sd):
         repeats = max(args.min_repeats, min(args.repeats, args.budget // 460))
-        cell = Cell.draw(460, 7, 7, repeats, anchor_sd, args.seed + 460)
+        cell = Cell.draw(460, 7, 7, repeats, anchor_sd, args.seed + 460, args.history)
         delta = -np.log1p(-0.06) / (anchor_sd * np.sqrt(2 / 7))
         print(f"| {anchor_sd:.2%} | {repeats} | {cell.false_alarms(thr, fdr):.2%} | "
               f"{cell.found(0.06, thr, fdr):.1%} | {np_bound(delta, 460, alpha):.1%} | "
-              f"{t_bound(delta, 460, 12, alpha):.1%} |")  # fmt: skip
+              f"{t_bound(delta, 460, 12 + max(args.history - 1, 0), alpha):.1%} |")  # fmt: skip
 
 
 def main() -> None:
@@ -299,6 +308,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=4000, help="sweep: repeats per cell at most")
     ap.add_argument("--budget", type=int, default=400_000, help="sweep: repeats x identities")
     ap.add_argument("--min-repeats", type=int, default=40)
+    ap.add_argument("--history", type=int, default=0, help="sweep: earlier runs per identity")
     ap.add_argument("--fdr", type=float, default=CompareSettings().fdr)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trials", type=int, default=200)

@@ -7,8 +7,10 @@ Front to back:
 2. Every run's stored summaries become one value per identity (`reduction.run_values`):
    runs are the unit of replication, iterations only describe a run.
 3. Per identity, the log run values of each side give a difference of means, judged by
-   the run-to-run variances its family of identities shows (`statistics`); with one
-   candidate run that is the prediction interval for a new run from the baseline's spread.
+   its run-to-run variance: its own runs, its history (up to `history_runs` earlier runs
+   of the candidates' suite, outside the baseline: `statistics.history_variance`) and its
+   family of identities (`statistics`); with one candidate run that is the prediction
+   interval for a new run from the baseline's spread.
 4. Benjamini-Hochberg across identities, then `statistics.verdicts`, THE rule. Correctness
    and presence come first: wrong elements or failed rows in the candidate are FAILED, an
    identity the candidate lacks is MISSING.
@@ -38,7 +40,8 @@ from fleetval.analysis.outliers import Outlier, late_rank_outliers, slow_devices
 from fleetval.analysis.runvalues import ID_COLS, Identity, run_values
 from fleetval.arrays import arrow, dict_codes, group_rows, np_col, segment_median
 from fleetval.metrics import Direction, MetricDecl, infer, merge
-from fleetval.status import passes_for_compare
+from fleetval.status import passes_for_compare, usable_as_baseline
+from fleetval.store.catalog import RunFilter
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import DICT_COLS, ENV_COLUMNS
 from fleetval.text import human_bytes
@@ -72,6 +75,10 @@ class MetricComparison:
     run_sd_pct: float | None = None  # run-to-run spread used (moderated), percent
     n_baseline: int = 0  # runs per side
     n_candidate: int = 0
+    history_runs: int = 0  # earlier runs of this identity that informed its run sd
+    # what the run sd rests on beyond the runs compared: "own" (those alone), "history",
+    # "family", "history+family"; None when no test was made
+    variance_from: str | None = None
     wrong: int = 0  # wrong elements in the candidate
     reason: str = ""
 
@@ -102,6 +109,7 @@ class Comparison:
     env_diff: tuple[EnvChange, ...] = ()
     outliers: tuple[Outlier, ...] = ()
     notes: tuple[str, ...] = ()
+    history_runs: tuple[str, ...] = ()  # earlier runs read for the run-to-run variances
     failed_candidates: tuple[
         str, ...
     ] = ()  # not passed in their own right (status.passes_for_compare)
@@ -215,6 +223,8 @@ class _Judged:
     p: np.ndarray
     q: np.ndarray
     sd: np.ndarray  # run-to-run sd, percent
+    history: np.ndarray  # earlier runs of the identity read for its variance
+    source: np.ndarray  # index into _SOURCES
     wrong: np.ndarray
     verdict: np.ndarray  # index into _VERDICTS
     why: np.ndarray  # _FAILED .. _TESTED
@@ -226,12 +236,26 @@ class _Judged:
         return med.reshape(-1, 2)
 
 
+_SOURCES = [None, "own", "history", "family", "history+family"]
+
+
 def _judge_values(
-    values: pa.Table, candidates: list[str], settings: CompareSettings, decls: dict[str, MetricDecl]
+    values: pa.Table,
+    candidates: list[str],
+    settings: CompareSettings,
+    decls: dict[str, MetricDecl],
+    history: Sequence[str] = (),
 ) -> _Judged:
     in_cand = pc.is_in(values["run_id"], value_set=arrow(candidates, pa.string()))
     side = np_col(in_cand).astype(np.int64)
     ident, first = group_rows(values, ID_COLS)
+    past = np.zeros(len(values), bool)
+    if history:
+        past = np_col(pc.is_in(values["run_id"], value_set=arrow(list(history), pa.string())))
+        # identities measured only in the history are not compared: renumber the others
+        present = np.bincount(ident[~past], minlength=len(first)) > 0
+        ident = np.where(present[ident], np.cumsum(present)[ident] - 1, -1)
+        first = first[present]
     nid = len(first)
     codes, names = {}, {}
     for col in (*_STRING_IDS, "unit"):
@@ -253,16 +277,19 @@ def _judge_values(
     threshold = np.array(thresholds, dtype=float)[codes["metric"]]
 
     v = np_col(values["value"]).astype(float, copy=False)
-    ok = np.isfinite(v) & (v > 0)
+    usable = np.isfinite(v) & (v > 0)
+    ok = usable & ~past
     n, mean, ss = st.moments(ident[ok], side[ok], np.log(v[ok]), nid)
-    tests = st.tests(n, mean, ss, _families(codes, names), settings.confidence)
+    hist = _history(values, ident, usable & past & (ident >= 0), v, nid)
+    stats = st.history_variance(hist) if hist.shape[1] else st.NO_HISTORY
+    tests = st.tests(n, mean, ss, _families(codes, names), settings.confidence, stats)
     p = np.where(directed, tests.p, np.nan)
     q = st.bh_adjust(p)
     change = np.expm1(tests.diff) * 100
     stat = st.verdicts(sign * change, q, threshold, settings.fdr)
 
     seg = ident * 2 + side
-    runs = np.bincount(seg, minlength=2 * nid).reshape(nid, 2)
+    runs = np.bincount(seg[~past], minlength=2 * nid).reshape(nid, 2)
     cand = side == 1
 
     def candidate_sum(col: str) -> np.ndarray:
@@ -276,6 +303,8 @@ def _judge_values(
         [_FAILED, _MISSING, _NEW, _CORRECT, _UNDIRECTED, _UNUSABLE, _ONE_RUN],
         _TESTED,
     )  # fmt: skip
+    tested = np.isfinite(tests.p)
+    source = np.where(tested, 1 + (tests.history_df > 0) + 2 * (tests.family_df > 0), 0)
     verdict = np.array([_CODE[Verdict(x)] for x in stat.tolist()], np.int64)
     for w, ruled in _RULED.items():
         verdict[why == w] = _CODE[ruled]
@@ -285,8 +314,25 @@ def _judge_values(
         world=values["world_size"].take(take).to_pylist(), spec=spec, specs=specs,
         threshold=threshold, runs=runs, run_values=(v[ok], seg[ok]), change=change,
         lo=np.expm1(tests.lo) * 100, hi=np.expm1(tests.hi) * 100, p=p, q=q, sd=tests.sd * 100,
-        wrong=wrong, verdict=verdict, why=why,
+        history=np.isfinite(hist).sum(axis=1), source=source, wrong=wrong, verdict=verdict, why=why,
     )  # fmt: skip
+
+
+def _history(
+    values: pa.Table, ident: np.ndarray, rows: np.ndarray, v: np.ndarray, nid: int
+) -> np.ndarray:
+    """[identities, runs] the log values of each identity's history, oldest first (run ids
+    sort by start), NaN after its last; runs with a failed or wrong row of it left out."""
+    rows = rows & (np_col(values["failed"]) == 0) & (np_col(values["wrong"]) == 0)
+    run, run_names = dict_codes(values["run_id"])
+    start_order = np.argsort(np.argsort(np.array(run_names, dtype=str)))[run[rows]]
+    who = ident[rows]
+    order = np.lexsort((start_order, who))
+    who, x = who[order], np.log(v[rows][order])
+    count = np.bincount(who, minlength=nid)
+    out = np.full((nid, int(count.max(initial=0))), np.nan)
+    out[who, np.arange(len(who)) - (np.cumsum(count) - count)[who]] = x
+    return out
 
 
 def _families(codes: dict[str, np.ndarray], names: dict[str, list]) -> np.ndarray:
@@ -391,6 +437,7 @@ class Results(Sequence[MetricComparison]):
             "change_pct": j.change, "ci_low_pct": j.lo, "ci_high_pct": j.hi, "p_value": j.p,
             "q_value": j.q, "run_sd_pct": j.sd, "threshold": j.threshold, "wrong": j.wrong,
             "n_baseline": j.runs[:, 0], "n_candidate": j.runs[:, 1], "verdict": j.verdict,
+            "history": j.history, "source": j.source,
             "why": j.why, "spec": j.spec, **{c: j.codes[c] for c in _STRING_IDS},
         }  # fmt: skip
         return {name: arr.tolist() for name, arr in arrays.items()}
@@ -424,6 +471,8 @@ class Results(Sequence[MetricComparison]):
             run_sd_pct=num[7],
             n_baseline=py["n_baseline"][i],
             n_candidate=py["n_candidate"][i],
+            history_runs=py["history"][i],
+            variance_from=_SOURCES[py["source"][i]],
             wrong=int(py["wrong"][i]),
             reason=_reason(py, i),
         )
@@ -457,9 +506,10 @@ def _reason(py: dict[str, list], i: int) -> str:
         )
     kind = "prediction interval for one run" if nc == 1 else "interval"
     lo, hi, sd, q = (py[name][i] for name in ("ci_low_pct", "ci_high_pct", "run_sd_pct", "q_value"))
+    past = f" and {py['history'][i]} earlier" if py["history"][i] else ""
     return (
         f"{change} {kind} [{lo:+.2f}, {hi:+.2f}], run sd {sd:.2g}%, "
-        f"q={q:.2g} ({nb}+{nc} runs), threshold {t:g}%"
+        f"q={q:.2g} ({nb}+{nc}{past} runs), threshold {t:g}%"
     )
 
 
@@ -468,10 +518,12 @@ def judge(
     candidates: list[str],
     settings: CompareSettings,
     decls: dict[str, MetricDecl],
+    history: Sequence[str] = (),
 ) -> Results:
     """Verdicts from run values (`reduction.run_values`' table), in display order: the
-    statistics alone, no store; `compare_runs` reads the store and calls this."""
-    return Results(_judge_values(values, candidates, settings, decls))
+    statistics alone, no store; `compare_runs` reads the store and calls this. Rows of the
+    `history` runs inform the run-to-run variances only (the rest are the baseline)."""
+    return Results(_judge_values(values, candidates, settings, decls, history))
 
 
 # -- environment diff and outliers -----------------------------------------------------------
@@ -543,8 +595,10 @@ def compare_runs(
     *,
     per: Per = "sku",
     threshold_pct: float | None = None,
+    history: int | None = None,
 ) -> Comparison:
-    """Judge candidate runs against the named baseline; see the module docstring."""
+    """Judge candidate runs against the named baseline; see the module docstring.
+    `history` replaces the suite's `history_runs` (0: no history)."""
     if per not in ("node", "sku"):
         raise CompareError(f"--per must be node or sku, got {per!r}")
     if not candidate_run_ids:
@@ -559,6 +613,10 @@ def compare_runs(
     resolved = resolve(store, Baselines(store).get(baseline))
     records |= store.find_runs([r for r in resolved.run_ids if r not in records])
     settings = _settings(records, candidates, threshold_pct)
+    if history is not None:
+        if history < 0:
+            raise CompareError(f"--history must be 0 or more runs, got {history}")
+        settings = settings.model_copy(update={"history_runs": history})
     base_runs = [r for r in resolved.run_ids if r not in candidates]
     notes = []
     if len(base_runs) < len(resolved.run_ids):
@@ -566,16 +624,17 @@ def compare_runs(
     if not base_runs:
         raise CompareError(f"baseline {baseline!r} resolves only to the candidate runs themselves")
     all_runs = base_runs + candidates
-    nodes = store.nodes(all_runs)
+    history = history_runs(store, [records[c] for c in candidates], base_runs, settings)
+    nodes = store.nodes(all_runs + history)
     models = nodes.select(["run_id", "node", "gpu_model"])
     values = run_values(
-        store.summaries(all_runs),
+        store.summaries(all_runs + history),
         models=models if per == "sku" else None,
         cutoff_bytes=int(settings.latency_cutoff_bytes),
     )
     _require_rows(values, base_runs, candidates)
     decls = declarations([records[r] for r in all_runs])
-    results = judge(values, candidates, settings, decls)
+    results = judge(values, candidates, settings, decls, history)
     counts = results.counts()
     if not sum(n for v, n in counts.items() if v not in (Verdict.NEW, Verdict.MISSING)):
         raise CompareError(_nothing_in_common(results, per))
@@ -583,6 +642,11 @@ def compare_runs(
         o for c in candidates for o in run_outliers(store, records[c], settings, decls, models)
     ]
     notes += _side_notes(len(base_runs), len(candidates))
+    if history:
+        notes.append(
+            f"run-to-run spreads also from {len(history)} earlier runs of the suite "
+            f"({history[0]} .. {history[-1]}; --history 0: the runs compared alone)"
+        )
     failed = tuple(c for c in candidates if not passes_for_compare(records[c].status))
     return Comparison(
         baseline=baseline,
@@ -595,8 +659,35 @@ def compare_runs(
         env_diff=environment_diff(store, base_runs, candidates, nodes=nodes),
         outliers=tuple(outliers),
         notes=tuple(notes),
+        history_runs=tuple(history),
         failed_candidates=failed,
     )
+
+
+def history_runs(
+    store: Store, candidates: list[RunRecord], baseline: list[str], settings: CompareSettings
+) -> list[str]:
+    """Up to `settings.history_runs` runs of the candidates' suite(s) started before them,
+    oldest first: completed, without injected faults, and not in the baseline. The baseline
+    runs are the test's own data already; counted again their df would count twice and the
+    t would no longer be exact. One indexed query of the run index per suite."""
+    window = settings.history_runs
+    if window == 0:
+        return []
+    skip = set(baseline) | {c.run_id for c in candidates}
+    before = min(c.run_id for c in candidates)
+    out: set[str] = set()
+    for suite in sorted({c.suite for c in candidates}):
+        page = store.run_index().page(
+            RunFilter(suite=suite), before=before, limit=window + len(skip)
+        )
+        usable = [
+            r.run_id
+            for r in page
+            if r.run_id not in skip and usable_as_baseline(r.status) and not r.injected
+        ]
+        out.update(usable[:window])
+    return sorted(out)
 
 
 def _side_notes(nb: int, nc: int) -> list[str]:
@@ -649,6 +740,7 @@ __all__ = [
     "declarations",
     "environment_diff",
     "fleet_outliers",
+    "history_runs",
     "human_bytes",
     "judge",
 ]

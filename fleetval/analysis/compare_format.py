@@ -149,6 +149,7 @@ def to_json(c: Comparison, *, strict: bool = False) -> str:
         "baseline_selection": c.baseline_selection,
         "baseline_runs": list(c.baseline_runs),
         "candidate_runs": list(c.candidate_runs),
+        "history_runs": list(c.history_runs),
         "per": c.per,
         "settings": c.settings.model_dump(mode="json"),
         "summary": {v.value: n for v, n in c.counts().items()},

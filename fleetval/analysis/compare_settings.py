@@ -6,6 +6,7 @@ compare:
   metrics: {busbw_gbps: 3, latency_us: 10}
   latency_cutoff_bytes: 64KiB   # smaller messages are judged on latency, larger on busbw
   fdr: 0.01                 # false-discovery rate across measurements
+  history_runs: 30          # earlier runs of the suite that inform each run-to-run spread
 ```
 """
 
@@ -29,6 +30,10 @@ class CompareSettings(BaseModel):
     # of hundreds of identities fails about fdr / 2 of the time (regressions are one side)
     fdr: float = Field(default=0.01, gt=0, lt=0.5)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)  # level of the reported interval
+    # at most this many earlier runs of the candidates' suite (before them, outside the
+    # baseline) give each identity's run-to-run variance more df (statistics.history_variance);
+    # 0: the baseline and candidate runs alone
+    history_runs: int = Field(default=30, ge=0, le=1000)
     outlier_z: PositiveFloat = 3.5  # robust z (median/MAD) beyond which a unit is an outlier
     min_peers: int = Field(default=4, ge=3)  # units needed before outliers are judged
     # a rank arriving this late (percent of the collective's time, median over sizes) is a

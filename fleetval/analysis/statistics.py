@@ -22,14 +22,22 @@ So the evidence about a release is the spread of run values, never the iteration
   or a family under MIN_OTHERS + 1, the plain t on its own. p-values are exact in both
   limits (calibration between them: bench/RESULTS.md). All in numpy: scipy.special's
   import alone costs ~0.25 s.
+- `history_variance`: an identity's own earlier runs (its nightly history beyond the
+  baseline) as more degrees of freedom for its variance: with 5 runs nothing else brings a
+  small family near the known-variance bound. Level shifts in the history are cut out first
+  (see its docstring); the history's within-segment sum of squares and df are added to the
+  identity's own before the family prior is fitted, so with no history nothing changes.
 - `verdicts`: THE verdict rule (see its docstring), after Benjamini-Hochberg across identities.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from fleetval.vocab import Verdict
 
@@ -41,6 +49,14 @@ MAX_DF = 1000
 # alike and unlike spreads cannot be told apart (3-12 identities of spreads 0.5-4% made
 # p <= 0.001 2-3 times too often at 5+1), so a smaller family is judged by the plain t.
 MIN_OTHERS = 15
+# A history needs this many runs of an identity before it says anything of its variance.
+MIN_HISTORY = 3
+# A level shift in a history is a cut where the means of w runs either side differ by
+# more than this many standard deviations of that difference (w = 1: one run against the
+# next, which also isolates a single odd run; w = 3, 5: shifts too small to show in one
+# step); the second pass takes the t's quantile at the same tail. Spurious cuts cost about
+# one df each; p stays uniform (tests/unit/test_statistics.py, bench/RESULTS.md).
+BREAK_Z = 4.0
 
 
 def moments(ident: np.ndarray, side: np.ndarray, x: np.ndarray, nid: int) -> tuple[np.ndarray, ...]:
@@ -133,10 +149,105 @@ def trigamma_inverse(y: np.ndarray) -> np.ndarray:
     return np.exp((lo + hi) / 2)
 
 
+def robust_step_sd(x: np.ndarray) -> np.ndarray:
+    """Per row of x (values in time order, NaN after each row's last) the run-to-run sd from
+    the MAD of successive differences: a level shift moves one difference, so it barely
+    moves the median of them (trend uses the same for one series)."""
+    d = np.diff(x, axis=1)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row without two values: NaN
+        center = np.nanmedian(d, axis=1, keepdims=True)
+        return 1.4826 * np.nanmedian(np.abs(d - center), axis=1) / np.sqrt(2)
+
+
+def history_variance(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per identity (row of x: its earlier log run values, oldest first, NaN-padded at the
+    end) the sum of squares and degrees of freedom its history adds to its variance.
+
+    A history holds what the baseline does not: regressions that were fixed, upgrades that
+    moved the level. Its plain variance would take every such step as spread (a 20% step
+    in 20 runs of 2% sd inflates it ~25 times), and the MAD of successive differences that
+    ignores steps has a third of the efficiency, which is the df this is for. So the series
+    is cut where its level moves (`BREAK_Z` on means of 1, 3 and 5 runs either side, scaled
+    by `robust_step_sd`, then again by the pieces' own spread) and the variance is pooled
+    within the pieces: with no step
+    found it is the plain variance on n - 1 df, exact for the t; each cut costs one df, and
+    a run alone between two cuts (a single odd run) adds nothing.
+    """
+    n = np.isfinite(x).sum(axis=1)
+    sigma = robust_step_sd(x) if x.shape[1] > 1 else np.full(len(x), np.nan)
+    usable = (n >= MIN_HISTORY) & (sigma > 0)  # no spread at all: no say about it
+    ss, df = _pieces(x, _cuts(x, sigma, np.full(len(x), BREAK_Z)), usable)
+    # again, scaled by the spread within those pieces (efficient where the MAD is not) and
+    # with the t's quantile on its df for BREAK_Z's normal one: a short history is cut only
+    # where a step is plain beyond its uncertain spread, never where the MAD happened low
+    within = np.floor(np.maximum(df, 1))
+    limit = t_quantile(1 - 2 * _normal_sf(BREAK_Z), within)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ss, df = _pieces(x, _cuts(x, np.sqrt(ss / df), limit), usable & (df > 0))
+    return ss, df
+
+
+def _normal_sf(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _cuts(x: np.ndarray, sigma: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    """[rows, width - 1]: where a row's level moves (between runs j and j + 1): the means of
+    w runs either side differ by more than `limit` sds of that difference.
+
+    w = 1 cuts wherever it exceeds: a step, or an odd run (a cut either side). The odd runs
+    left out, w = 3 and 5 find shifts too small for one run's noise; their statistic rises
+    over w runs before a shift and falls after, so they cut at its peak only, and not
+    beside a w = 1 cut (the same shift)."""
+    rows, width = x.shape
+    cuts = np.zeros((rows, max(width - 1, 0)), bool)
+    if width < 2:
+        return cuts
+    with np.errstate(invalid="ignore", divide="ignore"):
+        single = (
+            np.nan_to_num(np.abs(np.diff(x, axis=1)) / (np.sqrt(2) * sigma[:, None]))
+            > limit[:, None]
+        )
+    edged = np.pad(single, ((0, 0), (1, 1)), constant_values=True)
+    kept = np.where(edged[:, :-1] & edged[:, 1:], np.nan, x)  # a run cut off on both sides
+    wide = np.zeros_like(cuts, float)
+    for w in (3, 5):
+        if width < 2 * w:
+            continue
+        mean = sliding_window_view(kept, w, axis=1).mean(axis=2)  # NaN where a run is out
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = np.abs(mean[:, w:] - mean[:, : width - 2 * w + 1]) / (
+                sigma[:, None] * np.sqrt(2 / w)
+            )
+        wide[:, w - 1 : width - w] = np.maximum(wide[:, w - 1 : width - w], np.nan_to_num(z))
+    pad, near = np.pad(wide, ((0, 0), (1, 1))), np.pad(single, ((0, 0), (1, 1)))
+    peak = (wide > limit[:, None]) & (wide >= pad[:, :-2]) & (wide >= pad[:, 2:])
+    return single | (peak & ~near[:, :-2] & ~near[:, 2:])
+
+
+def _pieces(x: np.ndarray, cut: np.ndarray, usable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row the sum of squares within the pieces the cuts leave, and its df."""
+    rows, width = x.shape
+    piece = np.c_[np.zeros(rows, np.int64), np.cumsum(cut, axis=1)]
+    piece = piece + np.arange(rows)[:, None] * width
+    ok = np.isfinite(x) & usable[:, None]
+    seg, val = piece[ok], x[ok]
+    count = np.bincount(seg, minlength=rows * width)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(seg, weights=val, minlength=rows * width) / count
+    ss = np.bincount(seg // width, weights=(val - mean[seg]) ** 2, minlength=rows)
+    df = np.where(usable, ok.sum(axis=1) - (count > 0).reshape(rows, width).sum(axis=1), 0)
+    df = np.maximum(df, 0).astype(float)
+    return np.where(df > 0, ss, 0.0), df
+
+
 @dataclass(frozen=True)
 class Tests:
     """Per identity: change (candidate - baseline mean log value), its two-sided p, the
-    interval at `confidence`, the run-to-run sd used (moderated) and its degrees of freedom."""
+    interval at `confidence`, the run-to-run sd used (moderated), its degrees of freedom,
+    and where the variance came from beyond the identity's own runs: the df its history
+    added and the family prior's d0 (0: none)."""
 
     diff: np.ndarray
     p: np.ndarray
@@ -144,11 +255,28 @@ class Tests:
     hi: np.ndarray
     sd: np.ndarray
     df: np.ndarray
+    history_df: np.ndarray
+    family_df: np.ndarray
 
 
-def moderated(n: np.ndarray, ss: np.ndarray, family: np.ndarray) -> tuple[np.ndarray, ...]:
+NO_HISTORY = (np.zeros(0), np.zeros(0))
+
+
+def moderated(
+    n: np.ndarray,
+    ss: np.ndarray,
+    family: np.ndarray,
+    history: tuple[np.ndarray, np.ndarray] = NO_HISTORY,
+) -> tuple[np.ndarray, ...]:
     """Per identity the variance its test uses, its degrees of freedom (rounded down, at most
-    MAX_DF; 0: no variance known) and its own sample variance (NaN without one).
+    MAX_DF; 0: no variance known), its own sample variance (NaN without one) and the family
+    prior's d0.
+
+    `history` (`history_variance`: sum of squares and df per identity, or none) is more of
+    the identity's own data: its sum of squares and df join those of the runs compared. The
+    family prior is then fitted on those variances as before (limma: each identity's
+    variance on its own df): one identity's history is what it knows of itself, the family
+    what its peers say; both kinds of df add. With no history, the test of before.
 
     s~^2 = (d0 s0^2 + d s^2) / (d0 + d) on d0 + d df when s0^2 is known; s0^2 estimated
     from the others adds its own uncertainty, weighted by the prior's share B = d0/(d0+d):
@@ -156,8 +284,11 @@ def moderated(n: np.ndarray, ss: np.ndarray, family: np.ndarray) -> tuple[np.nda
     family's pooled variance is used, on all its degrees of freedom (exact for alike spreads).
     """
     own = np.maximum(n[:, 0] - 1, 0) + np.maximum(n[:, 1] - 1, 0)
+    total_ss = ss.sum(axis=1)
+    if len(history[0]):
+        own, total_ss = own + history[1], total_ss + history[0]
     with np.errstate(invalid="ignore", divide="ignore"):
-        s2 = np.where(own > 0, ss.sum(axis=1) / own, np.nan)
+        s2 = np.where(own > 0, total_ss / own, np.nan)
     _, fam = np.unique(family, return_inverse=True)
     nfam = int(fam.max(initial=-1)) + 1
     prior = VariancePrior.fit(s2, own, fam, nfam)
@@ -173,15 +304,20 @@ def moderated(n: np.ndarray, ss: np.ndarray, family: np.ndarray) -> tuple[np.nda
     pooled = d0 >= total_df[fam] - own  # the prior is as sure as all the others: pool all
     var = np.where(pooled, pooled_var[fam], shrunk)
     df = np.floor(np.minimum(np.where(pooled, total_df[fam], shrunk_df), MAX_DF))
-    return var, np.where(np.isfinite(var), np.nan_to_num(df), 0.0), s2
+    return var, np.where(np.isfinite(var), np.nan_to_num(df), 0.0), s2, d0
 
 
 def tests(
-    n: np.ndarray, mean: np.ndarray, ss: np.ndarray, family: np.ndarray, confidence: float
+    n: np.ndarray,
+    mean: np.ndarray,
+    ss: np.ndarray,
+    family: np.ndarray,
+    confidence: float,
+    history: tuple[np.ndarray, np.ndarray] = NO_HISTORY,
 ) -> Tests:
     """The tests for every identity (see the module's docstring); NaN where a side has no
     run or no variance is known (nothing to test with)."""
-    var, df, s2 = moderated(n, ss, family)
+    var, df, s2, d0 = moderated(n, ss, family, history)
     with np.errstate(invalid="ignore", divide="ignore"):
         c = np.sqrt(1 / n[:, 0] + 1 / n[:, 1])
     diff = mean[:, 1] - mean[:, 0]
@@ -190,7 +326,9 @@ def tests(
     p[testable], half[testable] = t_test(diff[testable], var[testable] * c[testable] ** 2,
                                          df[testable], confidence)  # fmt: skip
     sd = np.where(testable, np.sqrt(var), np.sqrt(s2))
-    return Tests(diff, p, diff - half, diff + half, sd, np.where(testable, df, np.nan))
+    history_df = history[1] if len(history[0]) else np.zeros(len(diff))
+    return Tests(diff, p, diff - half, diff + half, sd, np.where(testable, df, np.nan),
+                 history_df, d0)  # fmt: skip
 
 
 def t_test(

@@ -70,6 +70,14 @@ def compare(
         ),
     ] = None,
     per: PerOpt = "sku",
+    history: Annotated[
+        int | None,
+        typer.Option(
+            "--history",
+            help="Earlier runs of the suite that inform each run-to-run spread "
+            "[default: suite's history_runs, else 30; 0: none]",
+        ),
+    ] = None,
     all_rows: Annotated[
         bool, typer.Option("--all", help="Also list unchanged measurements")
     ] = False,
@@ -104,6 +112,7 @@ def compare(
             _candidates(store, run, latest),
             per=per,
             threshold_pct=threshold,  # type: ignore[arg-type]
+            history=history,
         )
     rendered = format_comparison(
         result, fmt, all_rows=all_rows, strict=strict, width=console.size.width

@@ -189,3 +189,21 @@ def test_the_identity_shows_in_an_80_column_terminal(tmp_path: Path) -> None:
     assert "bandwidth all_reduce sum float32 n=8 MI300X" in text
     (line,) = [ln for ln in text.splitlines() if "regression" in ln and "64MiB" in ln]
     assert "busbw_gbps" in line and "-3" in line  # the size, the metric and the change
+
+
+def test_a_small_familys_history_finds_a_10pct_drop_its_5_runs_alone_miss(tmp_path: Path) -> None:
+    """One identity, 12 earlier nightly runs, a baseline of 5, one candidate 10% down (about
+    4.5 run sds): on the baseline's 4 df alone the drop is noisy; with the history's 11 more
+    it is a regression, and the results say what the run sd rests on."""
+    g = _gen(tmp_path, 0, collectives={"all_reduce": 2.0}, dtypes=("float32",), sizes=(16 << 20,))
+    earlier = [g.run() for _ in range(12)]
+    g.baseline(5)
+    cand = g.run(drop={0: 0.10})
+    with_history = compare_runs(g.store, "base", [cand], threshold_pct=2)
+    alone = compare_runs(g.store, "base", [cand], threshold_pct=2, history=0)
+    (found,), (missed,) = with_history.results, alone.results
+    assert with_history.history_runs == tuple(earlier) and alone.history_runs == ()
+    assert (found.verdict, found.variance_from, found.history_runs) == (
+        Verdict.REGRESSION, "history", 12)  # fmt: skip
+    assert (missed.verdict, missed.variance_from, missed.history_runs) == (Verdict.NOISY, "own", 0)
+    assert found.q_value < missed.q_value / 10 and "12 earlier" in found.reason

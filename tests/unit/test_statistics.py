@@ -14,6 +14,13 @@ from fleetval.analysis import statistics as st
 from fleetval.vocab import Verdict
 
 
+def _history(rng: np.random.Generator, sd: np.ndarray, runs: int) -> tuple[np.ndarray, ...]:
+    """history_variance of `runs` earlier log run values per identity (none: no history)."""
+    if not runs:
+        return st.NO_HISTORY
+    return st.history_variance(rng.standard_normal((len(sd), runs)) * sd[:, None])
+
+
 def _family(
     rng: np.random.Generator, sd: np.ndarray, m: int, k: int, shift: np.ndarray | None = None
 ) -> tuple[np.ndarray, ...]:
@@ -139,15 +146,75 @@ def test_p_values_are_uniform_on_clean_data(
     assert np.mean((t.lo <= 0) & (t.hi >= 0)) == pytest.approx(0.95, abs=0.01)
 
 
-def _found(size: int, design: tuple[int, int], drop_sd: float, repeats: int) -> np.ndarray:
+@pytest.mark.parametrize("size", [1, 24])
+@pytest.mark.parametrize("design", [(5, 1), (7, 7)])
+@pytest.mark.parametrize("runs", [4, 20])
+def test_p_values_are_uniform_with_a_history(size: int, design: tuple[int, int], runs: int) -> None:
+    """The history's df join the identity's own: the t stays exact (cuts where the level
+    seems to move cost df, not calibration)."""
+    rng = np.random.default_rng(size * 7 + runs)
+    families = max(1, 40_000 // size)
+    sd = np.full(families * size, 0.02)
+    n, mean, ss = _family(rng, sd, *design)
+    t = st.tests(n, mean, ss, np.repeat(np.arange(families), size), 0.95, _history(rng, sd, runs))
+    for a in (0.1, 0.01, 0.001):
+        assert np.mean(t.p <= a) == pytest.approx(a, rel=0.4)
+    assert np.mean(t.history_df == runs - 1) > 0.85  # a cut now and then costs a df
+
+
+def test_a_history_without_a_step_is_the_pooled_t() -> None:
+    """20 earlier runs and 5+1: Student's t on 4 + 19 df, as scipy has it for all 26 runs."""
+    from scipy import stats
+
+    rng = np.random.default_rng(8)
+    h, x0, x1 = rng.normal(0, 0.02, 20), rng.normal(0, 0.02, 5), rng.normal(0.05, 0.02, 1)
+    hist = st.history_variance(h[None, :])
+    assert hist[1][0] == 19
+    n, mean = np.array([[5.0, 1.0]]), np.array([[x0.mean(), x1.mean()]])
+    ss = np.array([[((x0 - x0.mean()) ** 2).sum(), 0.0]])
+    t = st.tests(n, mean, ss, np.zeros(1, int), 0.95, hist)
+    pooled = (((h - h.mean()) ** 2).sum() + ss.sum()) / 23
+    z = abs(x1[0] - x0.mean()) / np.sqrt(pooled * (1 / 5 + 1))
+    assert t.df[0] == 23 and t.p[0] == pytest.approx(2 * stats.t.sf(z, 23), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("what", "lo", "hi", "step"),
+    [("a 20% regression, fixed 5 runs later", 8, 13, 0.8), ("a 20% step", 10, 20, 0.8),
+     ("one odd run, 30% low", 7, 8, 0.7)],
+)  # fmt: skip
+def test_a_level_shift_in_the_history_is_cut_out(what: str, lo: int, hi: int, step: float) -> None:
+    """The plain variance of such a history is 14-27 times the run-to-run one; cut at the
+    shifts, the pooled variance is the run-to-run one on the df left."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4000, 20)) * 0.02
+    x[:, lo:hi] += np.log(step)
+    ss, df = st.history_variance(x)
+    ratio = ss / df / 0.02**2
+    assert x.var(axis=1, ddof=1).mean() / 0.02**2 > 10
+    assert 0.9 < ratio.mean() < 1.1 and np.quantile(ratio, 0.99) < 2.5, what
+    assert np.median(df) == 20 - 1 - (2 if hi - lo < 10 else 1)
+
+
+def test_a_history_too_short_or_flat_adds_nothing() -> None:
+    x = np.array([[0.01, 0.02, np.nan, np.nan], [0.0, 0.0, 0.0, 0.0], [0.01, -0.02, 0.0, 0.03]])
+    ss, df = st.history_variance(x)
+    assert list(df) == [0, 0, 3] and ss[0] == ss[1] == 0
+
+
+def _found(
+    size: int, design: tuple[int, int], drop_sd: float, repeats: int, history: int = 0
+) -> np.ndarray:
     """Per repeat: a family of `size` alike identities (sd 2%), its first dropped by
     drop_sd run sds; was it a regression after BH at 0.01? (Repeats are families of one
     call, BH is per repeat.)"""
     rng = np.random.default_rng(size + design[1])
     shift = np.zeros((repeats, size))
     shift[:, 0] = -drop_sd * 0.02
-    n, mean, ss = _family(rng, np.full(repeats * size, 0.02), *design, shift.ravel())
-    t = st.tests(n, mean, ss, np.repeat(np.arange(repeats), size), 0.95)
+    sd = np.full(repeats * size, 0.02)
+    n, mean, ss = _family(rng, sd, *design, shift.ravel())
+    hist = _history(rng, sd, history)
+    t = st.tests(n, mean, ss, np.repeat(np.arange(repeats), size), 0.95, hist)
     q = np.concatenate([st.bh_adjust(p) for p in t.p.reshape(repeats, size)])
     v = st.verdicts(np.expm1(t.diff) * 100, q, np.full(len(q), 2.0), 0.01)
     return v.reshape(repeats, size)[:, 0] == Verdict.REGRESSION.value
@@ -158,6 +225,22 @@ def test_a_drop_of_10_run_sds_is_always_caught(size: int) -> None:
     """At 7+7 runs, whatever the family's size (at 5+1 one identity alone misses ~0.3%:
     its 4-df variance can be 4x too large; bench/RESULTS.md)."""
     assert _found(size, (7, 7), 10.0, 40 if size > 100 else 400).all()
+
+
+def test_with_a_history_one_identity_at_5_plus_1_always_catches_10_run_sds() -> None:
+    """Without one its 4-df variance misses ~0.8% (bench/RESULTS.md); 20 earlier runs: never."""
+    assert _found(1, (5, 1), 10.0, 4000, history=20).all()
+
+
+def test_with_a_history_one_identity_is_near_the_known_variance_bound() -> None:
+    """5+1 runs and 20 earlier: at the drops the known-variance test finds 50% and 90% of
+    the time (one-sided 0.5%), the gate within 10 points (without history: 16% and 40%)."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf
+    for bound in (0.5, 0.9):
+        drop_sd = (z(1 - 0.005) + z(bound)) * np.sqrt(1 / 5 + 1)
+        assert _found(1, (5, 1), drop_sd, 4000, history=20).mean() >= bound - 0.10
 
 
 def test_power_at_24_identities_is_near_the_known_variance_bound() -> None:
