@@ -39,7 +39,11 @@ SUITE = {
         {"check": "collectives", "collectives": ["all_reduce"], "dtypes": ["float32"], "repeats": 1}
     ],
 }
-OTHER = {**SUITE, "name": "bench-tiny-spread", "placement": {**SUITE["placement"], "strategy": "SPREAD"}}
+OTHER = {
+    **SUITE,
+    "name": "bench-tiny-spread",
+    "placement": {**SUITE["placement"], "strategy": "SPREAD"},
+}
 LONG = {  # keeps the executor busy while GET latency is measured
     "name": "bench-long",
     "placement": {"world_sizes": [2], "gpus_per_rank": 0},
@@ -264,12 +268,18 @@ def _report(args, warm, cli_s, rps_run, lat_run, rps_health, idle, busy, busy_st
 
 
 def _report_pairs(pairs: list[tuple[dict, dict]]) -> None:
-    print("\n| pair | cold: submit -> first collective (s) | warm (s) | cold run_end (s) | warm run_end (s) |")
+    print(
+        "\n| pair | cold: submit -> first collective (s) | warm (s) | cold run_end (s) | warm run_end (s) |"
+    )
     print("|---:|---:|---:|---:|---:|")
     for i, (cold, warm) in enumerate(pairs):
-        print(f"| {i} | {cold['first_step']:.2f} | {warm['first_step']:.2f} | {cold['run_end']:.2f} | {warm['run_end']:.2f} |")
+        print(
+            f"| {i} | {cold['first_step']:.2f} | {warm['first_step']:.2f} | {cold['run_end']:.2f} | {warm['run_end']:.2f} |"
+        )
     med = lambda side, key: statistics.median(p[side][key] for p in pairs)  # noqa: E731
-    print(f"| median | {med(0, 'first_step'):.2f} | {med(1, 'first_step'):.2f} | {med(0, 'run_end'):.2f} | {med(1, 'run_end'):.2f} |")
+    print(
+        f"| median | {med(0, 'first_step'):.2f} | {med(1, 'first_step'):.2f} | {med(0, 'run_end'):.2f} | {med(1, 'run_end'):.2f} |"
+    )
 
 
 if __name__ == "__main__":

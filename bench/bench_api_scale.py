@@ -42,9 +42,13 @@ def make_store(data: Path, n: int) -> tuple[str, str]:
         run_id = f"{(BASE + timedelta(seconds=i)):%Y%m%d-%H%M%S}-{i % 4096:06x}"
         labels = {"nightly": str(i % 7)}
         if i % 2:
-            rec = RunRecord(run_id=run_id, suite="cli", status="pass", started_at=BASE, labels=labels)
+            rec = RunRecord(
+                run_id=run_id, suite="cli", status="pass", started_at=BASE, labels=labels
+            )
             entry = _index_json([rec.to_record()]).decode()
-            stored.append((run_id, "cli", "pass", json.dumps(labels), entry, json.dumps(rec.listing())))
+            stored.append(
+                (run_id, "cli", "pass", json.dumps(labels), entry, json.dumps(rec.listing()))
+            )
         else:
             subs.append((run_id, json.dumps(labels), now()))
     with index._lock:  # NOTE: RunIndex.put_many's rows, with listings made without a parse
@@ -80,13 +84,40 @@ def serve(data: Path, port: int, h11: bool = False) -> subprocess.Popen:
     """`fleetval serve`; with `h11`, the same app under uvicorn's pure-Python HTTP parser and
     asyncio's loop (what uvicorn runs without its [standard] extras): the peer."""
     if h11:
-        env = {**os.environ, "FLEETVAL_DATA": str(data), "FLEETVAL_EXECUTOR": "0", "FLEETVAL_SCHEDULER": "0"}
-        cmd = [sys.executable, "-m", "uvicorn", "fleetval.api.app:app_from_env", "--factory",
-               "--port", str(port), "--no-access-log", "--http", "h11", "--loop", "asyncio"]
+        env = {
+            **os.environ,
+            "FLEETVAL_DATA": str(data),
+            "FLEETVAL_EXECUTOR": "0",
+            "FLEETVAL_SCHEDULER": "0",
+        }
+        cmd = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "fleetval.api.app:app_from_env",
+            "--factory",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--http",
+            "h11",
+            "--loop",
+            "asyncio",
+        ]
     else:
         env = None
-        cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data",
-               str(data), "--no-access-log", "--no-executor"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "fleetval.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--data",
+            str(data),
+            "--no-access-log",
+            "--no-executor",
+        ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -113,8 +144,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="per wrk burst")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--connections", type=int, default=16)
-    ap.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True,
-                    help="also serve the smallest store with uvicorn's h11 parser and asyncio loop")
+    ap.add_argument(
+        "--peer",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also serve the smallest store with uvicorn's h11 parser and asyncio loop",
+    )
     args = ap.parse_args()
     # NOTE: every store's server runs at once and the bursts interleave (round after round,
     # each route on each store in turn), so a shared machine's changing load falls on all
@@ -144,12 +179,23 @@ def main() -> None:
             proc.wait(30)
     fig = {k: statistics.median(v) for k, v in samples.items()}
     empty = servers[0][0]
-    print(f"machine: {os.cpu_count()} cores; wrk -t{THREADS} -c{args.connections}, {args.rounds} interleaved rounds of {args.seconds:g}s bursts (medians); one uvicorn worker per store")
-    print("\n| runs | store made (s) | GET /v1/runs/{id} req/s | page of 50 req/s | page, label filter req/s | /healthz req/s |")
+    print(
+        f"machine: {os.cpu_count()} cores; wrk -t{THREADS} -c{args.connections}, {args.rounds} interleaved rounds of {args.seconds:g}s bursts (medians); one uvicorn worker per store"
+    )
+    print(
+        "\n| runs | store made (s) | GET /v1/runs/{id} req/s | page of 50 req/s | page, label filter req/s | /healthz req/s |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     for n, made, *_ in servers:
-        cells = [f"{fig[n, k]:,.0f} ({100 * fig[n, k] / fig[empty, k]:.0f}%)" for k in ("get", "page", "label")]
-        runs = f"{max(n, FLOOR):,}" if isinstance(n, int) else f"{max(int(n.split()[0]), FLOOR):,}, peer: h11 + asyncio"
+        cells = [
+            f"{fig[n, k]:,.0f} ({100 * fig[n, k] / fig[empty, k]:.0f}%)"
+            for k in ("get", "page", "label")
+        ]
+        runs = (
+            f"{max(n, FLOOR):,}"
+            if isinstance(n, int)
+            else f"{max(int(n.split()[0]), FLOOR):,}, peer: h11 + asyncio"
+        )
         print(f"| {runs} | {made:.1f} | {' | '.join(cells)} | {fig[n, 'healthz']:,.0f} |")
 
 

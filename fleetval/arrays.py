@@ -233,4 +233,3 @@ def _first_seen(codes: np.ndarray, names: list) -> pa.DictionaryArray:
     indices = arrow(ids, pa.int32(), valid=None if everywhere else valid)
     values = list(unique)
     return pa.DictionaryArray.from_arrays(indices, arrow([values[o] for o in order], pa.string()))
-

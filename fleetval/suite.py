@@ -139,7 +139,9 @@ class Suite(_Model):
     steps: list[StepModel] = Field(min_length=1)  # type: ignore[valid-type]
     faults: list[Fault] = Field(default_factory=list)
     compare: CompareSettings = CompareSettings()  # regression thresholds for runs of this suite
-    gates: Gates | None = None  # release sign-off gates (fleetval/signoff/gates.py); None: the defaults
+    gates: Gates | None = (
+        None  # release sign-off gates (fleetval/signoff/gates.py); None: the defaults
+    )
     # How `fleetval sweep` judges the fleet (fleetval/fleet/settings.py).
     sweep: SweepSettings = SweepSettings()
 

@@ -9,7 +9,6 @@ def human_bytes(n: int) -> str:
     return f"{n}B"
 
 
-
 def short(err: BaseException | str) -> str:
     """The last non-empty line of an error (Ray wraps the original in a long traceback)."""
     lines = [line for line in str(err).strip().splitlines() if line.strip()]

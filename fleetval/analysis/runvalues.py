@@ -147,4 +147,3 @@ def run_values(summaries: pa.Table, *, models: pa.Table | None, cutoff_bytes: in
             "failed": summed("failed"),
         }
     )
-

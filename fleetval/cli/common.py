@@ -67,5 +67,3 @@ def bad_input_exits() -> Iterator[None]:
     except ValueError as err:
         err_console.print(f"[red]error:[/red] {err}", highlight=False)
         raise typer.Exit(Exit.BAD_INPUT) from err
-
-

@@ -152,7 +152,10 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
             culprits = flightrec.confirm(name_culprits(ranks_evidence), traces, ranks)
         keep_traces(traces, state, f"job{job.index}-{name}")
     else:
-        culprits = [late_culprit(x, ranks) for x in lateness.late_ranks_in_step(rows, metrics=synchronizing_metrics())]
+        culprits = [
+            late_culprit(x, ranks)
+            for x in lateness.late_ranks_in_step(rows, metrics=synchronizing_metrics())
+        ]
     rows += [culprit_row(c, job, step, state.run_id, ranks) for c in culprits]
     seconds = time.monotonic() - started
     outcome = StepOutcome(

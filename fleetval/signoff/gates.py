@@ -174,8 +174,10 @@ COMPLETED = Gate(
     name="completed",
     config=CompletedGate,
     evaluate=_completed,
-    requires=lambda _: "the run finished (not cancelled, cut off or errored) and "
-    "judged something against an expectation",
+    requires=lambda _: (
+        "the run finished (not cancelled, cut off or errored) and "
+        "judged something against an expectation"
+    ),
     order=0,
 )
 REGRESSION = Gate(

@@ -198,6 +198,7 @@ LATENESS_SCHEMA = pa.schema(
 def rows_to_table(rows: list[Row]) -> pa.Table:
     return pa.Table.from_pylist([r.to_record() for r in rows], schema=RESULTS_SCHEMA)
 
+
 # String columns read dictionary-encoded: cheaper to decode, and their indices are group codes.
 DICT_COLS = ("run_id", "check", "collective", "op", "dtype", "node", "device_id", "metric",
              "unit", "status")  # fmt: skip

@@ -91,7 +91,9 @@ def _timed_centers(table: pa.Table, grp: np.ndarray, ngroups: int) -> tuple[np.n
 
 def summarize(table: pa.Table) -> pa.Table:
     """One run's result rows (any subset: a step, the whole run) -> SUMMARIES_SCHEMA rows."""
-    table = table.filter(pc.invert(pc.fill_null(pc.equal(table["status"], Status.SKIP.value), False)))
+    table = table.filter(
+        pc.invert(pc.fill_null(pc.equal(table["status"], Status.SKIP.value), False))
+    )
     if not len(table):
         return SUMMARIES_SCHEMA.empty_table()
     kind = _kinds(table)
@@ -182,4 +184,3 @@ def rank_lateness(table: pa.Table) -> pa.Table:
     cols = {name: ranks[name] for name in ranks.column_names}
     cols.update(lateness_pct=arrow(per_rank, pa.float64()), rows=arrow(rows, pa.int32()))
     return pa.table({f.name: cols[f.name] for f in LATENESS_SCHEMA}).cast(LATENESS_SCHEMA)
-

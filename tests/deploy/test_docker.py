@@ -151,7 +151,7 @@ def test_slurm_script_drains_what_a_sweep_flags(tmp_path: Path) -> None:
 def test_slurm_script_command_parses_with_the_cli(mode: str, suite: str) -> None:
     text = (ROOT / "deploy" / "slurm" / "fleetval.sbatch").read_text()
     line = next(ln for ln in text.splitlines() if ln.startswith('fleetval "$mode" "$suite"'))
-    modes = re.search(r'then as_json=\((.*?)\); else as_json=\((.*?)\); fi', text)
+    modes = re.search(r"then as_json=\((.*?)\); else as_json=\((.*?)\); fi", text)
     assert modes, "the script sets as_json per mode"
     as_json = modes[1] if mode == "sweep" else modes[2]
     flags = (

@@ -166,7 +166,9 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
     if not (chromium and driver_path):
-        tool_missing("chromium and chromedriver not installed (scripts/setup.sh test installs them)")
+        tool_missing(
+            "chromium and chromedriver not installed (scripts/setup.sh test installs them)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -191,8 +191,10 @@ def clean_or_only_late(step: dict) -> bool:
     culprits = step.get("culprits") or []
     if step["status"] == Status.PASS:
         return not culprits
-    return step["status"] == Status.WARN and bool(culprits) and all(
-        c["reason"] in (CulpritReason.LATE, CulpritReason.SLOW) for c in culprits
+    return (
+        step["status"] == Status.WARN
+        and bool(culprits)
+        and all(c["reason"] in (CulpritReason.LATE, CulpritReason.SLOW) for c in culprits)
     )
 
 

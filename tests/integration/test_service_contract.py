@@ -99,7 +99,9 @@ def test_owners_tokens_limits_and_the_plan(replica):
         "run_id"
     ]
     assert bob.post(f"/v1/runs/{run_id}/cancel").status_code == 403
-    assert bob.post("/v1/runs", json={"suite": TINY, "submission_id": "nightly-9"}).status_code == 409
+    assert (
+        bob.post("/v1/runs", json={"suite": TINY, "submission_id": "nightly-9"}).status_code == 409
+    )
     assert alice.post(f"/v1/runs/{run_id}/cancel").status_code == 202
 
     over = {**TINY, "steps": [{"check": "bandwidth", "iters": 10**12}]}
@@ -166,5 +168,3 @@ def _now():
     from datetime import UTC, datetime
 
     return datetime.now(UTC)
-
-

@@ -52,7 +52,9 @@ def test_a_run_belongs_to_its_submitter(svc):
     reused = client.post("/v1/runs", json={"suite": TINY, "submission_id": "a-1"}, headers=h["bob"])
     assert reused.status_code == 409
     assert reused.json()["errors"][0]["loc"] == ["body", "submission_id"]
-    again = client.post("/v1/runs", json={"suite": TINY, "submission_id": "a-1"}, headers=h["alice"])
+    again = client.post(
+        "/v1/runs", json={"suite": TINY, "submission_id": "a-1"}, headers=h["alice"]
+    )
     assert again.status_code == 200 and again.json()["run_id"] == run_id
     by_admin = client.post(f"/v1/runs/{run_id}/cancel", headers=h["admin"])
     assert by_admin.status_code == 202 and by_admin.json()["status"] == "cancelled"
@@ -186,10 +188,18 @@ def test_metrics_counters_follow_run_ends(svc):
     db.record_event(run_id, {"kind": "run_end"}, finish=("fail", "1 step failed"))
     db.record_event(run_id, {"kind": "run_end"}, finish=("pass", ""))  # a run ends once
     text = client.get("/metrics", headers=h["bob"]).text
-    assert 'fleetval_step_duration_seconds_bucket{check="collectives",le="5.0",status="fail"} 1.0' in text
-    assert 'fleetval_step_duration_seconds_bucket{check="collectives",le="1.0",status="fail"} 0.0' in text
+    assert (
+        'fleetval_step_duration_seconds_bucket{check="collectives",le="5.0",status="fail"} 1.0'
+        in text
+    )
+    assert (
+        'fleetval_step_duration_seconds_bucket{check="collectives",le="1.0",status="fail"} 0.0'
+        in text
+    )
     assert 'fleetval_culprits_total{node="node-b",reason="hang"} 1.0' in text
-    assert 'fleetval_runs{status="fail"} 1.0' in text and 'fleetval_runs{status="running"} 0.0' in text
+    assert (
+        'fleetval_runs{status="fail"} 1.0' in text and 'fleetval_runs{status="running"} 0.0' in text
+    )
     kinds = [e["kind"] for e in db.events(run_id)]
     assert "step_progress" not in kinds and kinds.count("run_end") == 2
     assert client.get(f"/v1/runs/{run_id}", headers=h["bob"]).json()["status"] == "fail"

@@ -72,7 +72,11 @@ def test_stages_import_only_earlier_stages() -> None:
     problems = []
     for path in sorted(PACKAGE.rglob("*.py")):
         mod = _module(path)
-        rules = [bad for prefix, bad in FORBIDDEN.items() if mod == prefix or mod.startswith(prefix + ".")]
+        rules = [
+            bad
+            for prefix, bad in FORBIDDEN.items()
+            if mod == prefix or mod.startswith(prefix + ".")
+        ]
         for imported in _imports(path):
             for bad in (b for rule in rules for b in rule):
                 own = imported == mod or imported.startswith(mod + ".")
@@ -99,6 +103,11 @@ def _pkg(mod: str) -> str:
 def test_the_read_side_imports_neither_torch_nor_ray(modules: str) -> None:
     code = f"import sys, {modules}; print(sorted(m for m in ('torch', 'ray') if m in sys.modules))"
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, cwd=ROOT
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=ROOT,
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
