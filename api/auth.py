@@ -4,7 +4,7 @@ without the scope 403."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -42,6 +42,17 @@ def require(scope: Scope) -> Callable[..., Token]:
 
 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+# What `Credentials` declares in the OpenAPI, for routes that read the header themselves.
+BEARER_DECLARED: dict[str, Any] = {"security": [{"HTTPBearer": []}]}
+
+
+def bearer(request: Request) -> HTTPAuthorizationCredentials | None:
+    """The Authorization header's bearer credentials, as `Credentials` reads them (None when
+    absent or another scheme), without a dependency to resolve per request."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not value:
+        return None
+    return HTTPAuthorizationCredentials(scheme=scheme, credentials=value)
 
 
 def admit(db: ServiceDB, credentials: HTTPAuthorizationCredentials | None, scope: Scope) -> Token:

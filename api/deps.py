@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from fleetval.api.auth import Credentials, admit, require
+from fleetval.api.auth import admit, bearer, require
 from fleetval.api.db import Scope, ServiceDB, Token
 from fleetval.api.executor import Executor
 from fleetval.api.limits import Limits
@@ -59,9 +59,9 @@ class Reader:
     store: Store
 
 
-async def _reader(request: Request, credentials: Credentials) -> Reader:
+async def _reader(request: Request) -> Reader:
     state = request.app.state
-    return Reader(admit(state.db, credentials, Scope.READ), state.db, state.store)
+    return Reader(admit(state.db, bearer(request), Scope.READ), state.db, state.store)
 
 
 ReaderDep = Annotated[Reader, Depends(_reader)]

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from fleetval.api import service
+from fleetval.api.auth import BEARER_DECLARED
 from fleetval.api.deps import DbDep, ExecutorDep, LimitsDep, ReaderDep, StoreDep, SubmitToken
 from fleetval.api.models import RunList, RunOut, SubmitRequest
 from fleetval.store.catalog import RunFilter
@@ -68,7 +69,7 @@ def _json(text: str) -> Response:
 # token, database and store as four took 40% of a lookup's CPU time). They read indexed
 # SQLite point reads and one keyset page (WAL: never waiting for a writer), well under a
 # millisecond, cheaper on the loop than the hop off it. The models stay their documentation.
-@router.get("", operation_id="list_runs", response_model=RunList)
+@router.get("", operation_id="list_runs", response_model=RunList, openapi_extra=BEARER_DECLARED)
 async def list_runs(
     r: ReaderDep,
     status: StatusFilter | None = None,
@@ -86,7 +87,9 @@ async def list_runs(
     return _json(service.list_runs(r.db, r.store, where, limit=limit, cursor=cursor))
 
 
-@router.get("/{run_id}", operation_id="get_run", response_model=RunOut)
+@router.get(
+    "/{run_id}", operation_id="get_run", response_model=RunOut, openapi_extra=BEARER_DECLARED
+)
 async def get_run(run_id: str, r: ReaderDep) -> Response:
     """A run: status, live progress (job, step, percent, culprits so far) and step verdicts."""
     return _json(service.run_json(r.db, r.store, run_id))
