@@ -90,34 +90,10 @@ def serve(data: Path, port: int, h11: bool = False) -> subprocess.Popen:
             "FLEETVAL_EXECUTOR": "0",
             "FLEETVAL_SCHEDULER": "0",
         }
-        cmd = [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "fleetval.api.app:app_from_env",
-            "--factory",
-            "--port",
-            str(port),
-            "--no-access-log",
-            "--http",
-            "h11",
-            "--loop",
-            "asyncio",
-        ]
+        cmd = "-m uvicorn fleetval.api.app:app_from_env --factory --http h11 --loop asyncio"
     else:
-        env = None
-        cmd = [
-            sys.executable,
-            "-m",
-            "fleetval.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--data",
-            str(data),
-            "--no-access-log",
-            "--no-executor",
-        ]
+        env, cmd = None, f"-m fleetval.cli serve --data {data} --no-executor"
+    cmd = [sys.executable, *cmd.split(), "--port", str(port), "--no-access-log"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
