@@ -106,6 +106,13 @@ class CompareRequest(_In):
     runs: list[RunId] = Field(min_length=1, max_length=1000)
     threshold_pct: float | None = Field(default=None, gt=0, le=1000)
     per: Literal["sku", "node"] = "sku"
+    history: int | None = Field(
+        default=None,
+        ge=0,
+        le=1000,
+        description="Earlier runs of the suite that inform each run-to-run spread "
+        "(default: the suite's history_runs, else 30; 0: none), as `compare --history`",
+    )
 
 
 class _Out(BaseModel):

@@ -14,16 +14,23 @@ from fleetval.reports.render import (
 )
 from fleetval.signoff.evaluate import Signoff, build_signoff
 from fleetval.signoff.gates import GateName, GateStatus, Waiver, parse_waiver
+from fleetval.signoff.sweep import SWEEPS_SHOWN
 from fleetval.store.dataset import Store
 
 
 def render_for_accept(
-    store: Store, run_id: str, accept: str | None, *, baseline: str | None = None
+    store: Store,
+    run_id: str,
+    accept: str | None,
+    *,
+    baseline: str | None = None,
+    sweeps: int = SWEEPS_SHOWN,
 ) -> tuple[str, str]:
     """The service's one call: (body, media type) of a run's report, HTML unless `accept`
     asks for Markdown or JSON. ValueError (StoreError) for an unknown run or baseline."""
     fmt = format_for_accept(accept)
-    return render(build_signoff(store, run_id, baseline=baseline), fmt), MEDIA_TYPES[fmt]
+    signoff = build_signoff(store, run_id, baseline=baseline, sweeps=sweeps)
+    return render(signoff, fmt), MEDIA_TYPES[fmt]
 
 
 __all__ = [

@@ -29,6 +29,11 @@ def compare(body: CompareRequest, _: ReadToken, store: StoreDep) -> Response:
     Baselines(store).get(body.baseline)  # unknown -> 404 with the known names
     service.require_runs(store, body.runs)  # every id in one query; unknown -> 404
     comparison = compare_runs(
-        store, body.baseline, body.runs, per=body.per, threshold_pct=body.threshold_pct
+        store,
+        body.baseline,
+        body.runs,
+        per=body.per,
+        threshold_pct=body.threshold_pct,
+        history=body.history,
     )
     return Response(to_json(comparison), media_type="application/json")

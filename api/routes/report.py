@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Query, Response
 
 from fleetval.analysis.baselines import Baselines
 from fleetval.api import service
 from fleetval.api.deps import ReadToken, StoreDep
 from fleetval.reports import render_for_accept
+from fleetval.signoff.sweep import SWEEPS_SHOWN
 
 router = APIRouter(prefix="/v1/runs", tags=["reports"])
 
@@ -33,11 +34,14 @@ def report(
     _: ReadToken,
     store: StoreDep,
     baseline: str | None = None,
+    sweeps: Annotated[
+        int, Query(ge=1, le=1000, description="A sweep's report: each node over this many sweeps")
+    ] = SWEEPS_SHOWN,
     accept: Annotated[str | None, Header()] = None,
 ) -> Response:
-    """The same report as `fleetval report RUN [--baseline NAME] -o FILE`."""
+    """The same report as `fleetval report RUN [--baseline NAME] [--sweeps N] -o FILE`."""
     service.stored_run(store, run_id)  # unknown -> 404 (RunNotFound)
     if baseline is not None:
         Baselines(store).get(baseline)  # unknown -> 404 with the known names
-    body, media_type = render_for_accept(store, run_id, accept, baseline=baseline)
+    body, media_type = render_for_accept(store, run_id, accept, baseline=baseline, sweeps=sweeps)
     return Response(body, media_type=media_type)

@@ -6,6 +6,7 @@ here a few seeded trials each, so the suite stays fast.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -207,3 +208,33 @@ def test_a_small_familys_history_finds_a_10pct_drop_its_5_runs_alone_miss(tmp_pa
         Verdict.REGRESSION, "history", 12)  # fmt: skip
     assert (missed.verdict, missed.variance_from, missed.history_runs) == (Verdict.NOISY, "own", 0)
     assert found.q_value < missed.q_value / 10 and "12 earlier" in found.reason
+
+
+def test_the_service_compares_with_the_same_history(tmp_path: Path) -> None:
+    """POST /v1/compare applies the rule `compare` does: the history by default, `history: 0`
+    for none, the same verdicts and the same JSON as the library."""
+    from fastapi.testclient import TestClient
+
+    from fleetval.analysis.compare_format import to_json
+    from fleetval.api.app import create_app
+    from fleetval.api.db import Scope
+    from fleetval.api.settings import Settings
+
+    g = _gen(tmp_path, 0, collectives={"all_reduce": 2.0}, dtypes=("float32",), sizes=(16 << 20,))
+    earlier = [g.run() for _ in range(12)]
+    g.baseline(5)
+    cand = g.run(drop={0: 0.10})
+    app = create_app(Settings(data_dir=g.store.root, run_executor=False, run_scheduler=False))
+    auth = {"Authorization": f"Bearer {app.state.db.create_token(Scope.READ, 'r')}"}
+    with TestClient(app) as client:
+        ask = lambda **kw: client.post(  # noqa: E731
+            "/v1/compare", json={"baseline": "base", "runs": [cand], **kw}, headers=auth
+        )
+        found, alone, bad = ask(threshold_pct=2), ask(threshold_pct=2, history=0), ask(history=-1)
+    assert found.json() == json.loads(
+        to_json(compare_runs(g.store, "base", [cand], threshold_pct=2))
+    )
+    assert [r["verdict"] for r in found.json()["results"]] == ["regression"]
+    assert [r["verdict"] for r in alone.json()["results"]] == ["noisy"]
+    assert found.json()["history_runs"] == earlier and alone.json()["history_runs"] == []
+    assert bad.status_code == 422 and "history" in bad.text

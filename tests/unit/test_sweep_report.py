@@ -231,3 +231,27 @@ def test_a_stored_verdict_reads_back_as_the_sweep_judged_it():
         v.nodes, v.links, v.findings, v.flagged)  # fmt: skip
     assert (back.rounds, back.jobs, back.breaker, back.drain_limit) == (
         v.rounds, v.jobs, v.breaker, v.drain_limit)  # fmt: skip
+
+
+def test_the_service_report_takes_the_same_window(sweeps):
+    """GET /v1/runs/{id}/report?sweeps=N is `fleetval report --sweeps N`: the same window,
+    ending at the run; 0 is a 422 naming the parameter."""
+    from fastapi.testclient import TestClient
+
+    from fleetval.api.app import create_app
+    from fleetval.api.db import Scope
+    from fleetval.api.settings import Settings
+
+    store, ids = sweeps
+    app = create_app(Settings(data_dir=store.root, run_executor=False, run_scheduler=False))
+    auth = {"Authorization": f"Bearer {app.state.db.create_token(Scope.READ, 'r')}"}
+    accept = {**auth, "Accept": "application/json"}
+    with TestClient(app) as client:
+        two = client.get(f"/v1/runs/{ids[2]}/report?sweeps=2", headers=accept).json()
+        default = client.get(f"/v1/runs/{ids[2]}/report", headers=accept).json()
+        bad = client.get(f"/v1/runs/{ids[2]}/report?sweeps=0", headers=accept)
+    assert two["sweep"]["history"]["runs"] == ids[1:3]
+    assert default["sweep"]["history"]["runs"] == ids[:3]
+    library = json.loads(render(build_signoff(store, ids[2], sweeps=2), "json"))
+    assert two | {"generated_at": None} == library | {"generated_at": None}
+    assert bad.status_code == 422 and "sweeps" in bad.text
