@@ -16,6 +16,7 @@ from fleetval.api import errors, metrics
 from fleetval.api.db import ServiceDB
 from fleetval.api.errors import problem
 from fleetval.api.executor import Executor
+from fleetval.api.hot import HotReads
 from fleetval.api.routes import ROUTERS
 from fleetval.api.scheduler import Scheduler
 from fleetval.api.settings import Settings
@@ -114,6 +115,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.executor, app.state.scheduler = executor, scheduler
     app.state.metrics = metrics.registry(db)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HotReads, db=db, store=store)  # outermost: before any routing
     _install_errors(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -47,9 +47,14 @@ BEARER_DECLARED: dict[str, Any] = {"security": [{"HTTPBearer": []}]}
 
 
 def bearer(request: Request) -> HTTPAuthorizationCredentials | None:
-    """The Authorization header's bearer credentials, as `Credentials` reads them (None when
-    absent or another scheme), without a dependency to resolve per request."""
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    """The Authorization header's bearer credentials, as `Credentials` reads them, without a
+    dependency to resolve per request."""
+    return credentials_of(request.headers.get("authorization", ""))
+
+
+def credentials_of(authorization: str) -> HTTPAuthorizationCredentials | None:
+    """An Authorization header's bearer credentials; None when empty or another scheme."""
+    scheme, _, value = authorization.partition(" ")
     if scheme.lower() != "bearer" or not value:
         return None
     return HTTPAuthorizationCredentials(scheme=scheme, credentials=value)

@@ -69,6 +69,7 @@ def _json(text: str) -> Response:
 # token, database and store as four took 40% of a lookup's CPU time). They read indexed
 # SQLite point reads and one keyset page (WAL: never waiting for a writer), well under a
 # millisecond, cheaper on the loop than the hop off it. The models stay their documentation.
+# A plain GET of one run is answered before routing (api/hot.py); get_run answers the rest.
 @router.get("", operation_id="list_runs", response_model=RunList, openapi_extra=BEARER_DECLARED)
 async def list_runs(
     r: ReaderDep,

@@ -279,3 +279,57 @@ def test_progress_events_are_coalesced_while_a_run_executes(svc):
     assert kinds == ["step_progress", "step_start"] and PROGRESS_EVERY_S >= 1.0
     progress = client.get(f"/v1/runs/{run_id}", headers=h["bob"]).json()["progress"]
     assert progress["step"] == "t" and progress["percent"] == 50.0
+
+
+def test_the_hot_read_answers_as_the_route_does(svc, tmp_path):
+    """`GET /v1/runs/{id}` is answered before routing (api/hot.py) with the route's bytes and
+    headers, and every request it cannot answer with success reaches the route, which answers
+    its 401 or 404 as every route does."""
+    import asyncio
+
+    from fleetval.api.hot import HotReads
+
+    client, db, h = svc
+    store = Store(tmp_path)
+    submitted = client.post("/v1/runs", json={"suite": TINY}, headers=h["alice"]).json()["run_id"]
+    (stored,) = _stored_runs(store, 1)
+    revoked = db.create_token(Scope.READ, "carol")
+    db.revoke_token(db.lookup_token(revoked).id)
+    cases = [(submitted, h["bob"]), (stored, h["bob"]), ("nope", h["bob"]), (stored, {}),
+             (stored, bearer(revoked)), (stored, {"Authorization": "Basic eDp5"})]  # fmt: skip
+    for run_id, headers in cases:
+        hot = client.get(f"/v1/runs/{run_id}", headers=headers)
+        routed = client.get(f"/v1/runs/{run_id}", params={"via": "route"}, headers=headers)
+        assert (hot.status_code, hot.headers.get("content-type"), hot.content) == (
+            routed.status_code, routed.headers.get("content-type"), routed.content), run_id  # fmt: skip
+    assert [client.get(f"/v1/runs/{r}", headers=hd).status_code for r, hd in cases] == [
+        200, 200, 404, 401, 401, 401]  # fmt: skip
+
+    passed: list[str] = []
+
+    async def app(scope, receive, send) -> None:
+        passed.append(scope["path"])
+
+    async def get(path: str, token: str) -> list[dict]:
+        sent: list[dict] = []
+        scope = {"type": "http", "method": "GET", "path": path, "query_string": b"",
+                 "headers": [(b"authorization", f"Bearer {token}".encode())]}  # fmt: skip
+        await HotReads(app, db, store)(scope, None, lambda m: _append(sent, m))
+        return sent
+
+    async def _append(sent: list[dict], message: dict) -> None:
+        sent.append(message)
+
+    read = h["bob"]["Authorization"].split()[1]
+    answered = asyncio.run(get(f"/v1/runs/{stored}", read))
+    assert answered[0]["status"] == 200 and json.loads(answered[1]["body"])["run_id"] == stored
+    assert passed == []  # answered without the app
+    for path, token in [("/v1/runs/nope", read), (f"/v1/runs/{stored}", revoked),
+                        (f"/v1/runs/{stored}/results", read), ("/v1/runs/", read)]:  # fmt: skip
+        assert asyncio.run(get(path, token)) == []
+    assert passed == [
+        "/v1/runs/nope",
+        f"/v1/runs/{stored}",
+        f"/v1/runs/{stored}/results",
+        "/v1/runs/",
+    ]
