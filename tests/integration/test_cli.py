@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,23 +91,6 @@ def test_unknown_run_exits_2(tmp_path):
 
 
 @pytest.mark.slow
-def test_embedded_default_runs_smoke_from_a_fresh_process(tmp_path):
-    """The README's main command: no address, a local Ray instance, CPU and gloo."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "fleetval.cli", "run", "smoke", "--data", str(tmp_path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    record = json.loads(proc.stdout)
-    assert record["status"] == "pass" and record["backend"] == "gloo"
-    assert [s["status"] for s in record["summary"]["steps"]] == ["pass", "pass"]
-
-
 def test_ctrl_c_tears_down_and_keeps_finished_steps(tmp_path, ray_session):
     """SIGINT mid-step: actors killed, group removed (ray_session asserts it), the run recorded as cancelled."""
     import signal

@@ -27,14 +27,22 @@ def _cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 
 
 def _run(data: str, suite: str) -> str:
+    return _record(data, suite)["run_id"]
+
+
+def _record(data: str, suite: str) -> dict:
     proc = _cli("run", suite, "--data", data, "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)["run_id"]
+    return json.loads(proc.stdout)
 
 
 def test_clean_smoke_runs_pass_and_a_late_rank_fails_by_name(tmp_path: Path) -> None:
     data = str(tmp_path / "data")
-    first = _run(data, "smoke")
+    # The README's main command, as a user types it: no address, a local Ray, CPU and gloo.
+    record = _record(data, "smoke")
+    assert record["status"] == "pass" and record["backend"] == "gloo"
+    assert [s["status"] for s in record["summary"]["steps"]] == ["pass", "pass"]
+    first = record["run_id"]
     assert _cli("baseline", "set", "first", "--run", first, "--data", data).returncode == 0
     clean = _cli("compare", "-b", "first", "--run", _run(data, "smoke"), "--json", "--data", data)
     doc = json.loads(clean.stdout)
