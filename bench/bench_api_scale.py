@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -127,6 +128,8 @@ def main() -> None:
         help="also serve the smallest store with uvicorn's h11 parser and asyncio loop",
     )
     args = ap.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found: install it (Debian: apt-get install wrk)")
     # NOTE: every store's server runs at once and the bursts interleave (round after round,
     # each route on each store in turn), so a shared machine's changing load falls on all
     # stores alike; each figure is the median of its rounds.
