@@ -14,12 +14,7 @@ from fleetval.api.auth import admit, bearer, require
 from fleetval.api.db import Scope, ServiceDB, Token
 from fleetval.api.executor import Executor
 from fleetval.api.limits import Limits
-from fleetval.api.settings import Settings
 from fleetval.store.dataset import Store
-
-
-async def _settings(request: Request) -> Settings:
-    return request.app.state.settings
 
 
 async def _db(request: Request) -> ServiceDB:
@@ -38,7 +33,6 @@ async def _limits(request: Request) -> Limits:
     return request.app.state.settings.limits
 
 
-SettingsDep = Annotated[Settings, Depends(_settings)]
 DbDep = Annotated[ServiceDB, Depends(_db)]
 StoreDep = Annotated[Store, Depends(_store)]
 ExecutorDep = Annotated[Executor, Depends(_executor)]
