@@ -26,8 +26,8 @@ import yaml
 DEADLINE_S = float(os.environ.get("FLEET8_DEADLINE_S", "1500"))
 NODES = [f"node-{i}" for i in range(8)]
 HERE = Path(__file__).resolve().parent
-# A slow node or link: each call 25 ms late, 20x or more a healthy call at 64 KiB here (a slow
-# pair measured 2-5% of its round's level, slow is below 20%); more only lengthens its jobs.
+# A slow node or link: each call 25 ms late, 20x or more a healthy call at 64 KiB here; a
+# longer delay only lengthens the slow pairs' jobs.
 DELAY_MS = 25
 
 
@@ -39,14 +39,14 @@ def suite(faults: list[dict[str, Any]] | None = None, **sweep: Any) -> dict[str,
     # NOTE: eight ranks share two cores here, so a pair's speed at a bandwidth-bound size
     # depends on how its two ranks happen to be scheduled (healthy pairs of one round spread
     # 5x at 1 MiB). At 64 KiB a call is mostly wake-ups, not CPU: healthy pairs spread about
-    # 2x, and a DELAY_MS delay costs 20x or more. 240 calls make each of a job's four timed
+    # 2x (see DELAY_MS for what a fault costs). 240 calls make each of a job's four timed
     # runs (`fleet.score`) take more CPU time than a throttle's running window (2 ms).
     one_size = {"sizes": {"min": "64KiB", "max": "64KiB", "factor": 2}, "iters": 240}
     spec["steps"] = [s | one_size if s["check"] == "bandwidth" else s for s in spec["steps"]]
     spec["faults"] = faults or []
     # Healthy pairs of one round measured 40-100% of the round's level here (a loaded box
     # moves the level 3x from round to round), the faults (DELAY_MS delays, a rank stopped 95%
-    # of the time) 2-5%: slow is below 20% of the level.
+    # of the time) 2-5%: hence slow below 20% of the level.
     spec["sweep"] |= {"max_tolerance": 0.8} | sweep
     return spec
 

@@ -90,7 +90,6 @@ def test_unknown_run_exits_2(tmp_path):
         assert res.exit_code == 2, cmd
 
 
-@pytest.mark.slow
 def test_ctrl_c_tears_down_and_keeps_finished_steps(tmp_path, ray_session):
     """SIGINT mid-step: actors killed, group removed (ray_session asserts it), the run recorded as cancelled."""
     import signal
