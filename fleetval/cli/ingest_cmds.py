@@ -21,7 +21,8 @@ def ingest(
         typer.Option(
             "--label",
             help="KEY=VALUE on every run (repeatable); collective=NAME and "
-            "world_size=N name what a table does not say",
+            "world_size=N name what a table does not say (else they are read from its "
+            "busbw/algbw, redop, root and count, and labelled *_inferred=true)",
         ),
     ] = None,
     suite: Annotated[str | None, typer.Option("--suite", help="Suite name of the runs")] = None,
@@ -76,6 +77,8 @@ def _lines(log: object) -> list[tuple[str, str]]:
     lines = [
         ("library", show(log.library, log.version)),
         ("runtime", show(f"CUDA {log.cuda_version}" if log.cuda_version else None,
+                         f"(driver CUDA {log.cuda_driver_version})"
+                         if log.cuda_driver_version else None,
                          f"HIP {log.hip_version}" if log.hip_version else None,
                          f"ROCm {log.rocm_version}" if log.rocm_version else None)),
         ("network", show(log.network, f"({log.fabric})" if log.fabric != log.network else None,

@@ -11,6 +11,10 @@ run record), so baselines, compare, trend and report treat it like a fleetval ru
 - nodes (host, GPU model, device ids) come from the `#  Rank N ... on HOST device D [bus] MODEL`
   lines; environment (NCCL/RCCL, CUDA/HIP/ROCm versions) from any NCCL_DEBUG lines in the file.
 
+A table is recognised by its header, or (a pasted tail) by its rows and closing lines; the
+collective is named by the program (`all_reduce_perf`, also in `# Collective test concluded:`) or
+the file name, else read from the numbers (`infer`), as is a world size without rank lines.
+
 The formats' fields are those of NVIDIA/nccl-tests `src/util.cu` (stdout and JSON writers) and
 ROCm/rccl-tests `src/common.cu` (`Reporter`); tests/data/README.md names the samples.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,13 +51,10 @@ COLLECTIVES = {
 DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16",
           "int32": "int32", "int64": "int64", "int": "int32"}  # fmt: skip
 OPS = {"sum": "sum", "prod": "product", "max": "max", "min": "min", "avg": "avg"}
-# busbw / algbw per collective as a function of the world size n (nccl-tests PERFORMANCE.md)
-_BUS_FACTOR_INVERSE = {
-    "all_reduce": lambda r: 2 / (2 - r),
-    "all_gather": lambda r: 1 / (1 - r),
-    "reduce_scatter": lambda r: 1 / (1 - r),
-    "all_to_all": lambda r: 1 / (1 - r),
-}
+# Bytes per element of nccl-tests' types (fleetval's names): `size` against `count` tells a
+# collective whose count is per rank (all_gather, reduce_scatter, alltoall) from the others.
+_WIDTH = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
+          "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}  # fmt: skip
 
 
 class IngestError(ValueError):
@@ -99,6 +101,7 @@ class Ingested:
     results: tuple[Result, ...] = ()
     log: NcclLogSummary | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    inferred: tuple[str, ...] = ()  # "collective", "world_size": read from the numbers, not named
 
     def collective_of(self, r: Result) -> str:
         name = r.collective or self.collective
@@ -122,7 +125,7 @@ def read_results(
         ing = _rccl_tests_json(text, path)
     elif re.match(r"^(?:numCycle,)?collective,", stripped.splitlines()[0] if stripped else ""):
         ing = _rccl_tests_csv(text, path)
-    elif _HEADER.search(_unwrap(text)):
+    elif _is_table(_unwrap(text)):
         ing = _table(text, path)
     else:
         raise IngestError(f"{path or 'input'}: not a results file; expected {EXPECTED}")
@@ -137,33 +140,159 @@ def _checked(ing: Ingested) -> Ingested:
     where = ing.path or "input"
     if not ing.results:
         raise IngestError(f"{where}: {ing.fmt} without result lines; expected {EXPECTED}")
-    if any(r.collective is None for r in ing.results) and ing.collective is None:
-        raise IngestError(
-            f"{where}: which collective? expected the program name (all_reduce_perf, ...) in the "
-            "file or its name, or --label collective=all_reduce"
-        )
-    if not ing.world_size:
-        ing = replace(ing, world_size=_world_from_busbw(ing))
-    if not ing.world_size:
-        raise IngestError(
-            f"{where}: no world size: expected '#  Rank N ... on HOST device D' lines "
-            "or results whose busbw/algbw tell it"
-        )
-    return ing
+    named = ing.collective or all(r.collective for r in ing.results)
+    if named and ing.world_size:
+        return ing
+    try:
+        return infer(ing)
+    except IngestError as err:
+        raise IngestError(f"{where}: {err}") from None
 
 
-def _world_from_busbw(ing: Ingested) -> int | None:
-    """n from busbw/algbw = f(n), at the largest size (rounding hurts least there)."""
-    rows = [r for r in ing.results if r.algbw and r.busbw and r.algbw > 0]
-    if not rows:
+# ---- what the numbers say ---------------------------------------------------------------------
+# A table without its program's name still says which collective it measured: busbw / algbw is a
+# fixed function of the world size n per collective (nccl-tests doc/PERFORMANCE.md), the redop
+# column is "none" where nothing is reduced, root is -1 where there is no root, and `count` is per
+# rank (size = count * width * n) for all_gather, reduce_scatter and alltoall.
+
+
+@dataclass(frozen=True)
+class _Shape:
+    reduces: bool
+    rooted: bool
+    per_rank: bool
+    factor: str  # busbw / algbw: "2(n-1)/n", "(n-1)/n" or "1"
+
+
+_SHAPES = {
+    "all_reduce": _Shape(reduces=True, rooted=False, per_rank=False, factor="2(n-1)/n"),
+    "reduce_scatter": _Shape(reduces=True, rooted=False, per_rank=True, factor="(n-1)/n"),
+    "all_gather": _Shape(reduces=False, rooted=False, per_rank=True, factor="(n-1)/n"),
+    "all_to_all": _Shape(reduces=False, rooted=False, per_rank=True, factor="(n-1)/n"),
+    "broadcast": _Shape(reduces=False, rooted=True, per_rank=False, factor="1"),
+    "reduce": _Shape(reduces=True, rooted=True, per_rank=False, factor="1"),
+    "send_recv": _Shape(reduces=False, rooted=False, per_rank=False, factor="1"),
+}
+_FACTOR = {"2(n-1)/n": lambda n: 2 * (n - 1) / n, "(n-1)/n": lambda n: (n - 1) / n,
+           "1": lambda n: 1.0}  # fmt: skip
+_INVERSE = {"2(n-1)/n": lambda r: 2 / (2 - r) if r < 2 else math.inf,
+            "(n-1)/n": lambda r: 1 / (1 - r) if r < 1 else math.inf}  # fmt: skip
+_HALF_ULP = 0.005  # bandwidths are printed with two decimals
+_LOOSE = 64  # a ratio that allows more world sizes than this says none
+
+
+@dataclass(frozen=True)
+class _Table:
+    """What the rows say, each None where they do not say it (or disagree)."""
+
+    reduces: bool | None
+    rooted: bool | None
+    ranks_per_count: int | None  # size / (count * width), the same on every row
+    ratio: tuple[float, float] | None  # the busbw/algbw range every row allows
+
+    def describe(self) -> str:
+        said = []
+        if self.ratio:
+            said.append(f"busbw/algbw {self.ratio[0]:.4f}-{self.ratio[1]:.4f}")
+        if self.reduces is not None:
+            said.append("a redop" if self.reduces else "redop none")
+        if self.rooted is not None:
+            said.append("a root" if self.rooted else "root -1")
+        if self.ranks_per_count == 1:
+            said.append("count of the whole buffer")
+        elif self.ranks_per_count is not None:
+            said.append(f"count per rank (of size / {self.ranks_per_count})")
+        return ", ".join(said) or "no bandwidths, redop, root or count"
+
+
+def _table_says(results: tuple[Result, ...]) -> _Table:
+    ops = {r.op is not None for r in results if r.root is not None}
+    roots = {r.root is not None and r.root >= 0 for r in results if r.root is not None}
+    ks = set()
+    for r in results:
+        width = _WIDTH.get(r.dtype or "")
+        if width and r.count and r.size:
+            ks.add(r.size / (r.count * width))
+    k = ks.pop() if len(ks) == 1 else None
+    bounds = [((r.busbw - _HALF_ULP) / (r.algbw + _HALF_ULP),
+               (r.busbw + _HALF_ULP) / (r.algbw - _HALF_ULP))
+              for r in results if r.algbw and r.busbw is not None and r.algbw > _HALF_ULP]  # fmt: skip
+    lo, hi = max((b[0] for b in bounds), default=0.0), min((b[1] for b in bounds), default=0.0)
+    return _Table(
+        reduces=ops.pop() if len(ops) == 1 else None,
+        rooted=roots.pop() if len(roots) == 1 else None,
+        ranks_per_count=int(k) if k is not None and k == int(k) else None,
+        ratio=(lo, hi) if bounds and lo <= hi else None,
+    )
+
+
+def _worlds(shape: _Shape, t: _Table, known: int | None) -> list[int] | None:
+    """The world sizes with which the collective of `shape` gives this table: [] none fits,
+    None any (the table does not tell)."""
+    if t.reduces is not None and shape.reduces != t.reduces:
+        return []
+    if t.rooted is not None and shape.rooted != t.rooted:
+        return []
+    if t.ranks_per_count is not None:
+        if not shape.per_rank and t.ranks_per_count != 1:
+            return []
+        if shape.per_rank:  # NOTE: at one rank these look like all_reduce: not told apart
+            known = known or t.ranks_per_count
+            if known != t.ranks_per_count or known < 2:
+                return []
+    if known:
+        fits = t.ratio is None or t.ratio[0] <= _FACTOR[shape.factor](known) <= t.ratio[1]
+        return [known] if fits else []
+    if t.ratio is None:
         return None
-    r = max(rows, key=lambda r: r.size)
-    inverse = _BUS_FACTOR_INVERSE.get(ing.collective_of(r))
-    ratio = r.busbw / r.algbw  # type: ignore[operator]
-    if inverse is None or ratio >= (2 if ing.collective_of(r) == "all_reduce" else 1):
+    if shape.factor == "1":
+        return None if t.ratio[0] <= 1 <= t.ratio[1] else []
+    lo, hi = (_INVERSE[shape.factor](max(r, 0.0)) for r in t.ratio)
+    if hi - lo > _LOOSE:
         return None
-    ing.notes["world_size_from"] = "busbw/algbw"
-    return round(inverse(ratio))
+    return list(range(max(2, math.ceil(lo - 1e-9)), math.floor(hi + 1e-9) + 1))
+
+
+def infer(ing: Ingested) -> Ingested:
+    """The collective and world size the file does not name, read from its numbers; the names
+    go to `inferred`. Raises IngestError naming what the table leaves open."""
+    t = _table_says(ing.results)
+    named = ing.collective or next((r.collective for r in ing.results if r.collective), None)
+    if named and named in _SHAPES:
+        fits = {named: _worlds(_SHAPES[named], t, ing.world_size)}
+    elif named:
+        fits = {named: [ing.world_size] if ing.world_size else None}
+    else:
+        fits = {c: w for c, s in _SHAPES.items() if (w := _worlds(s, t, ing.world_size)) != []}
+    if not fits:
+        raise IngestError(
+            f"which collective? the table ({t.describe()}) fits none of "
+            f"{', '.join(_SHAPES)}; name it with --label collective=NAME"
+        )
+    if len(fits) > 1:
+        raise IngestError(
+            f"which collective? the table ({t.describe()}) fits {' and '.join(fits)} alike; "
+            "name it with --label collective=NAME"
+        )
+    [(collective, worlds)] = fits.items()
+    world = ing.world_size or (worlds[0] if worlds and len(worlds) == 1 else None)
+    if not world:
+        factor = _SHAPES[collective].factor if collective in _SHAPES else "?"
+        fitting = f"n = {worlds[0]}..{worlds[-1]}" if worlds else "any n"
+        raise IngestError(
+            f"no world size: expected '#  Rank N ... on HOST device D' lines, or results whose "
+            f"busbw/algbw tell it; {collective}'s busbw/algbw = {factor} and this table "
+            f"({t.describe()}) fits {fitting}; name it with --label world_size=N"
+        )
+    inferred = (("collective",) if not named else ()) + (
+        ("world_size",) if not ing.world_size else ())  # fmt: skip
+    notes = dict(ing.notes)
+    if "world_size" in inferred:
+        notes["world_size_from"] = "size/count" if t.ranks_per_count == world else "busbw/algbw"
+    if "collective" in inferred:
+        notes["collective_from"] = t.describe()
+    return replace(ing, collective=ing.collective or collective, world_size=world,
+                   inferred=inferred, notes=notes)  # fmt: skip
 
 
 def _collective(name: str | None) -> str | None:
@@ -174,6 +303,8 @@ def _collective(name: str | None) -> str | None:
 
 
 def _collective_in(text: str, path: str) -> str | None:
+    if (m := _CONCLUDED.search(text)) and (c := _collective(m.group(1))):
+        return c  # the program's own closing line, also at the end of a pasted tail
     for source in (text, Path(path).name):
         m = re.search(r"\b(\w+?)_perf\b", source)
         if m and (c := _collective(m.group(1))):
@@ -183,8 +314,12 @@ def _collective_in(text: str, path: str) -> str | None:
 
 # ---- stdout tables ----------------------------------------------------------------------------
 
-# mpirun's "[1,0]<stdout>:" tag before every line
-_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:", re.MULTILINE)
+# mpirun's "[1,0]<stdout>:" tag, or srun --label's " 0: ", before every line
+_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )", re.MULTILINE)
+_CONCLUDED = re.compile(r"^# Collective test (?:concluded|starting): (\w+)", re.M)
+# the lines that close a table: a pasted tail without the header still has them
+_CLOSING = re.compile(r"^# (?:Out of bounds values|Avg bus bandwidth|Collective test concluded)",
+                      re.M)  # fmt: skip
 _HEADER = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+root\s+time\s+algbw\s+busbw", re.M)
 _RANK = re.compile(
     r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+"
@@ -199,6 +334,13 @@ _ROW = re.compile(
 
 def _unwrap(text: str) -> str:
     return _TAG.sub("", text)
+
+
+def _is_table(text: str) -> bool:
+    """The table's header, or its rows followed by its closing lines (a pasted tail)."""
+    if _HEADER.search(text):
+        return True
+    return bool(_CLOSING.search(text)) and any(_ROW.match(line) for line in text.splitlines())
 
 
 def _table(text: str, path: str) -> Ingested:
@@ -471,4 +613,5 @@ def _log_extra(log: NcclLogSummary | None) -> dict[str, Any]:
     if log is None:
         return {}
     return {"network": log.network, "fabric": log.fabric, "net_plugin": log.net_plugin,
+            "cuda_driver_version": log.cuda_driver_version,
             "sharp": log.sharp, "ib_devices": list(log.ib_devices)}  # fmt: skip

@@ -75,6 +75,7 @@ class NcclLogSummary:
     library: str | None = None  # "nccl" or "rccl"
     version: str | None = None  # "2.28.9"
     cuda_version: str | None = None  # from "NCCL version 2.28.9+cuda13.0"
+    cuda_driver_version: str | None = None  # "cudaDriverVersion 12060": the driver's CUDA, "12.6"
     hip_version: str | None = None  # RCCL banner
     rocm_version: str | None = None  # RCCL banner
     hostname: str | None = None
@@ -135,6 +136,11 @@ class _Acc:
             seq.append(item)
 
 
+def cuda_api_version(code: int) -> str:
+    """CUDA's integer version (cudaDriverGetVersion: 1000 * major + 10 * minor) as "12.6"."""
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
 def parse_nccl_log(text: str) -> NcclLogSummary:
     """Summarise a whole NCCL_DEBUG=INFO log (lines of other programs are skipped)."""
     acc = _Acc()
@@ -193,6 +199,8 @@ def _versions(acc: _Acc, body: str) -> bool:
         acc.set_once("version", m.group(1))
         if m.group(2):
             acc.set_once(f"{m.group(2)}_version", m.group(3))
+    elif m := re.match(r"cudaDriverVersion (\d+)$", body):
+        acc.set_once("cuda_driver_version", cuda_api_version(int(m.group(1))))
     elif m := re.match(r"HIP version\s*:\s*(\S+)", body):
         acc.f["hip_version"] = m.group(1)  # the banner is more precise than the "+hip" tag
     elif m := re.match(r"ROCm version\s*:\s*(\S+)", body):

@@ -116,3 +116,50 @@ def test_nccl_log_command(tmp_path: Path) -> None:
     assert code == 0 and "rccl 2.30.4" in out and "iommu=pt" in out
     code, out = cli("nccl-log", str(TABLE))
     assert code == 2 and "NCCL_DEBUG=INFO" in out
+
+
+def test_pasted_tail_and_nameless_table_stored_saying_what_was_inferred(tmp_path: Path) -> None:
+    """ROCm/rccl#2078's pasted tail (named by its closing line) and the real a3mega table with
+    every line that names the program cut: both stored, labels saying what was read from the
+    numbers, rows with the collective and world size."""
+    data = tmp_path / "data"
+    nameless = tmp_path / "pasted.txt"
+    lines = TABLE.read_text().splitlines()
+    nameless.write_text("\n".join(line for line in lines if "_perf" not in line))
+    tail = REAL / "rccl-2078-ainic-all-reduce-tail.txt"
+    code, out = cli("ingest", str(tail), str(nameless), "--data", str(data), "--json")
+    assert code == 0, out
+    tail_run, table_run = json.loads(out)
+    assert tail_run["labels"]["world_size_inferred"] == "true"
+    assert "collective_inferred" not in tail_run["labels"]
+    assert table_run["labels"]["collective_inferred"] == "true"
+    assert "world_size_inferred" not in table_run["labels"]  # from the rank lines
+    for run, world in ((tail_run, 16), (table_run, 16)):
+        got = duckdb.sql(
+            f"SELECT DISTINCT collective, world_size FROM "
+            f"read_parquet('{data}/results/{run['run_id']}/*.parquet')"
+        ).fetchall()
+        assert got == [("all_reduce", world)]
+
+
+def test_an_ambiguous_table_exits_2_naming_the_ambiguity_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    gather = REAL / "rccl-1490-all-gather-srun-label.txt"  # redop none: all_gather or alltoall
+    code, out = cli("ingest", str(TABLE), str(gather), "--data", str(data))
+    assert code == 2
+    said = " ".join(out.split())  # the console wraps at its width
+    assert "fits all_gather and all_to_all alike" in said and "--label collective=" in said
+    assert not data.exists() or not any(data.rglob("*.parquet"))
+    code, out = cli("ingest", str(gather), "--data", str(data), "--label", "collective=all_gather",
+                    "--json")  # fmt: skip
+    assert code == 0, out
+    [run] = json.loads(out)
+    assert run["labels"]["world_size_inferred"] == "true" and run["labels"]["collective"] == (
+        "all_gather")  # fmt: skip
+
+
+def test_nccl_log_says_the_cuda_driver_version(tmp_path: Path) -> None:
+    code, out = cli("nccl-log", str(REAL / "nccl-tests-320-cuda-driver-12060.log"))
+    assert code == 0 and "CUDA 12.6 (driver CUDA 12.6)" in out

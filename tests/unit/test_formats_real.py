@@ -287,7 +287,7 @@ def test_mpirun_tagged_table() -> None:
 
 
 def test_gb200_and_rccl_tests_tables() -> None:
-    gb = read_results(text("nccl-tests-coreweave-gb200.txt"), "x", collective="all_reduce")
+    gb = read_results(text("nccl-tests-coreweave-gb200.txt"), "x")
     assert gb.devices[0].host == "slurm-gb200-207-171" and gb.world_size == 72
     assert max(r.busbw or 0 for r in gb.results) == 846.82
     mi = read_results(text("rccl-tests-hpe-mi300x.txt"), "all_reduce_perf.out")
@@ -310,7 +310,7 @@ def test_rccl_tests_json_lines_and_spec_derived_csv() -> None:
     [
         ("nccl-340-old-table.txt", "not a results file"),
         ("nccl-tests-107-v100-old-error-column.txt", "not a results file"),
-        ("nccl-tests-coreweave-gb200.txt", "which collective"),
+        ("rccl-1490-all-gather-srun-label.txt", "fits all_gather and all_to_all alike"),
         ("nccl-1357-ibext-sharp.log", "not a results file"),
     ],
 )
@@ -346,3 +346,87 @@ def test_nccl_tests_json_spec_derived_from_the_real_table() -> None:
         "nccl-tests-json", "all_reduce", 16, 20)  # fmt: skip
     assert sorted(ing.results, key=lambda r: (r.size, r.in_place)) == sorted(
         table.results, key=lambda r: (r.size, r.in_place))  # fmt: skip
+
+
+# ---- what a table says without its program's name ---------------------------------------------
+
+
+def without_name(name: str) -> str:
+    """The real file cut to what a paste without the program's name keeps."""
+    return "\n".join(line for line in text(name).splitlines() if "_perf" not in line)
+
+
+def test_pasted_tail_named_by_its_closing_line() -> None:
+    """ROCm/rccl#2078: four rows and the closing lines, no header; world size from the factor."""
+    ing = read_results(text("rccl-2078-ainic-all-reduce-tail.txt"), "pasted.txt")
+    assert (ing.collective, ing.world_size, ing.inferred) == ("all_reduce", 16, ("world_size",))
+    assert [r.size for r in ing.results if r.in_place][-1] == 17179869184
+    assert ing.results[-1].busbw == 361.17
+
+
+@pytest.mark.parametrize(
+    ("name", "collective", "world", "world_from"),
+    [
+        ("rccl-2078-ainic-all-reduce-tail.txt", "all_reduce", 16, "busbw/algbw"),
+        ("nccl-tests-252-in-place-tail.txt", "all_reduce", 8, "busbw/algbw"),
+        ("nccl-tests-128-reduce-scatter.txt", "reduce_scatter", 8, "size/count"),
+        ("nccl-tests-a3mega-h100-2node.txt", "all_reduce", 16, None),  # rank lines
+        ("nccl-tests-coreweave-gb200.txt", "all_reduce", 72, None),  # "Rank 71" only
+        ("rccl-tests-hpe-mi300x.txt", "all_reduce", 8, None),
+    ],
+)
+def test_collective_and_world_inferred_from_the_numbers(
+    name: str, collective: str, world: int, world_from: str | None
+) -> None:
+    ing = read_results(without_name(name), "table.txt")
+    assert (ing.collective, ing.world_size) == (collective, world)
+    assert "collective" in ing.inferred
+    assert ("world_size" in ing.inferred) == (world_from is not None)
+    assert ing.notes.get("world_size_from") == world_from
+
+
+def test_broadcast_tail_named_or_inferred_but_its_world_size_is_not_in_the_table() -> None:
+    """ROCm/rccl#2075: busbw = algbw for broadcast at any world size: the table cannot say it."""
+    for raw in (text("rccl-2075-broadcast-tail.txt"), without_name("rccl-2075-broadcast-tail.txt")):
+        with pytest.raises(IngestError, match=r"no world size: .*broadcast's busbw/algbw = 1"):
+            read_results(raw, "tail.txt")
+    named = read_results(text("rccl-2075-broadcast-tail.txt"), "tail.txt", world_size=2)
+    assert (named.collective, named.inferred) == ("broadcast", ())
+    inferred = read_results(without_name("rccl-2075-broadcast-tail.txt"), "t.txt", world_size=2)
+    assert (inferred.collective, inferred.inferred) == ("broadcast", ("collective",))
+    assert {r.root for r in inferred.results} == {0} and inferred.results[0].op is None
+
+
+@pytest.mark.parametrize(
+    ("name", "world"),
+    [("rccl-1490-all-gather-srun-label.txt", 32), ("rccl-2075-none-redop-table.txt", 2)],
+)
+def test_all_gather_and_alltoall_tables_are_ambiguous_until_named(name: str, world: int) -> None:
+    """Both have redop none, root -1, a per-rank count and busbw/algbw = (n-1)/n."""
+    with pytest.raises(IngestError, match=f"{name}: which collective.*all_gather and all_to_all"):
+        read_results(text(name), name)
+    ing = read_results(text(name), name, collective="all_gather")
+    assert (ing.collective, ing.world_size, ing.inferred) == ("all_gather", world, ("world_size",))
+    assert ing.notes["world_size_from"] == "size/count"
+
+
+def test_srun_label_prefix_is_unwrapped() -> None:
+    ing = read_results(text("rccl-1490-all-gather-srun-label.txt"), "x", collective="all_gather")
+    assert [r.size for r in ing.results if not r.in_place] == [65536, 131072, 262144, 524288,
+                                                                1048576]  # fmt: skip
+    assert ing.results[0].count == 512 and ing.results[0].dtype == "float32"
+
+
+def test_world_size_contradicting_the_numbers_is_refused() -> None:
+    """Rank lines (or --label world_size) that no collective fits: named, not guessed."""
+    with pytest.raises(IngestError, match="fits none of"):
+        read_results(without_name("nccl-tests-a3mega-h100-2node.txt"), "t.txt", world_size=4)
+
+
+def test_cuda_driver_version_is_read_as_cuda_major_minor() -> None:
+    """NVIDIA/nccl-tests#320: cudaDriverVersion 12060 next to nvidia-smi's "CUDA Version: 12.6"."""
+    summary = log("nccl-tests-320-cuda-driver-12060.log")
+    assert (summary.cuda_driver_version, summary.cuda_version, summary.version) == (
+        "12.6", "12.6", "2.26.2")  # fmt: skip
+    assert log("nccl-1292-bare-version.log").cuda_driver_version == "12.4"
+    assert log("nccl-tests-185-roce.log").cuda_driver_version == "12.0"
