@@ -23,6 +23,7 @@ from fleetval.cli.common import (
     open_store,
 )
 from fleetval.cli.run_cmd import STATUS_STYLE, print_summary
+from fleetval.nodesets import EnvSummary, group_env, head, more
 from fleetval.store.catalog import ENV_COLUMNS
 
 if TYPE_CHECKING:
@@ -70,7 +71,8 @@ def _resolve(store: Catalog, run: str) -> str:
 
 
 def show(run: RunArg, data: DataOpt = None, as_json: JsonOpt = False) -> None:
-    """One run: its environment per node, its steps and their verdicts, fleet outliers."""
+    """One run: its environment (nodes grouped by identical environment), its steps and their
+    verdicts, fleet outliers; --json: everything, every node."""
     from fleetval.analysis.compare import fleet_outliers  # NOTE: pyarrow: only the command using it
     from fleetval.analysis.compare_format import outlier_text
 
@@ -83,23 +85,39 @@ def show(run: RunArg, data: DataOpt = None, as_json: JsonOpt = False) -> None:
         data_out = {
             "run": record.to_dict(),
             "nodes": nodes,
+            "environment": group_env(nodes, ENV_GROUPED).to_dict(),
             "outliers": [asdict(o) for o in outliers],
         }
         typer.echo(json.dumps(data_out, default=str))
         return
     if record.faults:
         console.print(f"[yellow]faults injected:[/yellow] {json.dumps(record.faults)}")
-    env = Table(title="environment")
-    env.add_column("field")
-    for n in nodes:
-        env.add_column(n["node"])
-    for field in ("gpu_count", *ENV_COLUMNS):
-        env.add_row(field, *(_cell(n.get(field)) for n in nodes))
-    console.print(env)
+    console.print(env_table(group_env(nodes, ENV_GROUPED)))
     print_summary(record)
     _print_check_tables(store.results([record.run_id], columns=_TABLE_COLS).to_pylist())
-    for o in outliers:  # far below its peers in this run: flagged with no baseline needed
+    shown, left = head(outliers)
+    for o in shown:  # far below its peers in this run: flagged with no baseline needed
         console.print(outlier_text(o))
+    if left:
+        console.print(f"{more(left, 'outliers')} (fleetval show {record.run_id} --json)")
+
+
+ENV_GROUPED = ("gpu_count", *(c for c in ENV_COLUMNS if c != "hostname"))  # hostname: per node
+
+
+def env_table(env: EnvSummary) -> Table:
+    """Every node's shared environment once, then each group of identical nodes: only what
+    differs, and its hosts compressed (node-[1-7,9]); at most SHOWN groups, largest first."""
+    table = Table(title=f"environment of {env.nodes:,} nodes")
+    table.add_column("nodes", justify="right", no_wrap=True)
+    table.add_column("environment", overflow="fold")
+    table.add_row("all", env.text())
+    for g in env.shown:
+        table.add_row(f"{len(g.nodes):,}", f"{g.text()}\n[dim]{g.hosts_shown}[/dim]")
+    groups, nodes = env.left
+    if groups:
+        table.add_row(f"{nodes:,}", f"{more(groups, 'groups')} (--json lists them)")
+    return table
 
 
 # What a check plug-in's `tables` may read of a run's rows.

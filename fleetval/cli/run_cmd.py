@@ -18,6 +18,7 @@ from fleetval.cli.common import (
     console,
     open_store,
 )
+from fleetval.nodesets import head, more
 from fleetval.status import exit_status
 from fleetval.store.catalog import parse_pairs
 from fleetval.vocab import Status
@@ -156,9 +157,12 @@ def print_steps(run_id: str, suite: str, steps: list[dict[str, Any]]) -> None:
         )
     console.print(table)
     for s in steps:
-        for c in s.get("culprits") or []:  # who broke or slowed the step, down to the device
+        culprits, left = head(s.get("culprits") or [])  # at fleet size: the first few
+        for c in culprits:  # who broke or slowed the step, down to the device
             device = f" device {c['device_id']}" if c.get("device_id") else ""
             console.print(
                 f"  culprit: job {s['job']} {s['step']}: rank {c['rank']} on {c['node']}{device}"
                 f" ({c['reason']}): {c['detail']}"
             )
+        if left:
+            console.print(f"  {more(left, 'culprits')} in job {s['job']} {s['step']} (--json)")

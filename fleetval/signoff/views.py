@@ -19,6 +19,7 @@ from fleetval.analysis.baselines import Baselines
 from fleetval.analysis.compare import Comparison
 from fleetval.checks import CHECKS, bandwidth
 from fleetval.checks.ddp import scaling_efficiency, scaling_steps
+from fleetval.nodesets import EnvSummary, group_env
 from fleetval.signoff.sweep import SWEEPS_SHOWN, SweepView, sweep_view
 from fleetval.status import severity
 from fleetval.store.dataset import RunRecord, Store
@@ -29,6 +30,7 @@ ENV_SHOWN = (
     "hostname", "gpu_model", "gpu_count", "driver_version", "cuda_version", "rocm_version",
     "nccl_version", "rccl_version", "torch_version", "ray_version", "python_version", "kernel",
 )  # fmt: skip
+ENV_GROUPED = ENV_SHOWN[1:]  # the hostname names a node: never shared, never grouped on
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +76,7 @@ class Views:
     heat: tuple[tuple[str | None, ...], ...]  # [node][check] worst status, None: not run there
     incidents: tuple[Incident, ...]
     environment: tuple[dict[str, Any], ...]  # one per node: node + ENV_SHOWN
+    env: EnvSummary  # the same, nodes grouped by identical environment (what a report prints)
     env_diff: tuple[tuple[str, str, str], ...]  # (key, baseline values, candidate values)
     faults: tuple[dict[str, Any], ...]
     sweep: SweepView | None = None  # the run is a fleet sweep
@@ -230,6 +233,7 @@ def build_views(
         heat=heat,
         incidents=_incidents(record, rows, comparison),
         environment=environment,
+        env=group_env(environment, ENV_GROUPED),
         env_diff=diff,
         faults=tuple(record.faults),
         sweep=sweep_view(store, record, sweeps),
