@@ -123,6 +123,15 @@ class EnvSummary:
         rest = self.groups[SHOWN:]
         return len(rest), sum(len(g.nodes) for g in rest)
 
+    @property
+    def hosts_shown(self) -> str:
+        """Every node's name, compressed and cut to SHOWN ranges."""
+        return compress((n for g in self.groups for n in g.nodes), limit=SHOWN)
+
+    @property
+    def title(self) -> str:
+        return f"{self.nodes:,} node" + ("" if self.nodes == 1 else "s")
+
     def text(self) -> str:
         """ "GPUs 8, GPU AMD Instinct MI300X, driver 6.12.12, ...": what every node shares."""
         return env_text(self.common) or "(nothing recorded)"
@@ -146,15 +155,21 @@ def group_env(nodes: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> EnvS
     for n, t in zip(nodes, text, strict=True):
         members[tuple(t[f] for f in varying)].append(str(n.get("node")))
     groups = sorted(
-        (EnvGroup(nodes=tuple(sorted(names)), values=dict(zip(varying, key, strict=True)))
+        (EnvGroup(nodes=tuple(sorted(names, key=natural)),
+                  values=dict(zip(varying, key, strict=True)))
          for key, names in members.items()),
-        key=lambda g: (-len(g.nodes), g.nodes),
+        key=lambda g: (-len(g.nodes), natural(g.nodes[0])),
     )  # fmt: skip
     return EnvSummary(nodes=len(nodes), common=common, groups=tuple(groups))
 
 
 def env_text(values: Mapping[str, str], blank: str = "") -> str:
     return ", ".join(f"{ENV_LABELS.get(k, k)} {v or blank}".strip() for k, v in values.items())
+
+
+def natural(name: str) -> tuple[Any, ...]:
+    """Sort key: node-2 before node-10."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def _text(value: object) -> str:

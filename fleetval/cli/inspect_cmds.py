@@ -108,10 +108,10 @@ ENV_GROUPED = ("gpu_count", *(c for c in ENV_COLUMNS if c != "hostname"))  # hos
 def env_table(env: EnvSummary) -> Table:
     """Every node's shared environment once, then each group of identical nodes: only what
     differs, and its hosts compressed (node-[1-7,9]); at most SHOWN groups, largest first."""
-    table = Table(title=f"environment of {env.nodes:,} nodes")
+    table = Table(title=f"environment of {env.title}")
     table.add_column("nodes", justify="right", no_wrap=True)
     table.add_column("environment", overflow="fold")
-    table.add_row("all", env.text())
+    table.add_row("all", f"{env.text()}\n[dim]{env.hosts_shown}[/dim]")
     for g in env.shown:
         table.add_row(f"{len(g.nodes):,}", f"{g.text()}\n[dim]{g.hosts_shown}[/dim]")
     groups, nodes = env.left

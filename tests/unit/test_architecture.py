@@ -21,6 +21,7 @@ LATER = ("fleetval.cli", "fleetval.api", "fleetval.reports")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "fleetval.vocab": ("fleetval.",),
     "fleetval.text": ("fleetval.",),
+    "fleetval.nodesets": ("fleetval.",),
     "fleetval.arrays": ("fleetval.",),
     "fleetval.metrics": ("fleetval.",),
     "fleetval.formats": ("fleetval.run", "fleetval.store", "fleetval.analysis", "fleetval.signoff",
