@@ -430,3 +430,15 @@ def test_cuda_driver_version_is_read_as_cuda_major_minor() -> None:
         "12.6", "12.6", "2.26.2")  # fmt: skip
     assert log("nccl-1292-bare-version.log").cuda_driver_version == "12.4"
     assert log("nccl-tests-185-roce.log").cuda_driver_version == "12.0"
+
+
+def test_ingested_node_records_carry_the_cuda_driver_version() -> None:
+    """A table whose file also holds NCCL_DEBUG lines: the node rows say the driver's CUDA."""
+    from dataclasses import replace
+
+    from fleetval.formats.ingest import node_records
+
+    table = read_results(text("nccl-tests-a3mega-h100-2node.txt"), "a3mega.txt")
+    records = node_records(replace(table, log=log("nccl-tests-320-cuda-driver-12060.log")))
+    assert [r["node"] for r in records] == ["ztan-mig-235z", "ztan-mig-gq73"]
+    assert {json.loads(r["extra"])["cuda_driver_version"] for r in records} == {"12.6"}
