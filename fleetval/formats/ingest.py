@@ -50,7 +50,14 @@ COLLECTIVES = {
 }  # fmt: skip
 DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16",
           "int32": "int32", "int64": "int64", "int": "int32"}  # fmt: skip
-OPS = {"sum": "sum", "prod": "product", "max": "max", "min": "min", "avg": "avg"}
+OPS = {
+    "sum": "sum",
+    "prod": "product",
+    "max": "max",
+    "min": "min",
+    "avg": "avg",
+    "mulsum": "premul_sum",
+}  # nccl-tests names ncclRedOpCreatePreMulSum "mulsum"
 # Bytes per element of nccl-tests' types (fleetval's names): `size` against `count` tells a
 # collective whose count is per rank (all_gather, reduce_scatter, alltoall) from the others.
 _WIDTH = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
@@ -276,8 +283,13 @@ def infer(ing: Ingested) -> Ingested:
         )
     [(collective, worlds)] = fits.items()
     world = ing.world_size or (worlds[0] if worlds and len(worlds) == 1 else None)
+    factor = _SHAPES[collective].factor if collective in _SHAPES else "?"
+    if worlds == [] and not world:
+        raise IngestError(
+            f"the table ({t.describe()}) is not {collective}'s at any world size "
+            f"(busbw/algbw = {factor}); is collective={collective} right?"
+        )
     if not world:
-        factor = _SHAPES[collective].factor if collective in _SHAPES else "?"
         fitting = f"n = {worlds[0]}..{worlds[-1]}" if worlds else "any n"
         raise IngestError(
             f"no world size: expected '#  Rank N ... on HOST device D' lines, or results whose "

@@ -60,11 +60,20 @@ def store_ingested(
         backend="rccl" if ing.tool == "rccl-tests" else "nccl",
         summary={"steps": [asdict(s) for s in steps], "ingested": {"path": ing.path,
                  "format": ing.fmt, "results": len(ing.results), **ing.notes}},
-        message=f"ingested from {ing.path} ({ing.fmt})",
+        message=f"ingested from {ing.path} ({ing.fmt})" + _inferred(ing),
         metrics=declared_metrics(["bandwidth"]),
     )  # fmt: skip
     store.write_run(record)
     return record
+
+
+def _inferred(ing: Ingested) -> str:
+    """What the table did not name and was read from its numbers, said where the run is listed."""
+    said = {
+        "collective": f"collective {ing.collective}",
+        "world_size": f"world size {ing.world_size}",
+    }
+    return "".join(f"; {said[n]} read from the table" for n in ing.inferred)
 
 
 def _step_status(rows: list[Row], check: str) -> str:

@@ -417,6 +417,11 @@ def test_srun_label_prefix_is_unwrapped() -> None:
     assert ing.results[0].count == 512 and ing.results[0].dtype == "float32"
 
 
+def test_a_named_collective_the_numbers_contradict_is_refused() -> None:
+    with pytest.raises(IngestError, match="is not all_gather's at any world size"):
+        read_results(text("nccl-tests-252-in-place-tail.txt"), "t.txt", collective="all_gather")
+
+
 def test_world_size_contradicting_the_numbers_is_refused() -> None:
     """Rank lines (or --label world_size) that no collective fits: named, not guessed."""
     with pytest.raises(IngestError, match="fits none of"):
