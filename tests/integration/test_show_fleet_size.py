@@ -131,3 +131,18 @@ def test_report_environment_section_is_grouped(fleet: tuple, tmp_path: Path) -> 
     assert rows[1].startswith(f"| {n - 1 - (n + 99) // 100} | 2.22.3 | 6.8.0-60-generic | `node-[")
     assert "| 1 | 2.21.5 | 6.8.0-60-generic | `node-7` |" in rows
     assert len(rows) == 4  # the header and three groups: at 1,024 nodes as at 16
+
+
+def test_html_report_environment_is_grouped(tmp_path_factory, tmp_path) -> None:
+    """The HTML template's section (at 16 nodes: the Markdown test covers 1,024, where the
+    HTML report's other sections take most of a minute on 2 shared cores)."""
+    root = tmp_path_factory.mktemp("fleet-html") / "store"
+    run_id, _ = fleet_store(root, 16)
+    html = tmp_path / "report.html"
+    res = CliRunner().invoke(app, ["report", run_id, "-o", str(html), "--data", str(root)])
+    assert res.exit_code in (0, 1), res.output
+    section = html.read_text().split('<section id="environment">', 1)[1].split("</section>", 1)[0]
+    assert "<h2>Environment of 16 nodes</h2>" in section and "node-[0-15]" in section
+    assert section.count("<tr>") == 4  # the header and three groups
+    assert '<td>2.21.5</td><td>6.8.0-60-generic</td><td class="small">node-7</td>' in section
+    assert '<td class="num">14</td><td>2.22.3</td>' in section
