@@ -410,6 +410,21 @@ def test_all_gather_and_alltoall_tables_are_ambiguous_until_named(name: str, wor
     assert ing.notes["world_size_from"] == "size/count"
 
 
+def test_alltoall_named_by_its_program_and_ambiguous_without() -> None:
+    raw = text("rccl-tests-oci-mi355x-alltoall.txt")
+    ing = read_results(raw, "x.txt")
+    assert (ing.collective, ing.world_size, ing.inferred) == ("all_to_all", 8, ())
+    assert [r.wrong for r in ing.results] == [0, None, 0, None]  # in place: "N/A"
+    with pytest.raises(IngestError, match="fits all_gather and all_to_all alike"):
+        read_results(without_name("rccl-tests-oci-mi355x-alltoall.txt"), "x.txt")
+    table_only = "\n".join(line for line in raw.splitlines() if not line.startswith(
+        ("# Collective", "#  Rank")))  # fmt: skip
+    named = read_results(table_only, "x.txt", collective="alltoall")
+    assert (named.collective, named.world_size, named.inferred) == ("all_to_all", 8,
+                                                                   ("world_size",))  # fmt: skip
+    assert named.notes["world_size_from"] == "size/count"
+
+
 def test_srun_label_prefix_is_unwrapped() -> None:
     ing = read_results(text("rccl-1490-all-gather-srun-label.txt"), "x", collective="all_gather")
     assert [r.size for r in ing.results if not r.in_place] == [65536, 131072, 262144, 524288,
