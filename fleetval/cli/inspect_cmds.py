@@ -102,7 +102,12 @@ def show(run: RunArg, data: DataOpt = None, as_json: JsonOpt = False) -> None:
         console.print(f"{more(left, 'outliers')} (fleetval show {record.run_id} --json)")
 
 
-ENV_GROUPED = ("gpu_count", *(c for c in ENV_COLUMNS if c != "hostname"))  # hostname: per node
+# the hostname names a node: never shared, never grouped on
+ENV_GROUPED = (
+    "gpu_model",
+    "gpu_count",
+    *(c for c in ENV_COLUMNS if c not in ("gpu_model", "hostname")),
+)
 
 
 def env_table(env: EnvSummary) -> Table:
