@@ -1,0 +1,67 @@
+"""A captured file of GPU hardware evidence, whichever tool wrote it: which reader it needs,
+and what it says (GPU readings, kernel events). `SmiError` when it is none of them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from fleetval.formats import amdsmi, kernlog, nvsmi
+from fleetval.formats.gpuhw import GpuReading, KernelEvent
+from fleetval.formats.smi import SmiError, split_banner
+
+KINDS = ("nvidia-smi -q -x", "nvidia-smi -q", "nvidia-smi --query-gpu", "nvidia-smi nvlink",
+         "amd-smi xgmi", "amd-smi metric", "kernel log")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What one captured file says."""
+
+    kind: str  # one of KINDS
+    readings: list[GpuReading] = field(default_factory=list)
+    events: list[KernelEvent] = field(default_factory=list)
+
+
+def kind_of(text: str) -> str | None:
+    """Which tool wrote this text, from what only that tool prints; None when none did."""
+    head = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if "<nvidia_smi_log" in text:
+        return "nvidia-smi -q -x"
+    if "NVSMI LOG" in text:
+        return "nvidia-smi -q"
+    if "LINK METRIC TABLE" in text:
+        return "amd-smi xgmi"
+    if re.match(r"^GPU \d+: .+\(UUID: GPU-", head):
+        return "nvidia-smi nvlink"
+    if "," in head and re.search(r"\b(pci\.bus_id|uuid|index)\b", head):
+        return "nvidia-smi --query-gpu"
+    if re.search(r"^GPU: \d+\s*$", text, re.MULTILINE) or _amd_json(text):
+        return "amd-smi metric"
+    if kernlog.looks_like_kernel_log(text):
+        return "kernel log"
+    return None
+
+
+def _amd_json(text: str) -> bool:
+    _, body = split_banner(text)
+    return bool(body) and bool(re.search(r'"gpu"\s*:', body))
+
+
+def read_capture(text: str) -> Capture:
+    """The readings or events of one captured file. Raises SmiError naming the tools it can
+    read when the file is none of them, or when the tool's output is malformed."""
+    kind = kind_of(text)
+    if kind is None:
+        raise SmiError(f"not a capture fleetval reads (expected one of: {', '.join(KINDS)})")
+    if kind == "kernel log":
+        return Capture(kind, events=kernlog.read_kernel_log(text))
+    readers = {
+        "nvidia-smi -q -x": nvsmi.read_nvidia_smi_xml,
+        "nvidia-smi -q": nvsmi.read_nvidia_smi_q,
+        "nvidia-smi --query-gpu": nvsmi.read_nvidia_smi_csv,
+        "nvidia-smi nvlink": nvsmi.read_nvidia_smi_nvlink,
+        "amd-smi xgmi": amdsmi.read_amd_smi_xgmi,
+        "amd-smi metric": amdsmi.read_amd_smi_metric,
+    }
+    return Capture(kind, readings=readers[kind](text))
