@@ -195,7 +195,7 @@ def integer(value: Any) -> int | None:
 
 
 def yes(value: Any) -> bool | None:
-    """"Yes"/"Enabled"/"Active" -> True, "No"/"Disabled"/"Not Active" -> False, else None."""
+    """ "Yes"/"Enabled"/"Active" -> True, "No"/"Disabled"/"Not Active" -> False, else None."""
     if not isinstance(value, str):
         return None
     v = value.strip().lower()

@@ -222,14 +222,10 @@ def _xml_count(d: ET.Element | None, corrected: bool) -> int | None:
 
 def _from_xml(index: int, g: ET.Element, driver: str | None) -> GpuReading:
     name = _x(g, "product_name")
-    reasons = g.find("clocks_event_reasons")
-    reasons = reasons if reasons is not None else g.find("clocks_throttle_reasons")
-    power = g.find("gpu_power_readings")
-    power = power if power is not None else g.find("power_readings")
-    tlimit, slow_rel = number(_x(g, "temperature/gpu_temp_tlimit")), number(
-        _x(g, "temperature/gpu_temp_slow_tlimit_threshold")
-    )
+    reasons = _first(g, "clocks_event_reasons", "clocks_throttle_reasons")
+    power = _first(g, "gpu_power_readings", "power_readings")
     hist = g.find("remapped_rows/row_remapper_histogram")
+    pcie = "pci/pci_gpu_link_info/"
     return GpuReading(
         vendor="nvidia",
         source="nvidia-smi -q -x",
@@ -254,31 +250,58 @@ def _from_xml(index: int, g: ET.Element, driver: str | None) -> GpuReading:
         remap_uncorrected=integer(_x(g, "remapped_rows/remapped_row_unc")),
         remap_pending=yes(_x(g, "remapped_rows/remapped_row_pending")),
         remap_failed=yes(_x(g, "remapped_rows/remapped_row_failure")),
-        remap_histogram={e.tag.removeprefix("row_remapper_histogram_"): integer(na(e.text))
-                         for e in (hist if hist is not None else [])},  # fmt: skip
-        pcie_gen=integer(_x(g, "pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
-        pcie_gen_max=integer(_x(g, "pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
-        pcie_width=integer(_x(g, "pci/pci_gpu_link_info/link_widths/current_link_width")),
-        pcie_width_max=integer(_x(g, "pci/pci_gpu_link_info/link_widths/max_link_width")),
+        remap_histogram={} if hist is None else _xml_histogram(hist),
+        pcie_gen=integer(_x(g, pcie + "pcie_gen/current_link_gen")),
+        pcie_gen_max=integer(_x(g, pcie + "pcie_gen/max_link_gen")),
+        pcie_width=integer(_x(g, pcie + "link_widths/current_link_width")),
+        pcie_width_max=integer(_x(g, pcie + "link_widths/max_link_width")),
         pcie_replays=integer(_x(g, "pci/replay_counter")),
         perf_state=_x(g, "performance_state"),
         clock_reasons=None if reasons is None else _xml_reasons(reasons),
         sm_clock_mhz=number(_x(g, "clocks/sm_clock")),
         sm_clock_max_mhz=number(_x(g, "max_clocks/sm_clock")),
-        temp_c=number(_x(g, "temperature/gpu_temp")),
-        temp_slowdown_c=number(_x(g, "temperature/gpu_temp_slow_threshold")),
-        temp_slowdown_margin_c=tlimit - slow_rel
+        **_xml_temperature(g),
+        **({} if power is None else _xml_power(power)),
+        recovery_action=_xml_recovery(g),
+    )
+
+
+def _first(g: ET.Element, *paths: str) -> ET.Element | None:
+    return next((e for p in paths if (e := g.find(p)) is not None), None)
+
+
+def _xml_histogram(hist: ET.Element) -> dict[str, int | None]:
+    return {e.tag.removeprefix("row_remapper_histogram_"): integer(na(e.text)) for e in hist}
+
+
+def _xml_temperature(g: ET.Element) -> dict[str, Any]:
+    tlimit = number(_x(g, "temperature/gpu_temp_tlimit"))
+    slow_rel = number(_x(g, "temperature/gpu_temp_slow_tlimit_threshold"))
+    return {
+        "temp_c": number(_x(g, "temperature/gpu_temp")),
+        "temp_slowdown_c": number(_x(g, "temperature/gpu_temp_slow_threshold")),
+        "temp_slowdown_margin_c": tlimit - slow_rel
         if tlimit is not None and slow_rel is not None
         else None,
-        power_w=None if power is None else number(_x(power, "power_draw") or
-                                                  _x(power, "average_power_draw")),  # fmt: skip
-        power_limit_w=None if power is None else number(
-            _x(power, "current_power_limit") or _x(power, "enforced_power_limit")
-        ),
-        power_default_limit_w=None if power is None else number(_x(power, "default_power_limit")),
-        recovery_action=(g.findtext("gpu_recovery_action") or "").strip()
-        or _recovery(_x(g, "gpu_reset_status/reset_required"),
-                     _x(g, "gpu_reset_status/drain_and_reset_recommended")),  # fmt: skip
+    }
+
+
+def _xml_power(p: ET.Element) -> dict[str, Any]:
+    return {
+        "power_w": number(_x(p, "power_draw") or _x(p, "average_power_draw")),
+        "power_limit_w": number(_x(p, "current_power_limit") or _x(p, "enforced_power_limit")),
+        "power_default_limit_w": number(_x(p, "default_power_limit")),
+    }
+
+
+def _xml_recovery(g: ET.Element) -> str | None:
+    # NOTE: its "None" is an answer (nothing to do), not N/A
+    stated = (g.findtext("gpu_recovery_action") or "").strip()
+    if stated:
+        return stated
+    return _recovery(
+        _x(g, "gpu_reset_status/reset_required"),
+        _x(g, "gpu_reset_status/drain_and_reset_recommended"),
     )
 
 
@@ -334,7 +357,9 @@ def read_nvidia_smi_csv(text: str) -> list[GpuReading]:
     for n, line in enumerate(lines[1:], start=2):
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(keys):
-            raise SmiError(f"nvidia-smi csv: line {n} has {len(cells)} cells for {len(keys)} fields")
+            raise SmiError(
+                f"nvidia-smi csv: line {n} has {len(cells)} cells for {len(keys)} fields"
+            )
         out.append(_from_csv(dict(zip(keys, (na(c) for c in cells), strict=True))))
     return out
 
