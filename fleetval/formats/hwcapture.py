@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fleetval.formats import amdsmi, kernlog, nvsmi
-from fleetval.formats.gpuhw import GpuReading, KernelEvent
+from fleetval.formats.gpuhw import GpuReading, KernelEvent, merge
 from fleetval.formats.smi import SmiError, split_banner
 
 KINDS = ("nvidia-smi -q -x", "nvidia-smi -q", "nvidia-smi --query-gpu", "nvidia-smi nvlink",
@@ -65,3 +66,20 @@ def read_capture(text: str) -> Capture:
         "amd-smi metric": amdsmi.read_amd_smi_metric,
     }
     return Capture(kind, readings=readers[kind](text))
+
+
+def read_capture_files(paths: list[Path]) -> tuple[list[GpuReading], list[KernelEvent]]:
+    """Every reading (merged per GPU over the files) and kernel event of these files.
+    Raises SmiError naming the file that cannot be read or is none of KINDS."""
+    readings: list[GpuReading] = []
+    events: list[KernelEvent] = []
+    for path in paths:
+        try:
+            capture = read_capture(path.read_text(errors="replace"))
+        except OSError as err:
+            raise SmiError(f"{path}: cannot read ({err.strerror})") from err
+        except SmiError as err:
+            raise SmiError(f"{path}: {err}") from err
+        readings += capture.readings
+        events += capture.events
+    return merge(readings), events

@@ -55,4 +55,13 @@ def _amd(line: str) -> KernelEvent | None:
 
 def looks_like_kernel_log(text: str) -> bool:
     """Whether a file is a kernel log at all (it may hold no GPU event: a clean log)."""
-    return bool(re.search(r"\bkernel:|^\[\s*\d+\.\d+\]|^kern\s*:|NVRM:|amdgpu", text, re.MULTILINE))
+    return bool(_LOG_LINE.search(text))
+
+
+# What starts a kernel-log line: dmesg's [seconds] or [date], `dmesg -T`-style levels
+# (`kern  :err   :`), or syslog/journalctl's "<date> <host> kernel:".
+_LOG_LINE = re.compile(
+    r"^\s*(\[\s*\d+\.\d+\]|\[[A-Z][a-z]{2} |kern\s*:|\S+ +\d+ \d\d:\d\d:\d\d \S+ kernel:"
+    r"|\d{4}-\d\d-\d\dT\S+ \S+ kernel:)",
+    re.MULTILINE,
+)
