@@ -18,7 +18,7 @@ def gpu_health(
         typer.Argument(
             help="nvidia-smi -q / -q -x / --query-gpu / nvlink -s|-e, amd-smi "
             "metric / xgmi (text or --json), dmesg or journalctl -k"
-        ),  # fmt: skip
+        ),
     ],
     expect_nvlinks: Annotated[
         int | None, typer.Option("--expect-nvlinks", min=1, help="NVLinks each GPU must have up")

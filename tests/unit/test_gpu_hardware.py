@@ -288,7 +288,7 @@ def test_kind_of_each_capture(name: str, kind: str) -> None:
 
 
 def test_not_a_capture_names_what_it_reads() -> None:
-    with pytest.raises(SmiError, match="not a capture fleetval reads .*nvidia-smi -q"):
+    with pytest.raises(SmiError, match=r"not a capture fleetval reads .*nvidia-smi -q"):
         hwcapture.read_capture((DATA / "real" / "nccl-1292-bare-version.log").read_text())
 
 
