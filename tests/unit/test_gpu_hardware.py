@@ -331,3 +331,21 @@ def test_cli_unreadable_file_exits_2(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "not a capture fleetval reads" in res.output
     res = runner.invoke(app, ["gpu-health", str(tmp_path / "missing.txt")])
     assert res.exit_code == 2 and "cannot read" in res.output
+
+
+def test_memory_rules_on_a_real_reading_with_one_field_changed() -> None:
+    """No public capture shows these; the real A10 reading with the one field a failing GPU
+    prints differently stands in."""
+    (g,) = nvsmi.read_nvidia_smi_q(text("nvsmi-q-535-a10-remap-pending.txt"))
+    healthy = g.model_copy(update={"remap_pending": False, "remap_uncorrected": 0})
+    assert codes(healthy) == {}
+    failed = healthy.model_copy(update={"remap_failed": True})
+    assert codes(failed) == {"row_remap_failed": ("fail", "drain and RMA")}
+    agg = healthy.model_copy(update={"ecc_aggregate_uncorrected": 2})
+    assert codes(agg) == {"ecc_uncorrected_aggregate": ("warn", "watch")}
+    vol = healthy.model_copy(update={"ecc_volatile_uncorrected": 1})
+    assert codes(vol) == {"ecc_uncorrected_volatile": ("fail", "reset GPU")}
+    spares = healthy.model_copy(update={"remap_histogram": {"max": 190, "low": 2, "none": 0}})
+    assert codes(spares) == {"row_remap_spares_low": ("warn", "watch")}
+    driver = healthy.model_copy(update={"recovery_action": "Drain and Reset"})
+    assert codes(driver) == {"driver_recovery_action": ("fail", "reset GPU")}
