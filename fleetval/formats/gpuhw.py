@@ -141,9 +141,14 @@ def merge(readings: list[GpuReading]) -> list[GpuReading]:
 
 
 def _merge_key(r: GpuReading, merged: dict[str, GpuReading]) -> str:
-    # NOTE: `nvidia-smi nvlink -s` names GPUs by index and UUID only; match on UUID first.
+    # NOTE: `nvidia-smi nvlink -s` names GPUs by index and UUID only, `amd-smi metric` by
+    # index only: match on UUID, then on the index where one of the two has no address.
     for k, have in merged.items():
         if r.uuid and have.uuid == r.uuid:
+            return k
+    for k, have in merged.items():
+        same = have.vendor == r.vendor and have.index == r.index and r.index is not None
+        if same and not (have.pci_bus_id and r.pci_bus_id) and not (have.uuid and r.uuid):
             return k
     return r.key()
 
