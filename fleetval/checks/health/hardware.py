@@ -29,11 +29,11 @@ from fleetval.formats.gpuhw import GpuReading, KernelEvent, merge
 from fleetval.formats.hwcapture import read_capture_files
 from fleetval.formats.nvml import from_nvml
 from fleetval.formats.smi import SmiError
+from fleetval.store.schema import GPU_METRIC  # one row per GPU, its reading in details
 from fleetval.vocab import Status
 
 ENV_CAPTURES = "FLEETVAL_HW_CAPTURES"  # os.pathsep-separated paths or globs; {node} is filled
 HardwareSource = Literal["auto", "captured", "nvml", "tools", "off"]
-GPU_METRIC = "gpu_hardware"  # one row per GPU; its details carry the reading (the gpus table)
 NODE_METRIC = "hw_node_action"  # one row per node: the action and the drain line
 
 
