@@ -236,7 +236,7 @@ GPUS_SCHEMA = pa.schema(
         ("status", pa.string()),  # the health row's judgement of this GPU
         ("action", pa.string()),  # fleetval.detect.hardware.Action
         ("findings", pa.list_(pa.string())),  # finding codes
-        ("unjudged", pa.list_(pa.string())),  # what the source did not say
+        ("not_judged", pa.list_(pa.string())),  # what the source did not say
     ],
     metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "gpus"},
 )
@@ -258,6 +258,6 @@ def gpus_table(results: pa.Table) -> pa.Table:
             **{c: json.dumps(reading.get(c) or {}, sort_keys=True) for c in _GPU_JSON},
             "action": details.get("action"),
             "findings": [f["code"] for f in details.get("findings", [])],
-            "unjudged": details.get("unjudged", []),
+            "not_judged": details.get("not_judged", []),
         })  # fmt: skip
     return pa.Table.from_pylist(recs, schema=GPUS_SCHEMA)

@@ -249,7 +249,7 @@ def node_hardware_rows(hw: NodeHardware, t: HwThresholds, node: str) -> list[dic
     return [*rows, _node_row(verdicts, hw, node)]
 
 
-def unjudged(r: GpuReading) -> list[str]:
+def not_judged(r: GpuReading) -> list[str]:
     """What a reading could not be judged on: the source printed nothing for it (a VF hides
     ECC, an old driver has no clock reasons)."""
     missing = []
@@ -264,7 +264,7 @@ def unjudged(r: GpuReading) -> list[str]:
 
 def _gpu_row(v: GpuVerdict, hw: NodeHardware) -> dict[str, Any]:
     r = v.reading
-    missing = unjudged(r) if r is not None else []
+    missing = not_judged(r) if r is not None else []
     bad = v.bad
     if bad:
         status = Status.FAIL if any(f.severity == Status.FAIL for f in bad) else Status.WARN
@@ -287,7 +287,7 @@ def _gpu_row(v: GpuVerdict, hw: NodeHardware) -> dict[str, Any]:
             "gpu": v.label,
             "action": v.action.value,
             "source": hw.source,
-            "unjudged": missing,
+            "not_judged": missing,
             "reading": r.model_dump() if r is not None else None,
             "findings": [
                 {**f._asdict(), "severity": f.severity.value, "action": f.action.value}
@@ -300,7 +300,7 @@ def _gpu_row(v: GpuVerdict, hw: NodeHardware) -> dict[str, Any]:
 def _node_row(verdicts: list[GpuVerdict], hw: NodeHardware, node: str) -> dict[str, Any]:
     action, reason = node_action(verdicts)
     drain = ACTION_RANK[action] >= ACTION_RANK[Action.RESET_GPU]
-    judged = any(v.bad or (v.reading is not None and not unjudged(v.reading)) for v in verdicts)
+    judged = any(v.bad or (v.reading is not None and not not_judged(v.reading)) for v in verdicts)
     if drain:
         status, text = Status.FAIL, f"drain {node}: {action.value}: {reason}"
     elif action == Action.WATCH:
