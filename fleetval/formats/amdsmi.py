@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from fleetval.formats.gpuhw import GpuReading, integer, number, section, tree
-from fleetval.formats.smi import SmiError, na, split_banner
+from fleetval.formats.smi import SmiError, gpu_model, na, split_banner
 
 # PCIe transfer rate per lane -> generation
 _GTS_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
@@ -121,3 +121,54 @@ def read_amd_smi_xgmi(text: str) -> list[GpuReading]:
     if not out:
         raise SmiError("amd-smi xgmi: the link metric table has no GPU rows")
     return out
+
+
+# ---- the amdsmi Python library ---------------------------------------------------------------
+
+
+def from_amdsmi(index: int, raw: dict[str, Any]) -> GpuReading:
+    """One GPU's answers from the amdsmi library as a reading (the conversion, pure; the health
+    check's edge asks the library). Keys: "bdf", "uuid", "asic" (amdsmi_get_gpu_asic_info),
+    "vbios", "driver", "ecc" (amdsmi_get_gpu_total_ecc_count), "ecc_blocks" ({block name:
+    amdsmi_get_gpu_ecc_count}), "pcie" (amdsmi_get_pcie_info), "power"
+    (amdsmi_get_power_info); each None where the library refused."""
+    asic, pcie = raw.get("asic") or {}, raw.get("pcie") or {}
+    static, metric = pcie.get("pcie_static") or {}, pcie.get("pcie_metric") or {}
+    ecc, power = raw.get("ecc") or {}, raw.get("power") or {}
+    name = na(asic.get("market_name"))
+    return GpuReading(
+        vendor="amd",
+        source="amdsmi",
+        index=index,
+        uuid=na(raw.get("uuid")),
+        serial=na(asic.get("asic_serial")),
+        pci_bus_id=na(raw.get("bdf")),
+        name=name,
+        model=gpu_model(name, na(asic.get("target_graphics_version")), na(asic.get("device_id"))),
+        vbios=na((raw.get("vbios") or {}).get("version")),
+        driver_version=na((raw.get("driver") or {}).get("driver_version")),
+        ecc_volatile_corrected=integer(ecc.get("correctable_count")),
+        ecc_volatile_uncorrected=integer(ecc.get("uncorrectable_count")),
+        ecc_deferred=integer(ecc.get("deferred_count")),
+        ecc_blocks={
+            block.upper(): {k.removesuffix("_count"): integer(v) for k, v in counts.items()}
+            for block, counts in (raw.get("ecc_blocks") or {}).items()
+            if counts
+        },
+        pcie_gen=_gen(metric.get("pcie_speed")),
+        pcie_gen_max=integer(static.get("pcie_interface_version"))
+        or _gen(static.get("max_pcie_speed")),
+        pcie_width=integer(metric.get("pcie_width")),
+        pcie_width_max=integer(static.get("max_pcie_width")),
+        pcie_replays=integer(metric.get("pcie_replay_count")),
+        power_w=number(power.get("current_socket_power") or power.get("average_socket_power")),
+        power_limit_w=number(power.get("power_limit")),
+    )
+
+
+def _gen(speed: Any) -> int | None:
+    """A PCIe generation from a lane rate: GT/s as documented, MT/s as some releases return."""
+    n = number(na(speed)) if isinstance(speed, str) else number(speed)
+    if n is None:
+        return None
+    return _GTS_GEN.get(n / 1000 if n > 100 else n)

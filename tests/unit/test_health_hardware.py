@@ -19,7 +19,7 @@ from fleetval.checks.health.hardware import (
 )
 from fleetval.checks.health.rank import HealthParams
 from fleetval.detect.hardware import HwThresholds, judge_reading
-from fleetval.formats import nvsmi
+from fleetval.formats import amdsmi, nvsmi
 from fleetval.formats.nvml import clock_reasons, from_nvml
 from fleetval.store.dataset import Store
 from fleetval.store.schema import GPU_METRIC, Row
@@ -158,3 +158,27 @@ def test_nvml_bitmask_enum_and_links() -> None:
     codes = {f.code: f.action.value for f in judge_reading(r, T)}
     assert codes == {"driver_recovery_action": "reset GPU", "nvlink_down": "reset GPU",
                      "nvlink_crc_errors": "watch"}  # fmt: skip
+
+
+def test_amdsmi_library_answers_convert_like_amd_smi_prints_them() -> None:
+    """The amd-smi CHANGELOG's `metric --pcie` and `--ecc --ecc-blocks` GPU 0, as the amdsmi
+    library returns them (amdsmi_get_pcie_info, amdsmi_get_gpu_total_ecc_count,
+    amdsmi_get_gpu_ecc_count per block), read the same as the CLI text."""
+    (pcie, _) = amdsmi.read_amd_smi_metric((HW / "amd-smi-metric-pcie-mi300.txt").read_text())
+    (ecc,) = amdsmi.read_amd_smi_metric((HW / "amd-smi-metric-ecc-totals.txt").read_text())
+    zero = {"correctable_count": 0, "uncorrectable_count": 0, "deferred_count": 0}
+    raw = {
+        "pcie": {"pcie_static": {"max_pcie_width": 16, "pcie_interface_version": 5},
+                 "pcie_metric": {"pcie_width": 16, "pcie_speed": 32000, "pcie_replay_count": 0}},
+        "ecc": zero, "ecc_blocks": {"UMC": zero, "SDMA": zero, "GFX": None},
+    }  # fmt: skip
+    lib = amdsmi.from_amdsmi(0, raw)
+    assert (lib.pcie_gen, lib.pcie_width, lib.pcie_replays) == (
+        pcie.pcie_gen, pcie.pcie_width, pcie.pcie_replays)  # fmt: skip
+    assert (lib.ecc_volatile_corrected, lib.ecc_volatile_uncorrected, lib.ecc_deferred) == (
+        ecc.ecc_volatile_corrected, ecc.ecc_volatile_uncorrected, ecc.ecc_deferred)  # fmt: skip
+    assert lib.ecc_blocks == ecc.ecc_blocks  # GFX refused: no block, not zeros
+    assert (lib.pcie_gen_max, lib.pcie_width_max) == (5, 16) and judge_reading(lib, T) == []
+    worse = amdsmi.from_amdsmi(0, {**raw, "ecc_blocks": {"XGMI_WAFL": {
+        "correctable_count": 0, "uncorrectable_count": 3, "deferred_count": 0}}})  # fmt: skip
+    assert [f.code for f in judge_reading(worse, T)] == ["xgmi_uncorrectable"]

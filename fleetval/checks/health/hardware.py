@@ -33,6 +33,7 @@ from fleetval.store.schema import GPU_METRIC  # one row per GPU, its reading in 
 from fleetval.vocab import Status
 
 ENV_CAPTURES = "FLEETVAL_HW_CAPTURES"  # os.pathsep-separated paths or globs; {node} is filled
+# "nvml" means the vendor library: NVML (nvidia-ml-py), else amdsmi
 HardwareSource = Literal["auto", "captured", "nvml", "tools", "off"]
 NODE_METRIC = "hw_node_action"  # one row per node: the action and the drain line
 
@@ -59,9 +60,10 @@ def read_node_hardware(source: HardwareSource, captures: list[str], node: str) -
     if source == "captured":
         return NodeHardware(None, unread=[f"no captured files named (suite or ${ENV_CAPTURES})"])
     if source in ("auto", "nvml"):
-        hw = _try("nvml", _nvml, unread)
-        if hw is not None or source == "nvml":
-            return _with_kernel_log(hw, unread)
+        for name, library in (("nvml", _nvml), ("amdsmi", _amdsmi_lib)):
+            hw = _try(name, library, unread)
+            if hw is not None:
+                return _with_kernel_log(hw, unread)
     if source in ("auto", "tools"):
         for reader in (_nvidia_smi, _amd_smi):
             hw = _try(reader.__name__.strip("_").replace("_", "-"), reader, unread)
@@ -145,6 +147,44 @@ def _nvml() -> NodeHardware | None:
     finally:
         pynvml.nvmlShutdown()
     return NodeHardware("nvml", readings)
+
+
+def _amdsmi_lib() -> NodeHardware | None:
+    try:
+        import amdsmi as lib  # the optional extra fleetval[amd]
+    except ImportError:
+        return None
+    lib.amdsmi_init()
+    try:
+        handles = lib.amdsmi_get_processor_handles()
+        readings = [amdsmi.from_amdsmi(i, _amdsmi_raw(lib, h)) for i, h in enumerate(handles)]
+    finally:
+        lib.amdsmi_shut_down()
+    return NodeHardware("amdsmi", readings)
+
+
+def _amdsmi_raw(lib: Any, h: Any) -> dict[str, Any]:
+    """The answers `fleetval.formats.amdsmi.from_amdsmi` converts."""
+
+    def ask(fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except lib.AmdSmiException:
+            return None
+
+    blocks = {b.name: ask(lib.amdsmi_get_gpu_ecc_count, h, b) for b in lib.AmdSmiGpuBlock
+              if b.name not in ("INVALID", "RESERVED")}  # fmt: skip
+    return {
+        "bdf": ask(lib.amdsmi_get_gpu_device_bdf, h),
+        "uuid": ask(lib.amdsmi_get_gpu_device_uuid, h),
+        "asic": ask(lib.amdsmi_get_gpu_asic_info, h),
+        "vbios": ask(lib.amdsmi_get_gpu_vbios_info, h),
+        "driver": ask(lib.amdsmi_get_gpu_driver_info, h),
+        "ecc": ask(lib.amdsmi_get_gpu_total_ecc_count, h),
+        "ecc_blocks": blocks,
+        "pcie": ask(lib.amdsmi_get_pcie_info, h),
+        "power": ask(lib.amdsmi_get_power_info, h),
+    }
 
 
 def _ask(nv: Any, fn: Callable[..., Any], *args: Any) -> Any:
