@@ -103,7 +103,17 @@ def show(run: RunArg, data: DataOpt = None, as_json: JsonOpt = False) -> None:
 
 
 # What a check plug-in's `tables` may read of a run's rows.
-_TABLE_COLS = ["step", "check", "world_size", "rank", "metric", "value", "status"]
+_TABLE_COLS = [
+    "step",
+    "check",
+    "world_size",
+    "rank",
+    "metric",
+    "value",
+    "status",
+    "node",
+    "message",
+]
 
 
 def _print_check_tables(rows: list[dict]) -> None:

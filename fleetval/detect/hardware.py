@@ -9,12 +9,14 @@ sets; none live in code. Both `fleetval gpu-health` and the `health` check call 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from fleetval.formats.gpuhw import GpuReading, KernelEvent, pci_key
 from fleetval.vocab import Status
@@ -47,6 +49,12 @@ class HwThresholds(BaseModel):
     expect_xgmi_links: PositiveInt | None = None  # XGMI peers each AMD GPU must reach
     link_errors_watch: PositiveInt = 100  # NVLink CRC/replay/recovery, XGMI_WAFL corrected
     xid_app_recurrence: PositiveInt = 3  # distinct processes hitting 13/31/43 make it the node's
+    # Within a node, a busy GPU whose SM clock or power strays this many percent from the
+    # median of the node's other busy GPUs (DCGM 4.5's tolerance checks); None: not checked.
+    peer_tolerance_pct: PositiveFloat | None = 10.0
+    # Across a fleet: firmware each SKU must run ({"NVIDIA H100 SXM": {"vbios": "96.00.74.00.0D",
+    # "driver_version": "535.161.08"}}); without one, the SKU's majority is the reference.
+    golden: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
 class Finding(NamedTuple):
@@ -378,16 +386,86 @@ def _event_finding(kind: str, evs: list[KernelEvent], t: HwThresholds) -> Findin
 def judge_node(
     readings: list[GpuReading], events: list[KernelEvent], t: HwThresholds
 ) -> list[GpuVerdict]:
-    """Each GPU's verdict from its readings and the kernel events at its PCI address; events
-    at an address no reading names get a verdict of their own (the GPU may have vanished)."""
+    """Each GPU's verdict from its readings, its peers on the node and the kernel events at
+    its PCI address; events at an address no reading names get a verdict of their own (the
+    GPU may have vanished)."""
     by_event = judge_events(events, t)
+    peers = peer_findings(readings, t)
     verdicts = []
     for r in readings:
         k = r.key()
-        verdicts.append(GpuVerdict(k, gpu_label(r), r, judge_reading(r, t) + by_event.pop(k, [])))
+        found = judge_reading(r, t) + peers.get(k, []) + by_event.pop(k, [])
+        verdicts.append(GpuVerdict(k, gpu_label(r), r, found))
     for k, findings in sorted(by_event.items()):
         verdicts.append(GpuVerdict(k, f"PCI {k}" if k != "node" else "node", None, findings))
     return verdicts
+
+
+def peer_findings(readings: list[GpuReading], t: HwThresholds) -> dict[str, list[Finding]]:
+    """Busy GPUs of one node whose SM clock or power strays from the median of the others by
+    more than `peer_tolerance_pct`. Idle GPUs are left out (they clock down on purpose), and
+    fewer than three busy GPUs cannot say which one strays."""
+    busy = [r for r in readings if not _idle(r) and r.clock_reasons is not None]
+    if t.peer_tolerance_pct is None or len(busy) < 3:
+        return {}
+    out: dict[str, list[Finding]] = defaultdict(list)
+    for field_name, what, unit in (("sm_clock_mhz", "SM clock", "MHz"), ("power_w", "power", "W")):
+        for r in busy:
+            mine = getattr(r, field_name)
+            others = [getattr(o, field_name) for o in busy if o is not r]
+            others = [v for v in others if v is not None]
+            if mine is None or len(others) < 2:
+                continue
+            median = statistics.median(others)
+            off = (mine - median) / median * 100 if median else 0.0
+            if abs(off) > t.peer_tolerance_pct:
+                out[r.key()].append(Finding(
+                    f"peer_{field_name.split('_')[0]}", Status.WARN, Action.WATCH,
+                    f"{what} strays from the node's other busy GPUs: a slow or hot GPU drags "
+                    "every collective it joins",
+                    f"{what} {mine:g} {unit}, {off:+.0f}% from the others' median {median:g} "
+                    f"{unit} (tolerance {t.peer_tolerance_pct:g}%)"))  # fmt: skip
+    return dict(out)
+
+
+def firmware_drift(
+    by_node: Mapping[str, list[GpuReading]], t: HwThresholds
+) -> dict[tuple[str, str], list[Finding]]:
+    """(node, GPU key) -> findings for VBIOS or driver versions that differ from the SKU's
+    golden config, else from the SKU's majority across the fleet (no majority: every GPU
+    outside the most common version is named, with the counts)."""
+    by_model: dict[str, list[tuple[str, GpuReading]]] = defaultdict(list)
+    for node, readings in by_node.items():
+        for r in readings:
+            if r.model:
+                by_model[r.model].append((node, r))
+    out: dict[tuple[str, str], list[Finding]] = defaultdict(list)
+    for model, members in by_model.items():
+        for attr in ("vbios", "driver_version"):
+            counts = Counter(getattr(r, attr) for _, r in members if getattr(r, attr))
+            if not counts:
+                continue
+            golden = t.golden.get(model, {}).get(attr)
+            want, n = (golden, counts[golden]) if golden else counts.most_common(1)[0]
+            if not golden and len(counts) < 2:
+                continue
+            total = sum(counts.values())
+            basis = (
+                "the golden config"
+                if golden
+                else f"the SKU's majority ({n} of {total} GPUs)"
+                if n * 2 > total
+                else f"the most common ({n} of {total} GPUs; no majority)"
+            )
+            for node, r in members:
+                have = getattr(r, attr)
+                if have and have != want:
+                    out[(node, r.key())].append(Finding(
+                        f"{attr.removesuffix('_version')}_drift", Status.WARN, Action.WATCH,
+                        f"every {model} should run the same {attr.replace('_', ' ')}: "
+                        "another one behaves differently (clocks, ECC handling, fixes)",
+                        f"{attr} {have} on {node}; {basis}: {want}"))  # fmt: skip
+    return dict(out)
 
 
 def gpu_label(r: GpuReading) -> str:

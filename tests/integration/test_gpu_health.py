@@ -79,3 +79,8 @@ def test_health_suite_reads_each_nodes_gpus_and_names_the_node_to_drain(tmp_path
     assert drain["node-b"]["status"] == "pass"
     # a node's hardware is read once, by its first rank
     assert all(r["local_rank"] == 0 for r in rows if r["metric"] == "gpu_hardware")
+
+    shown = CliRunner().invoke(app, ["show", out["run_id"], "--data", str(data)])
+    assert shown.exit_code == 0, shown.output
+    assert "GPU hardware" in shown.output and "drain node-a: reboot node" in shown.output
+    assert "row_remap_pending: Remapped Rows Pending: Yes" in shown.output
