@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fleetval.cli.common import Exit, JsonOpt, bad_input_exits, console
 
+if TYPE_CHECKING:
+    from fleetval.detect.hardware import GpuVerdict
+
+FilesArg = Annotated[
+    list[Path],
+    typer.Argument(
+        help="nvidia-smi -q / -q -x / --query-gpu / nvlink -s|-e, amd-smi metric / xgmi (text "
+        "or --json), dmesg or journalctl -k; a directory is one node (its name) holding such "
+        "files, and several directories are also checked for firmware drift"
+    ),
+]
+
 
 def gpu_health(
-    files: Annotated[
-        list[Path],
-        typer.Argument(
-            help="nvidia-smi -q / -q -x / --query-gpu / nvlink -s|-e, amd-smi "
-            "metric / xgmi (text or --json), dmesg or journalctl -k"
-        ),
-    ],
+    files: FilesArg,
     expect_nvlinks: Annotated[
         int | None, typer.Option("--expect-nvlinks", min=1, help="NVLinks each GPU must have up")
     ] = None,
@@ -30,28 +36,45 @@ def gpu_health(
 ) -> None:
     """Per GPU: each finding with its evidence, severity and recommended action. Exit 0 when
     nothing is found, 1 on a finding, 2 when a file is none of the formats read."""
-    from fleetval.detect.hardware import HwThresholds, judge_node, node_action
+    from fleetval.detect.hardware import HwThresholds, judge_fleet
     from fleetval.formats.hwcapture import read_capture_files
 
     with bad_input_exits():
-        readings, events = read_capture_files(files)
+        nodes = {node: read_capture_files(paths) for node, paths in _nodes(files).items()}
     t = HwThresholds(expect_nvlinks=expect_nvlinks, expect_xgmi_links=expect_xgmi_links)
-    verdicts = judge_node(readings, events, t)
-    action, reason = node_action(verdicts)
+    verdicts = judge_fleet(nodes, t)
     if as_json:
-        typer.echo(json.dumps(_json(verdicts, action.value, reason), indent=2))
+        typer.echo(json.dumps(_json(verdicts), indent=2))
     else:
-        _print(verdicts, action.value, reason)
-    if any(v.bad for v in verdicts):
+        _print(verdicts)
+    if any(v.bad for vs in verdicts.values() for v in vs):
         raise typer.Exit(Exit.FAILED)
 
 
-def _json(verdicts: list, action: str, reason: str) -> dict:
+def _nodes(paths: list[Path]) -> dict[str, list[Path]]:
+    """Plain files are one node ("this node"); each directory is a node named by it."""
+    out: dict[str, list[Path]] = {}
+    for p in paths:
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file())
+            if not found:
+                raise ValueError(f"{p}: a node directory with no files")
+            out[p.name] = found
+        else:
+            out.setdefault("this node", []).append(p)
+    return out
+
+
+def _json(verdicts: dict[str, list[GpuVerdict]]) -> dict[str, Any]:
+    from fleetval.detect.hardware import node_action
+
+    worst = _worst(verdicts)
     return {
-        "action": action,
-        "reason": reason,
+        "action": worst[0],
+        "reason": worst[1],
         "gpus": [
             {
+                "node": node,
                 "gpu": v.label,
                 "key": v.key,
                 "action": v.action.value,
@@ -61,19 +84,37 @@ def _json(verdicts: list, action: str, reason: str) -> dict:
                     for f in v.findings
                 ],
             }
-            for v in verdicts
+            for node, vs in verdicts.items()
+            for v in vs
         ],
+        "nodes": {node: node_action(vs)[0].value for node, vs in verdicts.items()},
     }
 
 
-def _print(verdicts: list, action: str, reason: str) -> None:
-    for v in verdicts:
-        what = f"{v.reading.model} ({v.reading.source})" if v.reading and v.reading.model else (
-            f"({v.reading.source})" if v.reading else "(kernel log)")  # fmt: skip
-        console.print(f"{v.label} {what}: {v.action.value}", highlight=False, soft_wrap=True)
-        for f in v.findings:
-            console.print(f"  {f.severity.value:<4} {f.code}: {f.evidence}\n"
-                          f"       -> {f.action.value}: {f.reason}",
-                          highlight=False, soft_wrap=True)  # fmt: skip
-    console.print(f"node: {action}" + (f" ({reason})" if reason else ""), highlight=False,
-                  soft_wrap=True)  # fmt: skip
+def _worst(verdicts: dict[str, list[GpuVerdict]]) -> tuple[str, str]:
+    from fleetval.detect.hardware import ACTION_RANK, node_action
+
+    actions = [(node, *node_action(vs)) for node, vs in verdicts.items()]
+    node, action, reason = max(actions, key=lambda a: ACTION_RANK[a[1]])
+    prefix = f"{node}: " if len(verdicts) > 1 and reason else ""
+    return action.value, prefix + reason
+
+
+def _print(verdicts: dict[str, list[GpuVerdict]]) -> None:
+    from fleetval.detect.hardware import node_action
+
+    for node, vs in verdicts.items():
+        for v in vs:
+            r = v.reading
+            what = f" {r.model} ({r.source})" if r and r.model else f" ({r.source})" if r else ""
+            console.print(f"{v.label}{what}: {v.action.value}", highlight=False, soft_wrap=True)
+            for f in v.findings:
+                console.print(
+                    f"  {f.severity.value:<4} {f.code}: {f.evidence}\n"
+                    f"       -> {f.action.value}: {f.reason}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+        action, reason = node_action(vs)
+        tail = f" ({reason})" if reason else ""
+        console.print(f"node {node}: {action.value}{tail}", highlight=False, soft_wrap=True)

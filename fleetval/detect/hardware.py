@@ -468,6 +468,18 @@ def firmware_drift(
     return dict(out)
 
 
+def judge_fleet(
+    nodes: Mapping[str, tuple[list[GpuReading], list[KernelEvent]]], t: HwThresholds
+) -> dict[str, list[GpuVerdict]]:
+    """Each node judged on its own, then its GPUs' firmware against the fleet's."""
+    verdicts = {node: judge_node(readings, events, t) for node, (readings, events) in nodes.items()}
+    drift = firmware_drift({node: readings for node, (readings, _) in nodes.items()}, t)
+    for node, vs in verdicts.items():
+        for v in vs:
+            v.findings.extend(drift.get((node, v.key), []))
+    return verdicts
+
+
 def gpu_label(r: GpuReading) -> str:
     ids = [x for x in (pci_key(r.pci_bus_id) if r.pci_bus_id else None, r.uuid) if x]
     where = f" ({', '.join(ids)})" if ids else ""

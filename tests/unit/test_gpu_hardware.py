@@ -13,9 +13,11 @@ from fleetval.cli.app import app
 from fleetval.detect.hardware import (
     Action,
     HwThresholds,
+    firmware_drift,
     judge_node,
     judge_reading,
     node_action,
+    peer_findings,
 )
 from fleetval.formats import amdsmi, hwcapture, kernlog, nvsmi
 from fleetval.formats.gpuhw import GpuReading, merge, pci_key, tree
@@ -349,3 +351,57 @@ def test_memory_rules_on_a_real_reading_with_one_field_changed() -> None:
     assert codes(spares) == {"row_remap_spares_low": ("warn", "watch")}
     driver = healthy.model_copy(update={"recovery_action": "Drain and Reset"})
     assert codes(driver) == {"driver_recovery_action": ("fail", "reset GPU")}
+
+
+# ---- peers within a node, firmware across a fleet --------------------------------------------
+
+
+def test_peer_relative_clocks_need_three_busy_gpus() -> None:
+    gpus = nvsmi.read_nvidia_smi_q(text("nvsmi-q-535-rtx4090x8-idle-gen1.txt"))
+    # two busy GPUs (2640 and 2520 MHz, 445 and 446 W) and six idle: nothing to compare
+    assert peer_findings(gpus, T) == {}
+    # the power-brake node: all eight equally slow, so no GPU strays (hw_slowdown names it)
+    assert (
+        peer_findings(nvsmi.read_nvidia_smi_q(text("nvsmi-q-535-h100x8-power-brake.txt")), T) == {}
+    )
+    # four idle ones (210 MHz) made busy, power left out, one clocked up
+    busy = [g.model_copy(update={"clock_reasons": ["sw_power_cap"], "perf_state": "P2",
+                                 "power_w": None}) for g in (gpus[2], gpus[3], gpus[5], gpus[6])]  # fmt: skip
+    busy[3] = busy[3].model_copy(update={"sm_clock_mhz": 1800.0})
+    found = peer_findings(busy, T)
+    assert list(found) == [busy[3].key()]  # three at 210 MHz, one at 1800
+    (f,) = found[busy[3].key()]
+    assert f.code == "peer_sm" and f.action == Action.WATCH
+    assert f.evidence == "SM clock 1800 MHz, +757% from the others' median 210 MHz (tolerance 10%)"
+
+
+def test_firmware_drift_across_two_real_h100_nodes() -> None:
+    n1 = nvsmi.read_nvidia_smi_q(text("nvsmi-q-535-h100x8-replays.txt"))
+    n2 = nvsmi.read_nvidia_smi_q(text("nvsmi-q-535-h100x8-power-brake.txt"))
+    drift = firmware_drift({"n1": n1, "n2": n2}, T)
+    # 8 GPUs on 96.00.74.00.01 / 535.183.01 and 8 on 96.00.74.00.0D / 535.161.08: no majority
+    assert len(drift) == 8 and {node for node, _ in drift} == {"n2"}
+    f = drift[("n2", n2[0].key())][0]
+    assert f.evidence == ("vbios 96.00.74.00.0D on n2; the most common (8 of 16 GPUs; no "
+                          "majority): 96.00.74.00.01")  # fmt: skip
+    golden = HwThresholds(golden={"NVIDIA H100 SXM": {"vbios": "96.00.74.00.0D",
+                                                      "driver_version": "535.161.08"}})  # fmt: skip
+    drift = firmware_drift({"n1": n1, "n2": n2}, golden)
+    assert {node for node, _ in drift} == {"n1"}
+    assert [f.code for f in drift[("n1", n1[0].key())]] == ["vbios_drift", "driver_drift"]
+
+
+def test_cli_directories_are_nodes_checked_for_drift(tmp_path: Path) -> None:
+    for node, name in (("n1", "nvsmi-q-535-h100x8-replays.txt"),
+                       ("n2", "nvsmi-q-535-h100x8-power-brake.txt")):  # fmt: skip
+        (tmp_path / node).mkdir()
+        (tmp_path / node / "q.txt").write_text(text(name))
+    res = runner.invoke(app, ["gpu-health", str(tmp_path / "n1"), str(tmp_path / "n2"), "--json"])
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.output)
+    assert doc["nodes"] == {"n1": "reboot node", "n2": "reboot node"}
+    n2 = [g for g in doc["gpus"] if g["node"] == "n2"]
+    assert {f["code"] for f in n2[0]["findings"]} == {"hw_slowdown", "vbios_drift", "driver_drift"}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert runner.invoke(app, ["gpu-health", str(empty)]).exit_code == 2
