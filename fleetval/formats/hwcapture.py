@@ -7,12 +7,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetval.formats import amdsmi, kernlog, nvsmi
+from fleetval.formats import amdsmi, kernlog, nvsmi, smi
 from fleetval.formats.gpuhw import GpuReading, KernelEvent, merge
 from fleetval.formats.smi import SmiError, split_banner
 
 KINDS = ("nvidia-smi -q -x", "nvidia-smi -q", "nvidia-smi --query-gpu", "nvidia-smi nvlink",
-         "amd-smi xgmi", "amd-smi metric", "kernel log")  # fmt: skip
+         "amd-smi xgmi", "amd-smi metric", "rocm-smi", "kernel log")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,12 @@ def kind_of(text: str) -> str | None:
         return "nvidia-smi nvlink"
     if "," in head and re.search(r"\b(pci\.bus_id|uuid|index)\b", head):
         return "nvidia-smi --query-gpu"
+    if (
+        "ROCm System Management Interface" in text
+        or head.startswith("device,")
+        or re.search(r'^\s*"card\d+"\s*:', text, re.MULTILINE)
+    ):
+        return "rocm-smi"
     if re.search(r"^GPU: \d+\s*$", text, re.MULTILINE) or _amd_json(text):
         return "amd-smi metric"
     if kernlog.looks_like_kernel_log(text):
@@ -64,8 +70,33 @@ def read_capture(text: str) -> Capture:
         "nvidia-smi nvlink": nvsmi.read_nvidia_smi_nvlink,
         "amd-smi xgmi": amdsmi.read_amd_smi_xgmi,
         "amd-smi metric": amdsmi.read_amd_smi_metric,
+        "rocm-smi": read_rocm_smi,
     }
     return Capture(kind, readings=readers[kind](text))
+
+
+def read_rocm_smi(text: str) -> list[GpuReading]:
+    """Identity of each GPU from `rocm-smi --showproductname` (text, --csv or --json): which
+    GPUs a node has, merged with what other captures say about them."""
+    if text.lstrip().startswith("{"):
+        info = smi.parse_rocm_smi(text)
+    elif text.lstrip().startswith("device,"):
+        info = smi.parse_rocm_smi_csv(text)
+    else:
+        info = smi.parse_rocm_smi_text(text)
+    return [
+        GpuReading(
+            vendor="amd",
+            source="rocm-smi",
+            index=i,
+            uuid=g["uuid"],
+            pci_bus_id=g["pci_bus_id"],
+            name=g["name"],
+            model=g["model"],
+            driver_version=info["driver_version"],
+        )
+        for i, g in enumerate(info["gpus"])
+    ]
 
 
 def read_capture_files(paths: list[Path]) -> tuple[list[GpuReading], list[KernelEvent]]:

@@ -405,3 +405,17 @@ def test_cli_directories_are_nodes_checked_for_drift(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     assert runner.invoke(app, ["gpu-health", str(empty)]).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "models"),
+    [
+        ("rocm-smi-rocm-3124-mi300x.txt", ["AMD Instinct MI300X"]),
+        ("rocm-smi-easybuild-3978-productname.csv", ["AMD Instinct MI100"] * 2),
+        ("rocm-smi-rocm_smi_lib-159-mi200-mcm.json", ["AMD Instinct MI250X"]),
+    ],
+)
+def test_rocm_smi_names_the_gpus_and_judges_nothing(name: str, models: list[str]) -> None:
+    capture = hwcapture.read_capture((DATA / "real" / name).read_text())
+    assert capture.kind == "rocm-smi" and [r.model for r in capture.readings] == models
+    assert all(codes(r) == {} for r in capture.readings)  # identity only: no evidence
