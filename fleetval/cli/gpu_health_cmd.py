@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fleetval.cli.common import Exit, JsonOpt, bad_input_exits, console
+from fleetval.cli.common import DataOpt, Exit, JsonOpt, bad_input_exits, console, open_store
 
 if TYPE_CHECKING:
     from fleetval.detect.hardware import GpuVerdict
@@ -118,3 +118,21 @@ def _print(verdicts: dict[str, list[GpuVerdict]]) -> None:
         action, reason = node_action(vs)
         tail = f" ({reason})" if reason else ""
         console.print(f"node {node}: {action.value}{tail}", highlight=False, soft_wrap=True)
+
+
+def gpu_watch(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """GPUs to watch before they fail: counters that grew between runs (corrected ECC, row
+    remaps, retired pages, PCIe replays) and findings that came back, from the gpus table."""
+    from fleetval.detect.hardware import watch_list
+
+    with bad_input_exits():
+        rows = open_store(data).gpus().to_pylist()
+    items = watch_list(rows)
+    if as_json:
+        typer.echo(json.dumps([i._asdict() for i in items], indent=2))
+        return
+    for i in items:
+        console.print(f"{i.node} {i.device_id}: {i.what} {i.evidence}", highlight=False,
+                      soft_wrap=True)  # fmt: skip
+    console.print(f"{len(items)} to watch over {len({(r['node'], r['device_id']) for r in rows})}"
+                  " GPU(s)", highlight=False)  # fmt: skip

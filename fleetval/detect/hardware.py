@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from itertools import pairwise
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
@@ -493,3 +494,48 @@ def node_action(verdicts: list[GpuVerdict]) -> tuple[Action, str]:
         return Action.NONE, ""
     top = max(worst.findings, key=lambda f: ACTION_RANK[f.action])
     return worst.action, f"{worst.label}: {top.code}: {top.evidence}"
+
+
+# ---- over sweeps: the watch list -------------------------------------------------------------
+
+# Counters whose growth between runs comes before a failure (gpus table columns).
+WATCH_COUNTERS = ("ecc_volatile_corrected", "ecc_aggregate_corrected",
+                  "ecc_aggregate_uncorrected", "remap_corrected", "remap_uncorrected",
+                  "retired_sbe", "retired_dbe", "pcie_replays")  # fmt: skip
+
+
+class WatchItem(NamedTuple):
+    """A GPU to watch: a counter that grew over runs, or a finding that came back."""
+
+    node: str
+    device_id: str
+    what: str  # the counter, or "finding <code>"
+    runs: int  # runs that read this GPU
+    evidence: str
+
+
+def watch_list(rows: Sequence[Mapping[str, Any]]) -> list[WatchItem]:
+    """GPUs whose counters grew between runs, or whose finding recurred, from `gpus` table
+    rows (any order; runs sort by run id, which sorts by start time). Growth is the sum of
+    the increases between consecutive runs: a volatile counter that a driver reload reset
+    and that grew again still counts."""
+    by_gpu: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_gpu[(r["node"], r["device_id"])].append(r)
+    out = []
+    for (node, dev), runs in sorted(by_gpu.items()):
+        runs = sorted(runs, key=lambda r: r["run_id"])
+        if len(runs) < 2:
+            continue
+        for counter in WATCH_COUNTERS:
+            values = [(r["run_id"], r.get(counter)) for r in runs if r.get(counter) is not None]
+            grew = sum(max(b - a, 0) for (_, a), (_, b) in pairwise(values))
+            if grew:
+                trail = " -> ".join(f"{v} ({run})" for run, v in values)
+                out.append(WatchItem(node, dev, counter, len(runs), f"+{grew}: {trail}"))
+        seen = Counter(code for r in runs for code in set(r.get("findings") or []))
+        for code, n in sorted(seen.items()):
+            if n >= 2:
+                out.append(WatchItem(node, dev, f"finding {code}", len(runs),
+                                     f"in {n} of {len(runs)} runs"))  # fmt: skip
+    return out

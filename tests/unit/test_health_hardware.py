@@ -9,6 +9,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from typer.testing import CliRunner
 
 from fleetval.checks.health.hardware import (
     ENV_CAPTURES,
@@ -18,7 +19,8 @@ from fleetval.checks.health.hardware import (
     read_node_hardware,
 )
 from fleetval.checks.health.rank import HealthParams
-from fleetval.detect.hardware import HwThresholds, judge_reading
+from fleetval.cli.app import app
+from fleetval.detect.hardware import HwThresholds, judge_reading, watch_list
 from fleetval.formats import amdsmi, nvsmi
 from fleetval.formats.nvml import clock_reasons, from_nvml
 from fleetval.store.dataset import Store
@@ -30,9 +32,9 @@ REAL = Path(__file__).resolve().parents[1] / "data" / "real"
 T = HwThresholds()
 
 
-def rows_of(hw: NodeHardware, node: str = "node-a") -> list[Row]:
+def rows_of(hw: NodeHardware, node: str = "node-a", run_id: str = "r1") -> list[Row]:
     return [
-        Row(run_id="r1", step="health", check="health", node=node, **f)
+        Row(run_id=run_id, step="health", check="health", node=node, **f)
         for f in node_hardware_rows(hw, T, node)
     ]
 
@@ -182,3 +184,29 @@ def test_amdsmi_library_answers_convert_like_amd_smi_prints_them() -> None:
     worse = amdsmi.from_amdsmi(0, {**raw, "ecc_blocks": {"XGMI_WAFL": {
         "correctable_count": 0, "uncorrectable_count": 3, "deferred_count": 0}}})  # fmt: skip
     assert [f.code for f in judge_reading(worse, T)] == ["xgmi_uncorrectable"]
+
+
+def test_watch_list_over_runs_names_growing_counters_and_recurring_findings(
+    tmp_path: Path,
+) -> None:
+    """Two sweeps of the real 8x H100 node: in the second, GPU 0's PCIe replays grew from the
+    120 it printed to 150 (one field changed: no public capture pairs two readings of a GPU)."""
+    first = read_node_hardware("captured", [str(HW / "nvsmi-q-535-h100x8-replays.txt")], "n1")
+    later = list(first.readings)
+    later[0] = later[0].model_copy(update={"pcie_replays": 150})
+    store = Store(tmp_path)
+    store.write_results("20260101-000000-aaaaaa", "job0-health",
+                        rows_of(first, "n1", "20260101-000000-aaaaaa"))  # fmt: skip
+    again = NodeHardware(first.source, later)
+    store.write_results("20260102-000000-bbbbbb", "job0-health",
+                        rows_of(again, "n1", "20260102-000000-bbbbbb"))  # fmt: skip
+    items = watch_list(store.gpus().to_pylist())
+    grew = [i for i in items if i.what == "pcie_replays"]
+    assert [(i.device_id, i.evidence) for i in grew] == [(
+        later[0].uuid,
+        "+30: 120 (20260101-000000-aaaaaa) -> 150 (20260102-000000-bbbbbb)")]  # fmt: skip
+    recurring = {(i.device_id, i.what) for i in items if i.what.startswith("finding")}
+    assert (later[2].uuid, "finding hw_slowdown") in recurring  # power brake in both runs
+    assert (later[0].uuid, "finding pcie_replays") in recurring
+    res = CliRunner().invoke(app, ["gpu-watch", "--data", str(tmp_path)])
+    assert res.exit_code == 0 and "pcie_replays +30: 120" in res.output
