@@ -1,6 +1,7 @@
 """Health: is each node and rank set up the way fast, correct collectives need (devices,
 GPU count, CPU affinity, NCCL/RCCL version and environment, transport and plugin actually
-used, memory balance)?
+used, memory balance), and are its GPUs sound (ECC, row remapping, PCIe link, clock limits,
+NVLink/XGMI, Xid and RAS events), with the action to take when not?
 
 Sign-off: the `health` gate (no straggler, hang, crash, late rank or unhealthy node)."""
 
@@ -114,7 +115,8 @@ PLUGIN = CheckPlugin(
     rank_module="fleetval.checks.health.rank",
     params_name="HealthParams",
     run_name="run_health",
-    doc="This rank's devices, CPU affinity, NCCL/RCCL set-up and memory are as the suite expects.",
+    doc="This rank's devices, CPU affinity, NCCL/RCCL set-up and memory are as the suite "
+    "expects, and its node's GPUs show no hardware fault.",
     gate=GATE,
     incident="unhealthy",
     tables=_tables,
