@@ -68,14 +68,15 @@ def test_env_var_names_captures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_healthy_node_passes_only_what_was_judged() -> None:
     q = REAL / "nvidia-smi-q-h100-golden.txt"
     hw = read_node_hardware("captured", [str(q)], "n0")
-    gpu, node = rows_of(hw)
+    node, gpu = rows_of(hw)
     assert (gpu.status, node.status) == (Status.PASS, Status.PASS)
     assert node.message == "1 GPU(s), no action (captured files)"
     # nvlink -s alone says nothing of ECC, PCIe or clocks: not judged, never a pass
     links = read_node_hardware("captured", [str(HW / "nvlink-s-a100x8-up.txt")], "n0")
     rows = rows_of(links)
     assert {r.status for r in rows} == {Status.SKIP}
-    assert "not judged: ECC, PCIe link, clock-limit reasons" in rows[0].message
+    assert "not judged: ECC, PCIe link, clock-limit reasons" in rows[1].message
+    assert rows[0].message == "8 GPU(s) read, none judged (captured files)"
 
 
 def test_unreadable_sources_are_skipped_with_the_reason(tmp_path: Path) -> None:

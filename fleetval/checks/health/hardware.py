@@ -277,8 +277,8 @@ def _recovery_action(nv: Any, h: Any) -> int | None:
 
 
 def node_hardware_rows(hw: NodeHardware, t: HwThresholds, node: str) -> list[dict[str, Any]]:
-    """The health check's hardware rows (Row fields, with `device_id`): one per GPU carrying
-    its reading, and one for the node with its action and drain line."""
+    """The health check's hardware rows (Row fields, with `device_id`): the node's, with its
+    action and drain line, then one per GPU carrying its reading."""
     if hw.source is None:
         why = "; ".join(hw.unread)
         return [{"metric": NODE_METRIC, "status": Status.SKIP.value, "device_id": None,
@@ -286,7 +286,9 @@ def node_hardware_rows(hw: NodeHardware, t: HwThresholds, node: str) -> list[dic
                  "details": {"unread": hw.unread}}]  # fmt: skip
     verdicts = judge_node(hw.readings, hw.events, t)
     rows = [_gpu_row(v, hw) for v in verdicts]
-    return [*rows, _node_row(verdicts, hw, node)]
+    # NOTE: the node row first: a failing step is summed up by its first failing row, and
+    # this one is the drain line (a sweep carries it as the failed job's reason)
+    return [_node_row(verdicts, hw, node), *rows]
 
 
 def not_judged(r: GpuReading) -> list[str]:
