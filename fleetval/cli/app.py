@@ -5,6 +5,7 @@ import typer
 from fleetval.cli import (
     checks_cmd,
     compare_cmds,
+    gpu_health_cmd,
     ingest_cmds,
     inspect_cmds,
     report_cmd,
@@ -33,6 +34,8 @@ app.command("trend")(compare_cmds.trend)
 app.command("report")(report_cmd.report)
 app.command("ingest")(ingest_cmds.ingest)
 app.command("nccl-log")(ingest_cmds.nccl_log)
+app.command("gpu-health")(gpu_health_cmd.gpu_health)
+app.command("gpu-watch")(gpu_health_cmd.gpu_watch)
 app.add_typer(compare_cmds.baseline_app, name="baseline")
 app.command("serve")(serve_cmds.serve)
 app.command("submit")(serve_cmds.submit)

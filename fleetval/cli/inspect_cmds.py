@@ -126,7 +126,17 @@ def env_table(env: EnvSummary) -> Table:
 
 
 # What a check plug-in's `tables` may read of a run's rows.
-_TABLE_COLS = ["step", "check", "world_size", "rank", "metric", "value", "status"]
+_TABLE_COLS = [
+    "step",
+    "check",
+    "world_size",
+    "rank",
+    "metric",
+    "value",
+    "status",
+    "node",
+    "message",
+]
 
 
 def _print_check_tables(rows: list[dict]) -> None:

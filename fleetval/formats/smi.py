@@ -1,5 +1,6 @@
-"""GPU tools' output as fleets capture it: nvidia-smi (-q, --query-gpu csv), amd-smi static
---json (with whatever banner a non-root run prints first), rocm-smi (--json, --csv, text).
+"""GPU tools' identity output as fleets capture it: amd-smi static --json (with whatever banner
+a non-root run prints first), rocm-smi (--json, --csv, text); GPU model names. nvidia-smi and
+the hardware-health fields of every tool are read by `nvsmi`, `amdsmi` and `hwcapture`.
 
 Every parser is a pure function over the tool's text; "N/A"-like values become None. GPU rows
 are dicts with `name` (as the tool says it), `model` (normalised: `gpu_model`), `pci_bus_id`,
@@ -205,35 +206,3 @@ def parse_rocm_smi_text(text: str) -> dict[str, Any]:
         "gpus": [_rocm_card(c) for _, c in sorted(cards.items(), key=lambda kv: int(kv[0]))],
         "driver_version": driver.group(1) if driver else None,
     }
-
-
-# ---- nvidia-smi ------------------------------------------------------------------------------
-
-
-def parse_nvidia_smi_q(text: str) -> dict[str, Any]:
-    """`nvidia-smi -q`: driver and CUDA versions, and per GPU its name, UUID and bus id."""
-    if "NVSMI LOG" not in text:
-        raise SmiError("nvidia-smi -q: expected the '==NVSMI LOG==' header")
-    top: dict[str, str | None] = {}
-    gpus: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        if m := re.match(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$", line):
-            gpus.append({"pci_bus_id": m.group(1)})
-            continue
-        key, sep, value = line.partition(":")
-        if not sep:
-            continue
-        indent, key = len(key) - len(key.lstrip()), key.strip()
-        if indent == 0:
-            top[key] = na(value)
-        elif indent == 4 and gpus:
-            gpus[-1].setdefault(key, na(value))
-    return {
-        "driver_version": top.get("Driver Version"),
-        "cuda_version": top.get("CUDA Version"),
-        "gpus": [
-            {**_gpu(g.get("Product Name"), g["pci_bus_id"], g.get("GPU UUID"), None),
-             "architecture": g.get("Product Architecture")}
-            for g in gpus
-        ],
-    }  # fmt: skip

@@ -8,6 +8,7 @@ Layout (any Arrow reader can glob it; see docs/schema.md):
     results/<run_id>/<part>.parquet     one file per finished step
     summaries/<run_id>/<part>.parquet   the same step reduced per identity and node
     lateness/<run_id>/<part>.parquet    the same step's lateness per rank
+    gpus/<run_id>/<part>.parquet        the GPU hardware the step read (health), one row a GPU
 
 Every file is written once, atomically (temp file + rename), and never rewritten, so a
 crash leaves no torn file and results measured before it stay readable. A run that has
@@ -34,6 +35,7 @@ from fleetval.store.catalog import default_data_dir as default_data_dir
 from fleetval.store.catalog import new_run_id as new_run_id
 from fleetval.store.parquet import parquet_options, read_parquet, table_rows
 from fleetval.store.schema import (
+    GPUS_SCHEMA,
     LATENESS_SCHEMA,
     NODES_SCHEMA,
     RESULTS_SCHEMA,
@@ -41,6 +43,7 @@ from fleetval.store.schema import (
     SCHEMA_VERSION,
     SUMMARIES_SCHEMA,
     Row,
+    gpus_table,
     rows_to_table,
 )
 from fleetval.store.summaries import LATENESS_READ_COLS, rank_lateness, summarize
@@ -73,6 +76,8 @@ class Store(Catalog):
         _write_table(table, path)
         _write_table(summarize(table), self.root / "summaries" / run_id / f"{part}.parquet")
         _write_table(rank_lateness(table), self.root / "lateness" / run_id / f"{part}.parquet")
+        if (gpus := gpus_table(table)).num_rows:
+            _write_table(gpus, self.root / "gpus" / run_id / f"{part}.parquet")
         return path
 
     def write_nodes(self, run_id: str, nodes: list[dict[str, Any]]) -> Path:
@@ -187,6 +192,12 @@ class Store(Catalog):
         strings = ("run_id", "check", "collective", "op", "dtype", "node", "metric", "status")
         rows = read_parquet(parts, RESULTS_SCHEMA, columns=LATENESS_READ_COLS, dictionary=strings)
         return rank_lateness(rows.unify_dictionaries().combine_chunks())
+
+    def gpus(self, run_ids: list[str] | None = None) -> pa.Table:
+        """GPU hardware readings (GPUS_SCHEMA) of the given runs (all runs when None)."""
+        base = self.root / "gpus"
+        dirs = [base / _check_name("run", r) for r in run_ids] if run_ids is not None else [base]
+        return read_parquet(sorted(f for d in dirs for f in d.rglob("*.parquet")), GPUS_SCHEMA)
 
     def nodes(self, run_ids: list[str] | None = None) -> pa.Table:
         return self._read(self.node_files(run_ids), NODES_SCHEMA)

@@ -202,3 +202,62 @@ def rows_to_table(rows: list[Row]) -> pa.Table:
 # String columns read dictionary-encoded: cheaper to decode, and their indices are group codes.
 DICT_COLS = ("run_id", "check", "collective", "op", "dtype", "node", "device_id", "metric",
              "unit", "status")  # fmt: skip
+
+
+# One row per run, node and GPU: the hardware the health check read (`gpu_hardware` rows; the
+# reading is in their details), written beside each results part that has any. Counters are
+# as the source printed them; null where it printed nothing (see docs/schema.md).
+GPU_METRIC = "gpu_hardware"
+_GPU_INTS = ("index", "ecc_volatile_corrected", "ecc_volatile_uncorrected",
+             "ecc_aggregate_corrected", "ecc_aggregate_uncorrected", "ecc_deferred",
+             "retired_sbe", "retired_dbe", "remap_corrected", "remap_uncorrected", "pcie_gen",
+             "pcie_gen_max", "pcie_width", "pcie_width_max", "pcie_replays", "nvlink_up",
+             "nvlink_total", "xgmi_up", "xgmi_total")  # fmt: skip
+_GPU_FLOATS = ("sm_clock_mhz", "sm_clock_max_mhz", "temp_c", "temp_slowdown_c",
+               "temp_slowdown_margin_c", "power_w", "power_limit_w", "power_default_limit_w")  # fmt: skip
+_GPU_BOOLS = ("ecc_enabled", "sram_threshold_exceeded", "retired_pending", "remap_pending",
+              "remap_failed")  # fmt: skip
+_GPU_STRINGS = ("vendor", "source", "uuid", "serial", "pci_bus_id", "name", "model", "vbios",
+                "driver_version", "perf_state", "recovery_action")  # fmt: skip
+_GPU_JSON = ("ecc_blocks", "remap_histogram", "nvlink_errors")  # nested counters, as JSON
+GPUS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("job", pa.int32()),
+        ("step", pa.string()),
+        ("node", pa.string()),
+        ("device_id", pa.string()),
+        *[(c, pa.string()) for c in _GPU_STRINGS],
+        *[(c, pa.int64()) for c in _GPU_INTS],
+        *[(c, pa.float64()) for c in _GPU_FLOATS],
+        *[(c, pa.bool_()) for c in _GPU_BOOLS],
+        ("clock_reasons", pa.list_(pa.string())),
+        *[(c, pa.string()) for c in _GPU_JSON],
+        ("status", pa.string()),  # the health row's judgement of this GPU
+        ("action", pa.string()),  # fleetval.detect.hardware.Action
+        ("findings", pa.list_(pa.string())),  # finding codes
+        ("not_judged", pa.list_(pa.string())),  # what the source did not say
+    ],
+    metadata={"fleetval.schema_version": str(SCHEMA_VERSION), "fleetval.table": "gpus"},
+)
+
+
+def gpus_table(results: pa.Table) -> pa.Table:
+    """The GPUS_SCHEMA rows of a results part: one per `gpu_hardware` row with a reading."""
+    hits = [i for i, m in enumerate(results.column("metric").to_pylist()) if m == GPU_METRIC]
+    recs = []
+    for row in results.take(hits).to_pylist() if hits else []:
+        details = json.loads(row["details"] or "{}")
+        reading = details.get("reading")
+        if not reading:
+            continue
+        recs.append({
+            **{k: row[k] for k in ("run_id", "job", "step", "node", "device_id", "status")},
+            **{c: reading.get(c) for c in (*_GPU_STRINGS, *_GPU_INTS, *_GPU_FLOATS, *_GPU_BOOLS,
+                                            "clock_reasons")},
+            **{c: json.dumps(reading.get(c) or {}, sort_keys=True) for c in _GPU_JSON},
+            "action": details.get("action"),
+            "findings": [f["code"] for f in details.get("findings", [])],
+            "not_judged": details.get("not_judged", []),
+        })  # fmt: skip
+    return pa.Table.from_pylist(recs, schema=GPUS_SCHEMA)

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from fleetval.checks.health.rank import judge_net_plugin, judge_transport, network_matches
-from fleetval.formats import smi
+from fleetval.formats import nvsmi, smi
 from fleetval.formats.ingest import IngestError, read_results
 from fleetval.formats.nccllog import NcclLogSummary, parse_nccl_log
 from fleetval.vocab import Status
@@ -218,11 +219,11 @@ def test_rocm_smi_json_mi200_mcm_is_mi250x() -> None:
     ],
 )  # fmt: skip
 def test_nvidia_smi_q(name: str, driver: str, cuda: str, product: str, model: str) -> None:
-    info = smi.parse_nvidia_smi_q(text(name))
-    assert (info["driver_version"], info["cuda_version"]) == (driver, cuda)
-    (gpu,) = info["gpus"]
-    assert (gpu["name"], gpu["model"]) == (product, model)
-    assert gpu["uuid"].startswith("GPU-") and gpu["pci_bus_id"].startswith("0000")
+    # NOTE: the hardware reader (fleetval.formats.nvsmi) reads these; CUDA is no GPU's field
+    assert re.search(rf"^CUDA Version\s+: {re.escape(cuda)}$", text(name), re.MULTILINE)
+    (gpu,) = nvsmi.read_nvidia_smi_q(text(name))
+    assert (gpu.driver_version, gpu.name, gpu.model) == (driver, product, model)
+    assert gpu.uuid.startswith("GPU-") and gpu.pci_bus_id.startswith("0000")
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,15 @@
 """Health: is each node and rank set up the way fast, correct collectives need (devices,
 GPU count, CPU affinity, NCCL/RCCL version and environment, transport and plugin actually
-used, memory balance)?
+used, memory balance), and are its GPUs sound (ECC, row remapping, PCIe link, clock limits,
+NVLink/XGMI, Xid and RAS events), with the action to take when not?
 
 Sign-off: the `health` gate (no straggler, hang, crash, late rank or unhealthy node)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,10 +19,12 @@ from fleetval.checks.spec import (
     Gate,
     GateInputs,
     Outcome,
+    ResultTable,
     plural,
     row_evidence,
     where,
 )
+from fleetval.store.schema import GPU_METRIC
 from fleetval.vocab import Status
 
 
@@ -86,12 +91,33 @@ GATE = Gate(
     order=50,
 )
 
+# The node row `checks/health/hardware.py` writes beside its GPUs' rows (its drain line).
+NODE_HW_METRIC = "hw_node_action"
+
+
+def _tables(rows: Sequence[Mapping[str, Any]]) -> list[ResultTable]:
+    """The GPU hardware each node's first rank read and judged, and each node's action."""
+    gpus = [r for r in rows if r["metric"] == GPU_METRIC]
+    nodes = [r for r in rows if r["metric"] == NODE_HW_METRIC]
+    if not gpus and not nodes:
+        return []
+    return [
+        ResultTable(
+            "GPU hardware",
+            ("node", "status", "GPU and findings (evidence -> action)"),
+            tuple((r["node"], r["status"], r["message"]) for r in gpus + nodes),
+        )
+    ]
+
+
 PLUGIN = CheckPlugin(
     name="health",
     rank_module="fleetval.checks.health.rank",
     params_name="HealthParams",
     run_name="run_health",
-    doc="This rank's devices, CPU affinity, NCCL/RCCL set-up and memory are as the suite expects.",
+    doc="This rank's devices, CPU affinity, NCCL/RCCL set-up and memory are as the suite "
+    "expects, and its node's GPUs show no hardware fault.",
     gate=GATE,
     incident="unhealthy",
+    tables=_tables,
 )

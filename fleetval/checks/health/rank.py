@@ -12,7 +12,7 @@ import re
 import socket
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Self
 
@@ -22,7 +22,14 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from fleetval.checks import environment
 from fleetval.checks.base import CheckContext
+from fleetval.checks.health.hardware import (
+    NODE_METRIC,
+    HardwareSource,
+    node_hardware_rows,
+    read_node_hardware,
+)
 from fleetval.checks.spec import StepSpec
+from fleetval.detect.hardware import HwThresholds
 from fleetval.formats.nccllog import NcclLogSummary, network_family, read_nccl_log
 from fleetval.store.schema import Row
 from fleetval.text import short
@@ -53,6 +60,12 @@ class HealthParams(StepSpec):
     # Declared expectations whose evidence may be missing: SKIP instead of FAIL when, e.g.,
     # no NCCL log was written or no GPU tool answered. Not listed: missing evidence FAILS.
     optional: list[Expectation] = Field(default_factory=list)
+    # GPU hardware (ECC, row remapping, PCIe, clock limits, NVLink/XGMI, kernel log): when a
+    # counter is a finding, where to read it, and captured tool output standing in for the
+    # node's tools (paths or globs; "{node}" is the node's name).
+    hardware: HwThresholds = Field(default_factory=HwThresholds)
+    hardware_source: HardwareSource = "auto"
+    hardware_captures: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
@@ -739,4 +752,26 @@ def run_health(ctx: CheckContext, p: HealthParams) -> list[Row]:
             _safe("gpu_count", _gpu_count, p),
             judge_kernel_args(rocm, environment.read_text("/proc/cmdline"), p.rocm_kernel_args),
         ]
-    return [ctx.row(check=p.check, **f.fields()) for f in findings]
+    rows = [ctx.row(check=p.check, **f.fields()) for f in findings]
+    if ctx.rank.local_rank == 0 and p.hardware_source != "off":
+        rows += _safe_rows(ctx, p, _hardware_rows)
+    return rows
+
+
+def _hardware_rows(ctx: CheckContext, p: HealthParams) -> list[Row]:
+    """The node's GPUs, read and judged once per node: one row per GPU, one for the node."""
+    hw = read_node_hardware(p.hardware_source, p.hardware_captures, ctx.rank.node)
+    out = []
+    for fields in node_hardware_rows(hw, p.hardware, ctx.rank.node):
+        device_id = fields.pop("device_id")
+        out.append(replace(ctx.row(check=p.check, **fields), device_id=device_id))
+    return out
+
+
+def _safe_rows(
+    ctx: CheckContext, p: HealthParams, probe: Callable[[CheckContext, HealthParams], list[Row]]
+) -> list[Row]:
+    try:
+        return probe(ctx, p)
+    except Exception as e:  # NOTE: a judging error FAILs its row; the other findings stand
+        return [ctx.row(check=p.check, **_failed(NODE_METRIC, e).fields())]

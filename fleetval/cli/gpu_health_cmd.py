@@ -1,0 +1,138 @@
+"""`fleetval gpu-health`: what captured nvidia-smi / amd-smi output and kernel logs say about
+each GPU, with the action to take; the same reading and judging as the `health` check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from fleetval.cli.common import DataOpt, Exit, JsonOpt, bad_input_exits, console, open_store
+
+if TYPE_CHECKING:
+    from fleetval.detect.hardware import GpuVerdict
+
+FilesArg = Annotated[
+    list[Path],
+    typer.Argument(
+        help="nvidia-smi -q / -q -x / --query-gpu / nvlink -s|-e, amd-smi metric / xgmi (text "
+        "or --json), dmesg or journalctl -k; a directory is one node (its name) holding such "
+        "files, and several directories are also checked for firmware drift"
+    ),
+]
+
+
+def gpu_health(
+    files: FilesArg,
+    expect_nvlinks: Annotated[
+        int | None, typer.Option("--expect-nvlinks", min=1, help="NVLinks each GPU must have up")
+    ] = None,
+    expect_xgmi_links: Annotated[
+        int | None, typer.Option("--expect-xgmi-links", min=1, help="XGMI peers each GPU reaches")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Per GPU: each finding with its evidence, severity and recommended action. Exit 0 when
+    nothing is found, 1 on a finding, 2 when a file is none of the formats read."""
+    from fleetval.detect.hardware import HwThresholds, judge_fleet
+    from fleetval.formats.hwcapture import read_capture_files
+
+    with bad_input_exits():
+        nodes = {node: read_capture_files(paths) for node, paths in _nodes(files).items()}
+    t = HwThresholds(expect_nvlinks=expect_nvlinks, expect_xgmi_links=expect_xgmi_links)
+    verdicts = judge_fleet(nodes, t)
+    if as_json:
+        typer.echo(json.dumps(_json(verdicts), indent=2))
+    else:
+        _print(verdicts)
+    if any(v.bad for vs in verdicts.values() for v in vs):
+        raise typer.Exit(Exit.FAILED)
+
+
+def _nodes(paths: list[Path]) -> dict[str, list[Path]]:
+    """Plain files are one node ("this node"); each directory is a node named by it."""
+    out: dict[str, list[Path]] = {}
+    for p in paths:
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file())
+            if not found:
+                raise ValueError(f"{p}: a node directory with no files")
+            out[p.name] = found
+        else:
+            out.setdefault("this node", []).append(p)
+    return out
+
+
+def _json(verdicts: dict[str, list[GpuVerdict]]) -> dict[str, Any]:
+    from fleetval.detect.hardware import node_action
+
+    worst = _worst(verdicts)
+    return {
+        "action": worst[0],
+        "reason": worst[1],
+        "gpus": [
+            {
+                "node": node,
+                "gpu": v.label,
+                "key": v.key,
+                "action": v.action.value,
+                "reading": v.reading.model_dump() if v.reading else None,
+                "findings": [
+                    {**f._asdict(), "severity": f.severity.value, "action": f.action.value}
+                    for f in v.findings
+                ],
+            }
+            for node, vs in verdicts.items()
+            for v in vs
+        ],
+        "nodes": {node: node_action(vs)[0].value for node, vs in verdicts.items()},
+    }
+
+
+def _worst(verdicts: dict[str, list[GpuVerdict]]) -> tuple[str, str]:
+    from fleetval.detect.hardware import ACTION_RANK, node_action
+
+    actions = [(node, *node_action(vs)) for node, vs in verdicts.items()]
+    node, action, reason = max(actions, key=lambda a: ACTION_RANK[a[1]])
+    prefix = f"{node}: " if len(verdicts) > 1 and reason else ""
+    return action.value, prefix + reason
+
+
+def _print(verdicts: dict[str, list[GpuVerdict]]) -> None:
+    from fleetval.detect.hardware import node_action
+
+    for node, vs in verdicts.items():
+        for v in vs:
+            r = v.reading
+            what = f" {r.model} ({r.source})" if r and r.model else f" ({r.source})" if r else ""
+            console.print(f"{v.label}{what}: {v.action.value}", highlight=False, soft_wrap=True)
+            for f in v.findings:
+                console.print(
+                    f"  {f.severity.value:<4} {f.code}: {f.evidence}\n"
+                    f"       -> {f.action.value}: {f.reason}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+        action, reason = node_action(vs)
+        tail = f" ({reason})" if reason else ""
+        console.print(f"node {node}: {action.value}{tail}", highlight=False, soft_wrap=True)
+
+
+def gpu_watch(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """GPUs to watch before they fail: counters that grew between runs (corrected ECC, row
+    remaps, retired pages, PCIe replays) and findings that came back, from the gpus table."""
+    from fleetval.detect.hardware import watch_list
+
+    with bad_input_exits():
+        rows = open_store(data).gpus().to_pylist()
+    items = watch_list(rows)
+    if as_json:
+        typer.echo(json.dumps([i._asdict() for i in items], indent=2))
+        return
+    for i in items:
+        console.print(f"{i.node} {i.device_id}: {i.what} {i.evidence}", highlight=False,
+                      soft_wrap=True)  # fmt: skip
+    console.print(f"{len(items)} to watch over {len({(r['node'], r['device_id']) for r in rows})}"
+                  " GPU(s)", highlight=False)  # fmt: skip

@@ -1,0 +1,112 @@
+"""NVML's answers (nvidia-ml-py) as a GpuReading: units, bitmasks and enums converted here,
+purely, so they are tested without a GPU. `fleetval.checks.health.hardware` asks NVML and
+hands the raw answers over, None for each call NVML did not support.
+
+Raw keys are the NVML calls' names without `nvmlDeviceGet`: "Name", "UUID", "Serial",
+"PciBusId", "VbiosVersion", "DriverVersion" (nvmlSystemGetDriverVersion), "EccMode" (current),
+"EccCorrectedVolatile" ... (nvmlDeviceGetTotalEccErrors), "RetiredPagesSbe"/"Dbe" (page
+counts), "RetiredPagesPending", "RemappedRows" (corr, unc, pending, failure),
+"RowRemapperHistogram" (max, high, partial, low, none), "CurrPcieLinkGeneration",
+"MaxPcieLinkGeneration", "CurrPcieLinkWidth", "MaxPcieLinkWidth", "PcieReplayCounter",
+"PerformanceState", "ClocksEventReasons" (bitmask), "ClockSm", "MaxClockSm", "Temperature",
+"TemperatureSlowdown", "PowerUsage", "EnforcedPowerLimit", "PowerDefaultLimit" (milliwatts),
+"NvLinkStates" (one bool per link that exists), "NvLinkErrors" ({counter: total}),
+"GpuRecoveryAction" (enum).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleetval.formats.gpuhw import GpuReading
+from fleetval.formats.smi import gpu_model
+
+# nvmlClocksEventReason* bits (nvml.h), by CLOCK_REASONS names
+CLOCK_EVENT_BITS = {
+    0x1: "idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake",
+    0x100: "display_clock",
+}
+# nvmlDeviceGpuRecoveryAction_t, as nvidia-smi prints it
+RECOVERY_ACTION = {0: "None", 1: "GPU Reset Required", 2: "Node Reboot Required",
+                   3: "Drain P2P", 4: "Drain and Reset"}  # fmt: skip
+
+
+def _text(v: Any) -> str | None:
+    if v is None:
+        return None
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _watts(mw: Any) -> float | None:
+    return None if mw is None else mw / 1000.0
+
+
+def clock_reasons(mask: int | None) -> list[str] | None:
+    """The active reasons of an NVML clocks-event bitmask."""
+    if mask is None:
+        return None
+    return [name for bit, name in CLOCK_EVENT_BITS.items() if mask & bit]
+
+
+def from_nvml(index: int, raw: dict[str, Any]) -> GpuReading:
+    """One GPU's NVML answers as a reading."""
+    name = _text(raw.get("Name"))
+    rows = raw.get("RemappedRows") or (None, None, None, None)
+    hist = raw.get("RowRemapperHistogram")
+    links = raw.get("NvLinkStates")
+    pstate = raw.get("PerformanceState")
+    recovery = raw.get("GpuRecoveryAction")
+    return GpuReading(
+        vendor="nvidia",
+        source="nvml",
+        index=index,
+        uuid=_text(raw.get("UUID")),
+        serial=_text(raw.get("Serial")),
+        pci_bus_id=_text(raw.get("PciBusId")),
+        name=name,
+        model=gpu_model(name),
+        vbios=_text(raw.get("VbiosVersion")),
+        driver_version=_text(raw.get("DriverVersion")),
+        ecc_enabled=None if raw.get("EccMode") is None else bool(raw["EccMode"]),
+        ecc_volatile_corrected=raw.get("EccCorrectedVolatile"),
+        ecc_volatile_uncorrected=raw.get("EccUncorrectedVolatile"),
+        ecc_aggregate_corrected=raw.get("EccCorrectedAggregate"),
+        ecc_aggregate_uncorrected=raw.get("EccUncorrectedAggregate"),
+        retired_sbe=raw.get("RetiredPagesSbe"),
+        retired_dbe=raw.get("RetiredPagesDbe"),
+        retired_pending=None
+        if raw.get("RetiredPagesPending") is None
+        else bool(raw["RetiredPagesPending"]),
+        remap_corrected=rows[0],
+        remap_uncorrected=rows[1],
+        remap_pending=None if rows[2] is None else bool(rows[2]),
+        remap_failed=None if rows[3] is None else bool(rows[3]),
+        remap_histogram={}
+        if hist is None
+        else dict(zip(("max", "high", "partial", "low", "none"), hist, strict=True)),
+        pcie_gen=raw.get("CurrPcieLinkGeneration"),
+        pcie_gen_max=raw.get("MaxPcieLinkGeneration"),
+        pcie_width=raw.get("CurrPcieLinkWidth"),
+        pcie_width_max=raw.get("MaxPcieLinkWidth"),
+        pcie_replays=raw.get("PcieReplayCounter"),
+        perf_state=None if pstate is None or pstate == 32 else f"P{pstate}",  # 32: unknown
+        clock_reasons=clock_reasons(raw.get("ClocksEventReasons")),
+        sm_clock_mhz=raw.get("ClockSm"),
+        sm_clock_max_mhz=raw.get("MaxClockSm"),
+        temp_c=raw.get("Temperature"),
+        temp_slowdown_c=raw.get("TemperatureSlowdown"),
+        power_w=_watts(raw.get("PowerUsage")),
+        power_limit_w=_watts(raw.get("EnforcedPowerLimit")),
+        power_default_limit_w=_watts(raw.get("PowerDefaultLimit")),
+        nvlink_up=None if links is None else sum(bool(s) for s in links),
+        nvlink_total=None if not links else len(links),
+        nvlink_errors=raw.get("NvLinkErrors") or {},
+        recovery_action=None if recovery is None else RECOVERY_ACTION.get(recovery, str(recovery)),
+    )
