@@ -348,7 +348,7 @@ class Catalog:
         for f in files:
             try:
                 rows += rows_from_json(table, self.index_path(table, f.stem).read_text())
-            except (FileNotFoundError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError):  # absent, unreadable or torn
                 file_rows = _rows_from_parquet(table, [f])  # CorruptFile when unreadable
                 self._write_entry(table, f.stem, file_rows)
                 rows += file_rows

@@ -41,9 +41,9 @@ log = logging.getLogger(__name__)
 RUN_INDEX = "runs.sqlite"
 BUSY_TIMEOUT_MS = 5000
 BATCH = 1000  # runs read and written per transaction: progress kept, the write lock held briefly
-# NOTE: a directory's mtime moves in coarse clock ticks, so one this young may change again
-# without moving: it is not trusted as a generation until it is older (git's "racy" entries)
-RACY_NS = 2_000_000_000
+# NOTE: a directory's mtime moves in coarse clock ticks (a few ms), so one this young may
+# change again without moving: it is not trusted until it is older (git's "racy" entries)
+RACY_NS = 100_000_000
 # NOTE: a write is a temp file renamed within seconds; one this old has no live writer
 TMP_AGE_S = 3600.0
 REQUIRED = ("run_id", "suite", "status", "started_at")  # what a listing cannot do without
@@ -314,7 +314,7 @@ def read_run_rows(root: Path, run_ids: list[str]) -> tuple[list[dict], dict[str,
     for run_id in run_ids:
         try:
             rows += rows_from_json("runs", (root / INDEX / "runs" / f"{run_id}.json").read_text())
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError):  # absent, unreadable or torn
             parquet.append(root / "runs" / f"{run_id}.parquet")
     read, errors = _read_records(parquet)
     return rows + read, errors
