@@ -98,10 +98,10 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # NOTE: the run index is built from the files (a scan of a large store takes a while)
-        # and kept synced by a thread: requests never wait on it; until it is built /healthz
-        # says so and reads of runs answer 503 (IndexBuilding)
-        store.keep_index()
+        # NOTE: the run index is built from the files and kept synced by a thread, so requests
+        # never wait on a scan. A small store is ready within the wait; while a large one is
+        # built, the service answers: /healthz says so, reads of runs 503 (IndexBuilding)
+        await asyncio.to_thread(store.keep_index, 1.0, 2.0)
         if settings.run_executor:
             executor.start()
         if settings.run_scheduler:

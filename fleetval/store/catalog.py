@@ -297,15 +297,29 @@ class Catalog:
 
     def write_index(self, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
         """The index entry of `table`/<run_id>.parquet, just written, whose rows are `rows`;
-        for a run, also its row in the run index when that is open (else its next sync adds
-        it). Best effort: a failed write leaves a difference the next read or sync repairs."""
+        for a run, also its row in the run index (this Catalog's, else the one on disk, so
+        that other processes' readers see it now). Best effort: a failed write leaves a
+        difference that the next read (entry) or sync (run index) repairs."""
         self._write_entry(table, run_id, rows)
+        if table == "runs" and rows:
+            self._index_run(rows[0])
+
+    def _index_run(self, row: dict[str, Any]) -> None:
+        from fleetval.store.runindex import RUN_INDEX, RunIndex  # NOTE: as in run_index
+
         index = self._index or (self._keeper and self._keeper.index)
-        if table == "runs" and rows and index is not None:
+        try:
+            if index is not None:
+                index.put(row)
+                return
+            on_disk = RunIndex(self.root / INDEX / RUN_INDEX)  # NOTE: a row, no sync
             try:
-                index.put(rows[0])
-            except sqlite3.Error as err:
-                log.warning("run %s not written to the run index (%s): synced later", run_id, err)
+                on_disk.put(row)
+            finally:
+                on_disk.close()
+        except (OSError, sqlite3.Error) as err:
+            log.warning("run %s not in the run index (%s): synced later", row["run_id"], err)
+            if index is not None:
                 index.invalidate()
 
     def run_index(self) -> RunIndex:
@@ -323,13 +337,15 @@ class Catalog:
                 self._index.refresh(self.root)
             return self._index
 
-    def keep_index(self, period_s: float = 1.0) -> None:
+    def keep_index(self, period_s: float = 1.0, wait_s: float = 0.0) -> None:
         """Build the run index in a thread and re-sync it every `period_s`, so that readers
-        never wait for a scan (the service: it answers while a large store is indexed)."""
+        never wait for a scan (the service: it answers while a large store is indexed);
+        returns once it is built or after `wait_s`, whichever comes first."""
         from fleetval.store.runindex import IndexKeeper  # NOTE: as in run_index
 
         if self._keeper is None:
             self._keeper = IndexKeeper(self.root, period_s)
+        self._keeper.built.wait(wait_s)
 
     def stop_index(self) -> None:
         if self._keeper is not None:

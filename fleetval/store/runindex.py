@@ -281,6 +281,7 @@ class IndexKeeper:
     def __init__(self, root: Path, period_s: float) -> None:
         self.root, self.period_s = root, period_s
         self.index: RunIndex | None = None
+        self.built = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fleetval-run-index", daemon=True)
         self._thread.start()
@@ -299,6 +300,7 @@ class IndexKeeper:
             try:
                 if self.index is None:
                     self.index = RunIndex.open(self.root)
+                    self.built.set()
                 else:
                     self.index.refresh(self.root)
             except Exception:  # NOTE: kept alive: the next period tries again
