@@ -22,6 +22,9 @@ import pytest
 
 from tests.foreignstore import write_foreign_store
 
+# NOTE: slow: the store of the size is written (10,000 files), then indexed three
+# times (each test starts without index/); ~35 s on 2 quiet cores
+pytestmark = pytest.mark.slow
 RUNS = 5000
 
 
