@@ -21,6 +21,7 @@ from fleetval.api.routes import ROUTERS
 from fleetval.api.scheduler import Scheduler
 from fleetval.api.settings import Settings
 from fleetval.store.dataset import Store
+from fleetval.store.runindex import IndexBuilding
 
 # Statuses only some operations answer with (the rest are added to every operation that
 # can answer them: see errors.complete_openapi).
@@ -84,6 +85,10 @@ def _install_errors(app: FastAPI) -> None:
         # NOTE: well-formed, but the runs stored now cannot satisfy it: a conflict with state
         return problem(409, str(err))
 
+    @app.exception_handler(IndexBuilding)
+    async def _building(_: Any, err: Exception) -> Any:
+        return problem(503, str(err), headers={"Retry-After": "2"})
+
 
 def create_app(settings: Settings) -> FastAPI:
     db = ServiceDB(settings.data_dir)
@@ -93,9 +98,10 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # NOTE: the run index is built from the files once per store (a scan): before the
-        # first request, not during it
-        await asyncio.to_thread(store.run_index)
+        # NOTE: the run index is built from the files and kept synced by a thread, so requests
+        # never wait on a scan. A small store is ready within the wait; while a large one is
+        # built, the service answers: /healthz says so, reads of runs 503 (IndexBuilding)
+        await asyncio.to_thread(store.keep_index, 1.0, 2.0)
         if settings.run_executor:
             executor.start()
         if settings.run_scheduler:
@@ -103,6 +109,7 @@ def create_app(settings: Settings) -> FastAPI:
         yield
         await asyncio.to_thread(scheduler.stop)
         await asyncio.to_thread(executor.stop)
+        await asyncio.to_thread(store.stop_index)
         db.close()
 
     app = FastAPI(

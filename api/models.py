@@ -188,6 +188,7 @@ class Health(_Out):
     queue_depth: int
     ray_error: str = ""
     reason: str = ""  # why degraded
+    index: Literal["ready", "building"] = "ready"  # the run index; building: reads of runs 503
 
 
 class ResultPage(_Out):

@@ -32,6 +32,7 @@ async def healthz(db: DbDep, executor: ExecutorDep, request: Request) -> Respons
         queue_depth=db.counts().get(QueueStatus.QUEUED, 0),
         ray_error=executor.ray_error,
         reason=reason,
+        index="ready" if request.app.state.store.index_ready() else "building",
     )
     return JSONResponse(health.model_dump(), status_code=503 if reason else 200)
 

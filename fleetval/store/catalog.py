@@ -6,24 +6,24 @@ The store's two one-file-per-run tables get a JSON copy when written (`Store.wri
     index/runs/<run_id>.json     the run's row, as its Parquet file reads back
     index/nodes/<run_id>.json    the run's node rows
 
-Listing runs, resolving baselines and filtering on the environment read these, so
-`fleetval runs` and `fleetval baseline ...` start without importing pyarrow (~0.2 s). The
-Parquet files stay the record that any Arrow reader uses (docs/schema.md): a run is listed
-only when its Parquet file exists. A file without an index entry (a store written before
-the index, or a crash between the two writes) is read from Parquet and its entry written
+Reading one run and filtering on the environment read these, so `fleetval show` and
+`fleetval baseline ...` start without importing pyarrow (~0.2 s). The Parquet files stay
+the record that any Arrow reader uses (docs/schema.md): a run is listed only when its
+Parquet file exists. A file without an index entry (a store written before the index, by
+another tool, or a crash between the two writes) is read from Parquet and its entry written
 then, as Python writes a .pyc: the next reader finds it. Index writes are best effort: a
 read-only store is read from Parquet, and a run's Parquet file is stored either way.
 
-One run is found by its file names, never by a scan (`Catalog.run`). For readers that page
-through many runs (the service), `index/runs.sqlite` (`RunIndex`) keeps one row per run,
-written with each JSON entry and built from the files the first time it is opened: a page
-is one indexed query, whatever the history's length.
+One run is found by its file names, never by a scan (`Catalog.run`). Lists and pages of
+runs come from `index/runs.sqlite` (`fleetval.store.runindex`): one row per run, synced with
+the files whenever they change, so a page is one indexed query whatever the history's length.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -34,10 +34,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from fleetval.metrics import MetricDecl
 from fleetval.vocab import RunStatus
+
+if TYPE_CHECKING:
+    from fleetval.store.runindex import IndexKeeper, RunIndex
+
+log = logging.getLogger(__name__)
 
 DEFAULT_DATA = "fleetval-data"
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -166,9 +171,17 @@ class RunRecord:
         return bool(self.faults)
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, replace: bool = False) -> Path:
+def atomic_write(
+    path: Path,
+    write: Callable[[BinaryIO], object],
+    *,
+    replace: bool = False,
+    durable: bool = True,
+) -> Path:
     """Temp file in the same directory, fsync, rename: readers see the old file or the new
-    one, never a torn one. Without `replace`, an existing file is refused (written once)."""
+    one, never a torn one. Without `replace`, an existing file is refused (written once).
+    Without `durable`, no fsync (a cache: a crash may leave it empty, which its reader
+    detects and rebuilds)."""
     if path.exists() and not replace:
         raise StoreError(f"{path} exists already; stored files are never rewritten")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,7 +190,8 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, replace: bo
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -185,7 +199,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, replace: bo
     return path
 
 
-def _index_json(rows: list[dict[str, Any]]) -> bytes:
+def index_json(rows: list[dict[str, Any]]) -> bytes:
     """An index entry: a table's rows as JSON, timestamps as ISO 8601 text."""
     return json.dumps(rows, default=_iso).encode()
 
@@ -196,7 +210,7 @@ def _iso(value: object) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _rows_from_json(table: str, text: str) -> list[dict[str, Any]]:
+def rows_from_json(table: str, text: str) -> list[dict[str, Any]]:
     rows = json.loads(text)
     for row in rows:
         for col in TIMESTAMPS[table]:
@@ -216,24 +230,28 @@ def _rows_from_parquet(table: str, files: list[Path]) -> list[dict[str, Any]]:
 
 
 class Catalog:
-    """The runs and nodes of one data directory, from the JSON index. Cheap to construct;
-    every read scans the files on disk. `Store` adds the Parquet tables."""
+    """The runs and nodes of one data directory: one run from its JSON index entry, lists
+    and pages of runs from the run index (`fleetval.store.runindex`). Cheap to construct; the
+    run index is opened (and synced with the files) on first use. `Store` adds the Parquet
+    tables."""
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
+        self._index: RunIndex | None = None
+        self._keeper: IndexKeeper | None = None
+        self._index_lock = threading.Lock()
 
     def index_path(self, table: str, run_id: str) -> Path:
         """Where the index keeps `table`/<run_id>.parquet (run_id: checked, or a file's stem)."""
         return self.root / INDEX / table / f"{run_id}.json"
 
     def runs(self) -> list[RunRecord]:
-        """All runs, oldest first; runs cut off before their record was written are `incomplete`."""
-        rows = self._rows("runs", sorted((self.root / "runs").glob("*.parquet")))
-        records = {r["run_id"]: RunRecord.from_record(r) for r in rows}
-        for d in (self.root / "results").glob("*"):
-            if d.is_dir() and d.name not in records:
-                records[d.name] = _incomplete(d)
-        return sorted(records.values(), key=lambda r: r.run_id)
+        """All runs, oldest first; runs cut off before their record was written are
+        `incomplete`. CorruptFile names a run record that cannot be read."""
+        index = self.run_index()
+        if index.unreadable:
+            raise next(iter(index.unreadable.values()))
+        return index.all()
 
     def run(self, run_id: str) -> RunRecord:
         """One run, found by its file names (no scan): RunNotFound when there is none,
@@ -245,7 +263,7 @@ class Catalog:
             return RunRecord.from_record(self._rows("runs", [record])[0])
         results = self.root / "results" / run_id
         if results.is_dir():
-            return _incomplete(results)
+            return incomplete_run(results)
         raise RunNotFound(run_id, self.root)
 
     def find_runs(self, run_ids: list[str]) -> dict[str, RunRecord]:
@@ -260,10 +278,10 @@ class Catalog:
         return found
 
     def latest_run(self) -> RunRecord:
-        runs = self.runs()
-        if not runs:
+        newest = self.run_index().page(RunFilter(), before=None, limit=1)
+        if not newest:
             raise StoreError(f"no runs in {self.root}")
-        return runs[-1]
+        return newest[0]
 
     def node_rows(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
         """The nodes table's rows of the given runs (all when None): `Store.nodes(...).to_pylist()`."""
@@ -278,37 +296,89 @@ class Catalog:
         return [f for f in files if f.exists()]
 
     def write_index(self, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
-        """The index entry of `table`/<run_id>.parquet, whose rows are `rows` (and, for a
-        run, its row in the SQLite run index)."""
-        text = _index_json(rows)
-        with contextlib.suppress(OSError):  # NOTE: best effort: readers fall back to Parquet
-            atomic_write(self.index_path(table, run_id), lambda f: f.write(text), replace=True)
+        """The index entry of `table`/<run_id>.parquet, just written, whose rows are `rows`;
+        for a run, also its row in the run index (this Catalog's, else the one on disk, so
+        that other processes' readers see it now). Best effort: a failed write leaves a
+        difference that the next read (entry) or sync (run index) repairs."""
+        self._write_entry(table, run_id, rows)
         if table == "runs" and rows:
-            with contextlib.suppress(OSError, sqlite3.Error):  # NOTE: best effort, as above
-                self.run_index().put(rows[0])
+            self._index_run(rows[0])
+
+    def _index_run(self, row: dict[str, Any]) -> None:
+        from fleetval.store.runindex import RUN_INDEX, RunIndex  # NOTE: as in run_index
+
+        index = self._index or (self._keeper and self._keeper.index)
+        try:
+            if index is not None:
+                index.put(row)
+                return
+            on_disk = RunIndex(self.root / INDEX / RUN_INDEX)  # NOTE: a row, no sync
+            try:
+                on_disk.put(row)
+            finally:
+                on_disk.close()
+        except (OSError, sqlite3.Error) as err:
+            log.warning("run %s not in the run index (%s): synced later", row["run_id"], err)
+            if index is not None:
+                index.invalidate()
 
     def run_index(self) -> RunIndex:
-        """The SQLite index of this store's runs, opened once per Catalog (built on first use)."""
-        if getattr(self, "_run_index", None) is None:
-            self._run_index = RunIndex.open(self)
-        return self._run_index
+        """The run index, synced with the files (again when they changed). Opened once per
+        Catalog, or kept by `keep_index`: then IndexBuilding until it is built."""
+        # NOTE: imported here: fleetval.store.runindex builds on this module
+        from fleetval.store.runindex import RunIndex
+
+        if self._keeper is not None:
+            return self._keeper.get()
+        with self._index_lock:
+            if self._index is None:
+                self._index = RunIndex.open(self.root)
+            else:
+                self._index.refresh(self.root)
+            return self._index
+
+    def keep_index(self, period_s: float = 1.0, wait_s: float = 0.0) -> None:
+        """Build the run index in a thread and re-sync it every `period_s`, so that readers
+        never wait for a scan (the service: it answers while a large store is indexed);
+        returns once it is built or after `wait_s`, whichever comes first."""
+        from fleetval.store.runindex import IndexKeeper  # NOTE: as in run_index
+
+        if self._keeper is None:
+            self._keeper = IndexKeeper(self.root, period_s)
+        self._keeper.built.wait(wait_s)
+
+    def stop_index(self) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
+
+    def index_ready(self) -> bool:
+        """Whether the run index answers without building it first."""
+        return (self._keeper.index if self._keeper else self._index) is not None
 
     def _rows(self, table: str, files: list[Path]) -> list[dict[str, Any]]:
-        """The rows of a table's files (<run_id>.parquet), in file order: from the index,
-        else from Parquet (indexing the file on the way). A corrupt index entry is read
-        from Parquet and rewritten; a corrupt Parquet file raises CorruptFile."""
+        """The rows of a table's files (<run_id>.parquet), in file order: from the index
+        entries, else from Parquet (writing the entry on the way, as Python writes a .pyc).
+        A corrupt entry is read from Parquet and rewritten; a corrupt Parquet file raises
+        CorruptFile. Never touches the run index, which is built from these files."""
         rows = []
         for f in files:
             try:
-                rows += _rows_from_json(table, self.index_path(table, f.stem).read_text())
-            except (FileNotFoundError, ValueError, KeyError, TypeError):
+                rows += rows_from_json(table, self.index_path(table, f.stem).read_text())
+            except (OSError, ValueError, KeyError, TypeError):  # absent, unreadable or torn
                 file_rows = _rows_from_parquet(table, [f])  # CorruptFile when unreadable
-                self.write_index(table, f.stem, file_rows)
+                self._write_entry(table, f.stem, file_rows)
                 rows += file_rows
         return rows
 
+    def _write_entry(self, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
+        text = index_json(rows)
+        with contextlib.suppress(OSError):  # NOTE: best effort: readers fall back to Parquet
+            atomic_write(
+                self.index_path(table, run_id), lambda f: f.write(text), replace=True, durable=False
+            )
 
-def _incomplete(results: Path) -> RunRecord:
+
+def incomplete_run(results: Path) -> RunRecord:
     """A run with results but no record: cut off before it ended."""
     return RunRecord(
         run_id=results.name,
@@ -317,20 +387,6 @@ def _incomplete(results: Path) -> RunRecord:
         started_at=datetime.fromtimestamp(results.stat().st_mtime, UTC),
         message="no run record: the run was cut off; its finished steps are kept",
     )
-
-
-RUN_INDEX = "runs.sqlite"
-RUN_INDEX_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,                 -- sortable by start: keyset pages order by it
-    suite TEXT NOT NULL,
-    status TEXT NOT NULL,
-    labels TEXT NOT NULL,                    -- JSON object, for label filters
-    record TEXT NOT NULL,                    -- the run's index entry (one row, JSON)
-    listing TEXT                             -- RunRecord.listing() as JSON, served as it is
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS built (done INTEGER NOT NULL);  -- a row once built from the files
-"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -359,140 +415,3 @@ class RunFilter:
 def label_path(key: str) -> str:
     """A JSON path naming one key of an object, any characters quoted."""
     return "$." + json.dumps(key)
-
-
-class RunIndex:
-    """One row per run in `index/runs.sqlite`: a run by id and a page of runs (newest first,
-    keyset cursor) in one indexed query each. Written beside every JSON entry
-    (`Catalog.write_index`); on first open built from the store's files, so a store written
-    before it is indexed once. Readers that need the files' exact state use `Catalog`.
-
-    Each row also keeps the run's listing as JSON text, so a reader that serves runs (the
-    service) sends those bytes as they are: no parsing or model building per request."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA busy_timeout=5000")
-        with contextlib.suppress(sqlite3.OperationalError):  # another process set it already
-            self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.executescript(RUN_INDEX_SCHEMA)
-        self._add_listings()
-
-    def _add_listings(self) -> None:
-        """An index written before listings were kept: the column added, filled once."""
-        with self._lock:
-            have = {r[1] for r in self._conn.execute("PRAGMA table_info(runs)")}
-            if "listing" not in have:
-                self._conn.execute("ALTER TABLE runs ADD COLUMN listing TEXT")
-            rows = self._conn.execute(
-                "SELECT run_id, record FROM runs WHERE listing IS NULL"
-            ).fetchall()
-            self._conn.executemany(
-                "UPDATE runs SET listing = ? WHERE run_id = ?",
-                [(json.dumps(_record(rec).listing()), run_id) for run_id, rec in rows],
-            )
-
-    @classmethod
-    def open(cls, catalog: Catalog) -> RunIndex:
-        index = cls(catalog.root / INDEX / RUN_INDEX)
-        if not index._built():
-            index._build(catalog)
-        return index
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    def put(self, row: dict[str, Any]) -> None:
-        """A run's row (as its Parquet file reads back), replacing any older one."""
-        labels = dict(row["labels"] or [])
-        self.put_many([(row["run_id"], row["suite"], row["status"], labels, _index_json([row]))])
-
-    def put_many(self, rows: list[tuple[str, str, str, dict[str, str], bytes]]) -> None:
-        """(run id, suite, status, labels, index entry) per run; listings made from the entries."""
-        values = [
-            (r, s, st, json.dumps(lb), rec.decode(), json.dumps(_record(rec.decode()).listing()))
-            for r, s, st, lb, rec in rows
-        ]
-        with self._lock:
-            self._conn.executemany(
-                "INSERT OR REPLACE INTO runs (run_id, suite, status, labels, record, listing)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                values,
-            )
-
-    def get(self, run_id: str) -> RunRecord | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT record FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-        return _record(row[0]) if row else None
-
-    def listing(self, run_id: str) -> str | None:
-        """The run's listing as stored (JSON text), or None when the index lacks the run."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT listing FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-        return row[0] if row else None
-
-    def get_many(self, run_ids: list[str]) -> dict[str, RunRecord]:
-        """The indexed runs among `run_ids`, in one query."""
-        found: dict[str, RunRecord] = {}
-        for i in range(0, len(run_ids), 500):  # NOTE: under SQLite's bound-parameter limit
-            chunk = run_ids[i : i + 500]
-            with self._lock:
-                rows = self._conn.execute(
-                    f"SELECT run_id, record FROM runs WHERE run_id IN ({','.join('?' * len(chunk))})",
-                    chunk,
-                ).fetchall()
-            found.update((r[0], _record(r[1])) for r in rows)
-        return found
-
-    def page(self, where: RunFilter, *, before: str | None, limit: int) -> list[RunRecord]:
-        """Up to `limit` runs matching `where`, newest first, with run ids below `before`."""
-        return [_record(rec) for rec in self._page("record", where, before, limit).values()]
-
-    def page_listings(self, where: RunFilter, *, before: str | None, limit: int) -> dict[str, str]:
-        """As `page`, each run's listing as stored (JSON text), by run id in page order."""
-        return self._page("listing", where, before, limit)
-
-    def _page(
-        self, column: str, where: RunFilter, before: str | None, limit: int
-    ) -> dict[str, str]:
-        sql, args = where.sql()
-        terms = [t for t in (sql, "run_id < ?" if before is not None else "") if t]
-        if before is not None:
-            args.append(before)
-        clause = f"WHERE {' AND '.join(terms)}" if terms else ""
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT run_id, {column} FROM runs {clause} ORDER BY run_id DESC LIMIT ?",
-                (*args, limit),
-            ).fetchall()
-        return {r[0]: r[1] for r in rows}
-
-    def count(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
-
-    def _built(self) -> bool:
-        with self._lock:
-            return self._conn.execute("SELECT 1 FROM built").fetchone() is not None
-
-    def _build(self, catalog: Catalog) -> None:
-        """Every run the files hold (one scan, once per store)."""
-        rows = []
-        for rec in catalog.runs():
-            entry = rec.to_record()
-            rows.append((rec.run_id, rec.suite, rec.status, rec.labels, _index_json([entry])))
-        self.put_many(rows)
-        with self._lock:
-            self._conn.execute("INSERT INTO built (done) VALUES (1)")
-
-
-def _record(text: str) -> RunRecord:
-    return RunRecord.from_record(_rows_from_json("runs", text)[0])

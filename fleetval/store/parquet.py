@@ -59,7 +59,7 @@ def read_parquet(
     tables = []
     for f in files:
         try:
-            pf = pq.ParquetFile(f, read_dictionary=[c for c in dictionary if c in target.names])
+            pf = _open(f, [c for c in dictionary if c in target.names])
             have = set(pf.schema_arrow.names)
             read = [c for c in target.names if c in have]
             if having is not None:
@@ -78,6 +78,16 @@ def read_parquet(
     if not tables:  # NOTE: not schema.empty_table(), which imports pandas
         return pa.Table.from_batches([], schema=target)
     return pa.concat_tables(tables)
+
+
+def _open(path: Path, dictionary: list[str]) -> pq.ParquetFile:
+    """The file, its `dictionary` columns read dictionary-encoded: those it has (a file by
+    an older or another writer may lack some; pyarrow refuses a name it does not hold)."""
+    try:
+        return pq.ParquetFile(path, read_dictionary=dictionary)
+    except KeyError:
+        have = set(pq.read_schema(path).names)
+        return pq.ParquetFile(path, read_dictionary=[c for c in dictionary if c in have])
 
 
 def _row_groups_having(pf: pq.ParquetFile, column: str) -> list[int]:

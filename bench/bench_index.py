@@ -1,0 +1,99 @@
+"""Building the run index of a store fleetval did not index (issue 24): stores in the
+documented layout written straight with pyarrow (tests/foreignstore.py), without `index/`.
+
+    python bench/bench_index.py [--sizes 1000,5000] [--repeats 3]
+
+Per size: the cold build (`Catalog.run_index()` on a store without `index/`: every runs/
+Parquet file read, the SQLite index written), the next open (a sync that finds nothing to
+do: two directory scans and one query), `fleetval runs --json` as a command on the indexed
+store, and how long a service started on it takes to index it (the keeper thread). Medians
+of `--repeats`, wall time and this process's CPU time; the store is written once per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fleetval.store.catalog import Catalog
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.foreignstore import write_foreign_store  # found from the repo root
+
+
+def timed(fn: object) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()  # type: ignore[operator]
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def cold(root: Path) -> tuple[float, float]:
+    shutil.rmtree(root / "index", ignore_errors=True)
+    return timed(lambda: Catalog(root).run_index().close())
+
+
+def warm(root: Path) -> tuple[float, float]:
+    return timed(lambda: Catalog(root).run_index().close())
+
+
+def kept(root: Path) -> tuple[float, float]:
+    """The service's way: a thread builds it; until then readers are told it is building."""
+    shutil.rmtree(root / "index", ignore_errors=True)
+    catalog = Catalog(root)
+
+    def build() -> None:
+        catalog.keep_index(period_s=1.0, wait_s=600.0)
+        catalog.stop_index()
+
+    return timed(build)
+
+
+def command(root: Path) -> tuple[float, float]:
+    cmd = [sys.executable, "-m", "fleetval.cli", "runs", "--json", "--data", str(root)]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    return time.perf_counter() - t0, float("nan")  # another process: its CPU is not ours
+
+
+CASES = {"cold build": cold, "next open": warm, "fleetval runs": command, "service keeper": kept}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1000,5000")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    rows = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        root = Path(tempfile.mkdtemp(prefix=f"fleetval-index-{n}-")) / "data"
+        t0 = time.perf_counter()
+        write_foreign_store(root, n, with_results=0)
+        made = time.perf_counter() - t0
+        figures = {}
+        for _ in range(args.repeats):
+            for name, case in CASES.items():
+                figures.setdefault(name, []).append(case(root))
+        rows.append((n, made, figures))
+        shutil.rmtree(root.parent)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
+    print(f"medians of {args.repeats}; wall s (CPU s of this process)\n")
+    print("| runs | store written (s) | " + " | ".join(CASES) + " |")
+    print("|---:|---:|" + "---:|" * len(CASES))
+    for n, made, figures in rows:
+        cells = []
+        for name in CASES:
+            wall = statistics.median(f[0] for f in figures[name])
+            cpu = statistics.median(f[1] for f in figures[name])
+            cells.append(f"{wall:.2f}" + ("" if cpu != cpu else f" ({cpu:.2f})"))
+        print(f"| {n:,} | {made:.1f} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
