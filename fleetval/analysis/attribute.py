@@ -273,7 +273,8 @@ def _column(nodes: pa.Table, source: str) -> pa.ChunkedArray | pa.Array | None:
     if extra is None or not pc.any(pc.match_substring(extra, f'"{key}"')).as_py():
         return None
     vals = [json.loads(e or "{}").get(key) for e in extra.to_pylist()]
-    return pa.array([None if v is None else json.dumps(v, sort_keys=True) for v in vals], pa.string())
+    text = [v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True) for v in vals]
+    return pa.array(text, pa.string())
 
 
 def _panel(values: pa.Table, nodes: pa.Table, nights: dict[str, str], metric: str | None) -> _Panel:
