@@ -1,0 +1,107 @@
+"""`fleetval attribute` and POST /v1/attribute over a store written by fleetval's own writer
+(simulated nightly runs from tests/attrgen.py, each night a run with a 2-rank job per node)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from fleetval.analysis.attribute import attribute_store
+from fleetval.api import Settings, create_app
+from fleetval.api.db import Scope
+from fleetval.cli.app import app
+from fleetval.store.dataset import Store
+from tests.attrgen import simulate, write_history
+
+SIZES = (1 << 20, 256 << 20)
+
+
+def _store(root: Path, scenario: str) -> Path:
+    h = simulate(nodes=8, nights=16, seed=11, scenario=scenario, sizes=SIZES)
+    write_history(h, Store(root), labels={"cluster": "mi300x-a"})
+    return root
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> Path:
+    return _store(tmp_path_factory.mktemp("planted"), "planted")
+
+
+@pytest.fixture(scope="module")
+def null(tmp_path_factory) -> Path:
+    return _store(tmp_path_factory.mktemp("null"), "null")
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, ["attribute", *args])
+
+
+def test_cli_names_the_rccl_change_and_exits_1(planted):
+    out = cli("--data", str(planted), "--format", "json", "--where", "cluster=mi300x-*")
+    assert out.exit_code == 1, out.output
+    d = json.loads(out.stdout)
+    hits = [f for f in d["findings"] if f["verdict"] == "regression"]
+    assert [(f["component"], f["size_bytes"], f["metric"]) for f in hits] == [
+        ("rccl", 256 << 20, "busbw_gbps")
+    ]
+    assert hits[0]["from"] == "2.18.6" and hits[0]["to"] == "2.20.5"
+    assert hits[0]["ci_pct"][0] < -8 < hits[0]["ci_pct"][1]
+    assert d["confounded"] == [] and hits[0]["nodes"] == 8
+
+
+def test_cli_table_and_markdown(planted):
+    table = cli("--data", str(planted))
+    md = cli("--data", str(planted), "--format", "markdown", "--all")
+    assert table.exit_code == md.exit_code == 1
+    assert "regression" in table.stdout and "rccl" in table.stdout
+    assert "| driver | 6.8.5 -> 6.10.5 |" in md.stdout  # --all: unchanged rows too
+
+
+def test_cli_nothing_planted_exits_0(null):
+    out = cli("--data", str(null), "--metric", "busbw")
+    assert out.exit_code == 0, out.output
+    assert "0 regression" not in out.stdout and "unchanged" in out.stdout
+
+
+def test_cli_since_leaves_earlier_changes_out(planted):
+    d = json.loads(cli("--data", str(planted), "--format", "json", "--since", "2026-01-11").stdout)
+    assert {f["component"] for f in d["findings"]} == {"rccl"}
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--since", "2026-02-30"], "--since"),
+        (["--metric", "watts"], "metric"),
+        (["--format", "xml"], "--format"),
+        (["--where", "nope=1"], "unknown filter key 'nope'"),
+        (["--where", "cluster=other"], "no run matches"),
+        (["--metric", "latency"], "no busbw or latency measurement"),
+    ],
+)
+def test_cli_bad_input_exits_2(planted, args, said):
+    out = cli("--data", str(planted), *args)
+    assert out.exit_code == 2 and said in out.output
+
+
+def test_rest_is_the_same_json_as_the_library(planted):
+    api = create_app(Settings(data_dir=planted, run_executor=False, run_scheduler=False))
+    read = {"Authorization": f"Bearer {api.state.db.create_token(Scope.READ, 'r')}"}
+    with TestClient(api) as client:
+        ok = client.post("/v1/attribute", json={"where": {"cluster": "mi300x-a"}}, headers=read)
+        since = client.post("/v1/attribute", json={"since": "2026-01-11", "metric": "busbw"}, headers=read)
+        bad = client.post("/v1/attribute", json={"since": "2026-02-30"}, headers=read)
+        extra = client.post("/v1/attribute", json={"metric": "watts", "x": 1}, headers=read)
+        none = client.post("/v1/attribute", json={"where": {"cluster": "b"}}, headers=read)
+        anon = client.post("/v1/attribute", json={})
+    assert ok.status_code == 200
+    assert ok.json() == json.loads(attribute_store(Store(planted), where={"cluster": "mi300x-a"}).to_json())
+    assert {f["component"] for f in since.json()["findings"]} == {"rccl"}
+    assert bad.status_code == 422 and "since" in bad.text
+    assert extra.status_code == 422 and "metric" in extra.text and '"x"' in extra.text
+    assert none.status_code == 409 and "no run matches" in none.text
+    assert anon.status_code == 401
