@@ -177,7 +177,7 @@ def attribute_store(
         raise AttributeError_("no run matches; `fleetval runs` lists them")
     compare = settings_from_suite_json(records[runs[-1]].suite_json)
     values = run_values(store.summaries(runs), models=None, cutoff_bytes=int(compare.latency_cutoff_bytes))
-    values = plain(values.rename_columns(["node" if c == "group" else c for c in values.column_names]))
+    values = values.rename_columns(["node" if c == "group" else c for c in values.column_names])
     # NOTE: a collective across several nodes is one measurement of all of them, whatever
     # their versions: only node-local measurements (a node held every rank) are attributed
     local = np_col(values["ranks"]) >= np_col(values["world_size"])
@@ -280,6 +280,7 @@ def _column(nodes: pa.Table, source: str) -> pa.ChunkedArray | pa.Array | None:
 def _panel(values: pa.Table, nodes: pa.Table, nights: dict[str, str], metric: str | None) -> _Panel:
     """Each value with its node's versions in that run (matched on run and node codes: a
     join of strings costs seconds at 1,024 nodes x 90 nights)."""
+    values = plain(values)
     keep = pc.is_in(values["metric"], pa.array([metric] if metric else [BUSBW.name, LATENCY.name]))
     values = values.filter(pc.and_(keep, pc.greater(pc.fill_null(values["value"], 0.0), 0.0)))
     versions = _versions(nodes)
