@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -149,6 +150,17 @@ class Attribution:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
+
+
+def hint(changed: Iterable[str]) -> str | None:
+    """The line compare and trend print when a regression coincides with version changes
+    (`changed`: the nodes-table columns that changed)."""
+    keys = set(changed)
+    comps = [c for c, cols in COMPONENTS.items() if set(cols) & keys]
+    if not comps:
+        return None
+    return (f"{', '.join(comps)} changed with this regression: `fleetval attribute` says which "
+            "change did it (same-night comparisons of upgraded and not-yet-upgraded nodes)")  # fmt: skip
 
 
 def _round(x: float | None, digits: int = 3) -> float | None:

@@ -105,3 +105,27 @@ def test_rest_is_the_same_json_as_the_library(planted):
     assert extra.status_code == 422 and "metric" in extra.text and '"x"' in extra.text
     assert none.status_code == 409 and "no run matches" in none.text
     assert anon.status_code == 401
+
+
+def test_compare_and_trend_point_at_attribute_when_a_version_changed(tmp_path):
+    from tests.storegen import FleetModel, GenStore
+
+    model = FleetModel(collectives={"all_reduce": 2.0}, dtypes=("float32",), sizes=(16 << 20,))
+    g = GenStore(tmp_path, model, seed=0)
+    g.baseline(6)
+    late = [g.run(drop={0: 0.2}, env={"rccl_version": "2.20.5"}) for _ in range(6)]
+    same = g.run(drop={0: 0.2})  # the same drop, no version changed: no pointer
+    runner = CliRunner()
+
+    def said(*args: str) -> tuple[int, str]:
+        out = runner.invoke(app, [*args, "--data", str(tmp_path)])
+        return out.exit_code, " ".join(out.stdout.split())
+
+    code, text = said("compare", "-b", "base", "--run", late[-1])
+    assert code == 1 and "rccl changed with this regression: `fleetval attribute`" in text
+    code, text = said("compare", "-b", "base", "--run", same)
+    assert code == 1 and "fleetval attribute" not in text
+    code, text = said("compare", "-b", "base", "--run", late[-1], "--format", "markdown")
+    assert "- rccl changed with this regression" in text
+    code, text = said("trend")
+    assert code == 1 and "`fleetval attribute` says which change did it" in text
