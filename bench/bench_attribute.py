@@ -1,6 +1,6 @@
 """Attribution over simulated rollout histories (tests/attrgen.py), many seeds.
 
-    python bench/bench_attribute.py [--seeds 200] [--big-seeds 10] [--first-seed 0]
+    python bench/bench_attribute.py [--seeds 200] [--big-seeds 5] [--first-seed 0]
 
 Per scenario and fleet (16 nodes x 30 nights; 1,024 nodes x 90 nights), over seeds:
 - named: seeds where the RCCL change is a `regression` at every affected size (>= 64 MiB);
@@ -76,7 +76,7 @@ def timed_big(seed: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=200)
-    ap.add_argument("--big-seeds", type=int, default=10)
+    ap.add_argument("--big-seeds", type=int, default=5)
     ap.add_argument("--first-seed", type=int, default=0)
     args = ap.parse_args()
     seconds, rss = timed_big(args.first_seed)  # first: the peak RSS is this process's so far
@@ -85,7 +85,9 @@ def main() -> None:
     for nodes, nights, count in ((16, 30, args.seeds), (1024, 90, args.big_seeds)):
         seeds = range(args.first_seed, args.first_seed + count)
         for kind in ("planted", "null", "together", "bundled"):
-            table.add_row(*cell(kind, nodes, nights, seeds))
+            row = cell(kind, nodes, nights, seeds)
+            print(" | ".join(row), flush=True)  # progress: a cell can take minutes
+            table.add_row(*row)
     console = Console(width=160)
     console.print(table)
     console.print(f"1,024 nodes x 90 nights x 6 sizes: attribute {seconds:.2f} s, peak RSS {rss:.0f} MiB")

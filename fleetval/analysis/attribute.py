@@ -211,6 +211,32 @@ def attribute_store(
     return Attribution(findings=result.findings, confounded=result.confounded, notes=(*notes, *result.notes))
 
 
+def what_it_did(store: Store, suite: str, changed: list[str]) -> tuple[str, ...]:
+    """For a sign-off: per component among `changed` (nodes-table columns changed against the
+    baseline), what attribution over the suite's stored runs says its change did."""
+    comps = [c for c, cols in COMPONENTS.items() if set(cols) & set(changed)]
+    if not comps:
+        return ()
+    try:
+        a = attribute_store(store, where={"suite": suite})
+    except ValueError as err:
+        return (f"{', '.join(comps)} changed; not attributed: {err}",)
+    shown = [f for f in a.findings if f.component in comps and f.verdict != Verdict.UNCHANGED.value]
+    lines = [
+        f"{f.component} {f.from_version} -> {f.to_version}: {f.verdict}"
+        + (f", {f.effect_pct:+.1f}% {f.identity['metric']}" if f.effect_pct is not None else "")
+        + f" at {_ident_label(f.identity)} ({f.nodes} nodes, {f.nights} nights side by side)"
+        for f in shown
+        if f.verdict != CONFOUNDED
+    ]
+    lines += [f"confounded: {', '.join(c.changes)}: {c.why}" for c in a.confounded if set(c.components) & set(comps)]
+    tested = {f.component for f in a.findings}
+    quiet = [c for c in comps if c in tested and not any(f.component == c for f in shown)]
+    lines += [f"{c}: unchanged at every measurement (within the threshold)" for c in quiet]
+    lines += [f"{c}: not measured on both versions in this suite's runs" for c in comps if c not in tested]
+    return tuple(lines)
+
+
 # -- the model ---------------------------------------------------------------------------
 
 

@@ -129,3 +129,21 @@ def test_compare_and_trend_point_at_attribute_when_a_version_changed(tmp_path):
     assert "- rccl changed with this regression" in text
     code, text = said("trend")
     assert code == 1 and "`fleetval attribute` says which change did it" in text
+
+
+def test_signoff_report_says_what_changed_and_what_it_did(planted, tmp_path):
+    from fleetval.analysis.baselines import Baselines
+
+    store = Store(planted)
+    runs = [r.run_id for r in store.runs()]
+    if "early" not in Baselines(store).names():
+        Baselines(store).set("early", run_ids=runs[:2])  # before any rollout
+    md, html = tmp_path / "r.md", tmp_path / "r.html"
+    for out in (md, html):
+        got = CliRunner().invoke(app, ["report", runs[-1], "-b", "early", "-o", str(out), "--data", str(planted)])
+        assert got.exception is None or isinstance(got.exception, SystemExit), got.output
+    text = md.read_text()
+    section = text[text.index("### What changed and what it did") :]
+    assert "- rccl 2.18.6 -> 2.20.5: regression" in section and "256MiB" in section
+    assert "- driver: unchanged at every measurement" in section
+    assert "What changed and what it did" in html.read_text() and 'id="what-it-did"' in html.read_text()
