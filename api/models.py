@@ -127,7 +127,9 @@ class AttributeRequest(_In):
     """As `fleetval attribute`: the runs `where` chooses (KEY=GLOB), started on or after `since`."""
 
     where: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
-    since: str | None = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD")
+    since: str | None = Field(
+        default=None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD"
+    )
     metric: Literal["busbw", "latency"] | None = None
 
     @field_validator("since")

@@ -26,8 +26,8 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fleetval.analysis.attribute import Attribution, attribute  # noqa: E402
-from tests.attrgen import AFFECTED, simulate  # noqa: E402
+from fleetval.analysis.attribute import Attribution, attribute
+from tests.attrgen import AFFECTED, simulate
 
 LOSS_PCT = -8.0
 
@@ -43,7 +43,9 @@ def score(a: Attribution) -> dict[str, bool | list[bool]]:
         "misattributed": any(c != "rccl" or s < AFFECTED for c, s in hit),
         "anything": any(f.verdict in ("regression", "improvement") for f in a.findings),
         "confounded": any(set(c.components) == pair for c in a.confounded)
-        and not any(f.component in pair and f.verdict in ("regression", "improvement") for f in a.findings),
+        and not any(
+            f.component in pair and f.verdict in ("regression", "improvement") for f in a.findings
+        ),
     }
 
 
@@ -90,7 +92,9 @@ def main() -> None:
             table.add_row(*row)
     console = Console(width=160)
     console.print(table)
-    console.print(f"1,024 nodes x 90 nights x 6 sizes: attribute {seconds:.2f} s, peak RSS {rss:.0f} MiB")
+    console.print(
+        f"1,024 nodes x 90 nights x 6 sizes: attribute {seconds:.2f} s, peak RSS {rss:.0f} MiB"
+    )
 
 
 if __name__ == "__main__":

@@ -48,7 +48,9 @@ START = datetime(2026, 1, 1, 2, tzinfo=UTC)
 
 @dataclass(frozen=True, kw_only=True)
 class History:
-    values: pa.Table  # run_id, node, check, collective, op, dtype, size_bytes, world_size, metric, value
+    values: (
+        pa.Table
+    )  # run_id, node, check, collective, op, dtype, size_bytes, world_size, metric, value
     nodes: pa.Table  # NODES_SCHEMA
     nights: dict[str, str]  # run_id -> date
     new_from: dict[str, np.ndarray]  # version column -> per node the first night on the new version
@@ -60,7 +62,9 @@ def rollout(rng: np.random.Generator, nodes: int, start: int, span: int) -> np.n
     return start + batch[rng.permutation(nodes)]
 
 
-def schedule(rng: np.random.Generator, scenario: str, nodes: int, nights: int) -> dict[str, np.ndarray]:
+def schedule(
+    rng: np.random.Generator, scenario: str, nodes: int, nights: int
+) -> dict[str, np.ndarray]:
     span = max(4, nights // 8)
     at = {c: rollout(rng, nodes, round(nights * f), span)
           for c, f in zip(VERSIONS, (0.12, 0.4, 0.67), strict=True)}  # fmt: skip
@@ -90,9 +94,9 @@ def simulate(
     present = rng.random(nights * nodes) >= missing
     night_of, node_of = night_of[present], node_of[present]
     n = len(night_of)
-    level = (
-        rng.normal(0, NODE_SD, nodes)[node_of] + rng.normal(0, NIGHT_SD, nights)[night_of]
-    )[:, None] + rng.normal(0, NOISE_SD, (n, len(sizes)))
+    level = (rng.normal(0, NODE_SD, nodes)[node_of] + rng.normal(0, NIGHT_SD, nights)[night_of])[
+        :, None
+    ] + rng.normal(0, NOISE_SD, (n, len(sizes)))
     base = np.log(50.0 * np.array(sizes) / (np.array(sizes) + (8 << 20)))
     rccl_new = night_of >= at["rccl_version"][node_of]
     lost = rccl_new[:, None] & (np.array(sizes) >= AFFECTED)[None, :]
@@ -114,7 +118,9 @@ def simulate(
             "value": busbw.ravel(),
         }
     )
-    version = {c: np.where(night_of >= at[c][node_of], new, old) for c, (old, new) in VERSIONS.items()}
+    version = {
+        c: np.where(night_of >= at[c][node_of], new, old) for c, (old, new) in VERSIONS.items()
+    }
     node_table = pa.table(
         {
             "run_id": run, "node": node_names[node_of], "gpu_model": np.full(n, GPU),
@@ -123,8 +129,10 @@ def simulate(
         }
     )  # fmt: skip
     nodes_out = pa.table(
-        {f.name: node_table[f.name] if f.name in node_table.column_names else pa.nulls(n, f.type)
-         for f in NODES_SCHEMA}  # fmt: skip
+        {
+            f.name: node_table[f.name] if f.name in node_table.column_names else pa.nulls(n, f.type)
+            for f in NODES_SCHEMA
+        }
     ).cast(NODES_SCHEMA)
     return History(
         values=values,
@@ -147,7 +155,10 @@ def write_history(h: History, store: Store, *, labels: dict[str, str] | None = N
         rows = [row for r in recs for row in _rank_rows(r, node_jobs[r["node"]])]
         if rows:
             store.write_results(run_id, "bandwidth", rows)
-        store.write_nodes(run_id, [{k: v for k, v in n.items() if k != "run_id"} for n in nodes if n["run_id"] == run_id])
+        store.write_nodes(
+            run_id,
+            [{k: v for k, v in n.items() if k != "run_id"} for n in nodes if n["run_id"] == run_id],
+        )
         started = datetime.fromisoformat(h.nights[run_id]).replace(hour=2, tzinfo=UTC)
         store.write_run(
             RunRecord(

@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,7 @@ import pyarrow.compute as pc
 
 from fleetval.analysis.baselines import select_runs
 from fleetval.analysis.compare import CompareError
-from fleetval.analysis.compare_settings import CompareSettings, settings_from_suite_json
+from fleetval.analysis.compare_settings import settings_from_suite_json
 from fleetval.analysis.runvalues import run_values
 from fleetval.analysis.statistics import bh_adjust, t_test, verdicts
 from fleetval.arrays import group_rows, np_col, plain
@@ -77,7 +78,7 @@ CONFOUNDED = "confounded"
 INSUFFICIENT = "insufficient"
 
 
-class AttributeError_(CompareError):
+class AttributionError(CompareError):
     """An attribution that cannot be made from the runs chosen (nothing per node, no runs)."""
 
 
@@ -179,16 +180,17 @@ def attribute_store(
 ) -> Attribution:
     """Attribution over the runs `where` chooses (fnmatch, as `runs`), started on or after
     `since`; the newest run's suite `compare:` section sets threshold, FDR and latency cutoff."""
-    if metric is not None and metric not in METRICS:
-        raise AttributeError_(f"metric: {metric!r} is not one of {', '.join(METRICS)}")
+    _metric_name(metric)  # bad input before any file is read
     records = {r.run_id: r for r in store.runs()}
     runs = [
         r for r in select_runs(store, where or {}) if since is None or records[r].started_at.date() >= since
     ]  # fmt: skip
     if not runs:
-        raise AttributeError_("no run matches; `fleetval runs` lists them")
+        raise AttributionError("no run matches; `fleetval runs` lists them")
     compare = settings_from_suite_json(records[runs[-1]].suite_json)
-    values = run_values(store.summaries(runs), models=None, cutoff_bytes=int(compare.latency_cutoff_bytes))
+    values = run_values(
+        store.summaries(runs), models=None, cutoff_bytes=int(compare.latency_cutoff_bytes)
+    )
     values = values.rename_columns(["node" if c == "group" else c for c in values.column_names])
     # NOTE: a collective across several nodes is one measurement of all of them, whatever
     # their versions: only node-local measurements (a node held every rank) are attributed
@@ -208,7 +210,9 @@ def attribute_store(
         settings=AttributeSettings(threshold_pct=compare.threshold_pct, fdr=compare.fdr),
         suite=suites.most_common(1)[0][0],
     )
-    return Attribution(findings=result.findings, confounded=result.confounded, notes=(*notes, *result.notes))
+    return Attribution(
+        findings=result.findings, confounded=result.confounded, notes=(*notes, *result.notes)
+    )
 
 
 def what_it_did(store: Store, suite: str, changed: list[str]) -> tuple[str, ...]:
@@ -229,11 +233,17 @@ def what_it_did(store: Store, suite: str, changed: list[str]) -> tuple[str, ...]
         for f in shown
         if f.verdict != CONFOUNDED
     ]
-    lines += [f"confounded: {', '.join(c.changes)}: {c.why}" for c in a.confounded if set(c.components) & set(comps)]
+    lines += [
+        f"confounded: {', '.join(c.changes)}: {c.why}"
+        for c in a.confounded
+        if set(c.components) & set(comps)
+    ]
     tested = {f.component for f in a.findings}
     quiet = [c for c in comps if c in tested and not any(f.component == c for f in shown)]
     lines += [f"{c}: unchanged at every measurement (within the threshold)" for c in quiet]
-    lines += [f"{c}: not measured on both versions in this suite's runs" for c in comps if c not in tested]
+    lines += [
+        f"{c}: not measured on both versions in this suite's runs" for c in comps if c not in tested
+    ]
     return tuple(lines)
 
 
@@ -256,14 +266,25 @@ def attribute(
     sortable text, e.g. the date) it ran.
     """
     settings = settings or AttributeSettings()
-    panel = _panel(values, nodes, nights, METRICS[metric].name if metric else None)
+    panel = _panel(values, nodes, nights, _metric_name(metric))
     if not len(panel.idents):
-        raise AttributeError_("no busbw or latency measurement of a node with its versions recorded")
+        raise AttributionError(
+            "no busbw or latency measurement of a node with its versions recorded "
+            "(attribution reads node-local measurements)"
+        )
     cache: dict[bytes, _Design | None] = {}
     raw = [e for i in range(len(panel.idents)) for e in _fit_identity(panel, i, cache)]
     if not raw:
-        return Attribution(findings=(), confounded=(), notes=("no component changed version in these runs",))
+        return Attribution(
+            findings=(), confounded=(), notes=("no component changed version in these runs",)
+        )
     return _judge(raw, panel, settings, suite)
+
+
+def _metric_name(metric: str | None) -> str | None:
+    if metric is not None and metric not in METRICS:
+        raise AttributionError(f"metric: {metric!r} is not one of {', '.join(METRICS)}")
+    return METRICS[metric].name if metric else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,7 +311,9 @@ def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
 
 
 def _index_in(col: pa.ChunkedArray, names: list[str]) -> np.ndarray:
-    return np_col(pc.index_in(col, value_set=pa.array(names, pa.string())), null=-1).astype(np.int64)
+    return np_col(pc.index_in(col, value_set=pa.array(names, pa.string())), null=-1).astype(
+        np.int64
+    )
 
 
 def _versions(nodes: pa.Table) -> pa.Table:
@@ -329,10 +352,19 @@ def _panel(values: pa.Table, nodes: pa.Table, nights: dict[str, str], metric: st
     ok_n = key_n >= 0
     lookup[key_n[ok_n]] = np.flatnonzero(ok_n)
     run_v, node_v = _index_in(values["run_id"], runs), _index_in(values["node"], names)
-    row = np.where((run_v >= 0) & (node_v >= 0), lookup[np.maximum(run_v * len(names) + node_v, -1)], -1)
+    row = np.where(
+        (run_v >= 0) & (node_v >= 0), lookup[np.maximum(run_v * len(names) + node_v, -1)], -1
+    )
     found = row >= 0
-    values, row, run_v, node_v = values.filter(pa.array(found)), row[found], run_v[found], node_v[found]
-    values = values.append_column("gpu_model", pc.fill_null(versions["gpu_model"].take(pa.array(row)), "unknown"))
+    values, row, run_v, node_v = (
+        values.filter(pa.array(found)),
+        row[found],
+        run_v[found],
+        node_v[found],
+    )
+    values = values.append_column(
+        "gpu_model", pc.fill_null(versions["gpu_model"].take(pa.array(row)), "unknown")
+    )
     night_names = sorted(set(nights.values()))
     night = np.array([night_names.index(nights[r]) for r in runs], np.int64)[run_v]
     ident, first = group_rows(values, list(ID_KEYS))
@@ -410,7 +442,9 @@ def _sweep(m: np.ndarray, node: np.ndarray, night: np.ndarray, tol: float = 1e-9
     scale = max(float(np.abs(out).max(initial=0.0)), 1e-300)
 
     def means(g: np.ndarray, count: np.ndarray) -> np.ndarray:
-        cols = [np.bincount(g, weights=out[:, j], minlength=len(count)) for j in range(out.shape[1])]
+        cols = [
+            np.bincount(g, weights=out[:, j], minlength=len(count)) for j in range(out.shape[1])
+        ]
         return np.stack(cols, 1) / count[:, None]
 
     for _ in range(1000):
@@ -473,12 +507,16 @@ def _design(panel: _Panel, rows: slice) -> _Design | None:
     df = len(node) - (int(node.max()) + int(night.max()) + 1) - len(kept)
     xk = xd[:, kept]
     inv = np.linalg.inv(xk.T @ xk) if kept and df >= 1 else np.full((len(kept), len(kept)), np.nan)
-    return _Design(node=node, night=night, x=x, xd=xd, kept=kept, xtx_inv=inv, df=max(df, 0), changes=changes)
+    return _Design(
+        node=node, night=night, x=x, xd=xd, kept=kept, xtx_inv=inv, df=max(df, 0), changes=changes
+    )
 
 
 def _fit_identity(panel: _Panel, i: int, cache: dict[bytes, _Design | None]) -> list[_Estimate]:
     rows = panel.rows(i)
-    key = b"".join(a[rows].tobytes() for a in (panel.node, panel.night, *(v for v, _ in panel.comp.values())))
+    key = b"".join(
+        a[rows].tobytes() for a in (panel.node, panel.night, *(v for v, _ in panel.comp.values()))
+    )
     if key not in cache:
         cache[key] = _design(panel, rows)
     d = cache[key]
@@ -521,7 +559,9 @@ def _independent(xd: np.ndarray, xc: np.ndarray) -> list[int]:
     return kept
 
 
-def _transitions(v: np.ndarray, node: np.ndarray, night: np.ndarray, first: np.ndarray) -> list[tuple[int, int]]:
+def _transitions(
+    v: np.ndarray, node: np.ndarray, night: np.ndarray, first: np.ndarray
+) -> list[tuple[int, int]]:
     """Version pairs some node went between, oriented from the version seen first.
 
     NOTE: observations arrive sorted by night, then node, so a stable sort by node puts each
@@ -537,7 +577,7 @@ def _transitions(v: np.ndarray, node: np.ndarray, night: np.ndarray, first: np.n
     oriented = {(a, z) if seen(a) <= seen(z) else (z, a) for a, z in pairs}
     if not oriented:  # no node was seen on two versions: versions in order of first night
         ks = sorted(range(len(first)), key=seen)
-        oriented = set(zip(ks[:-1], ks[1:], strict=True))
+        oriented = set(pairwise(ks))
     return sorted(oriented, key=lambda p: (seen(p[1]), p))
 
 
@@ -557,7 +597,9 @@ def _contrast(
     return float(c @ beta), math.sqrt(var) if var >= 0 else math.nan, df
 
 
-def _support(v: np.ndarray, a: int, z: int, node: np.ndarray, night: np.ndarray) -> tuple[int, int, tuple[int, int]]:
+def _support(
+    v: np.ndarray, a: int, z: int, node: np.ndarray, night: np.ndarray
+) -> tuple[int, int, tuple[int, int]]:
     """Nodes and nights of the same-night contrast: nights with both versions measured."""
     both = np.intersect1d(night[v == a], night[v == z])
     shared = np.isin(night, both)
@@ -567,7 +609,11 @@ def _support(v: np.ndarray, a: int, z: int, node: np.ndarray, night: np.ndarray)
 
 def _why(bundle: tuple[str, ...], est: tuple[float, float, int], nights: int) -> str | None:
     """Why the change cannot be told apart from something else, or None when it can."""
-    together = f"{' and '.join(bundle)} always changed together on the same nodes and nights" if len(bundle) > 1 else ""
+    together = (
+        f"{' and '.join(bundle)} always changed together on the same nodes and nights"
+        if len(bundle) > 1
+        else ""
+    )
     if math.isfinite(est[0]):
         return together or None
     if nights == 0:
@@ -578,7 +624,9 @@ def _why(bundle: tuple[str, ...], est: tuple[float, float, int], nights: int) ->
     return f"{together}; the change {alone}" if together else f"the change {alone}"
 
 
-def _before_after(r: np.ndarray, v: np.ndarray, a: int, z: int, node: np.ndarray, night: np.ndarray) -> tuple[float, float, int]:
+def _before_after(
+    r: np.ndarray, v: np.ndarray, a: int, z: int, node: np.ndarray, night: np.ndarray
+) -> tuple[float, float, int]:
     """The fleet's step at the change: node-centred night means after less before (t on the
     nights); confounded with whatever else changed that night, so it only says how big."""
     centred = r - (np.bincount(node, weights=r) / np.bincount(node))[node]
@@ -605,7 +653,9 @@ def _judge(raw: list[_Estimate], panel: _Panel, s: AttributeSettings, suite: str
     p = np.full(len(raw), np.nan)
     half = np.full(len(raw), np.nan)
     if testable.any():
-        p[testable], half[testable] = t_test(effect[testable], se[testable] ** 2, df[testable], CONFIDENCE)
+        p[testable], half[testable] = t_test(
+            effect[testable], se[testable] ** 2, df[testable], CONFIDENCE
+        )
     q = bh_adjust(p)
     higher = np.array([panel.idents[e.ident]["metric"] != LATENCY.name for e in raw])
     pct = np.expm1(effect) * 100
@@ -614,7 +664,10 @@ def _judge(raw: list[_Estimate], panel: _Panel, s: AttributeSettings, suite: str
     findings, notes = [], []
     for k, e in enumerate(raw):
         verdict = _verdict(e, str(judged[k]), bool(short[k]), bool(testable[k]))
-        ci = (float(np.expm1(effect[k] - half[k]) * 100), float(np.expm1(effect[k] + half[k]) * 100))
+        ci = (
+            float(np.expm1(effect[k] - half[k]) * 100),
+            float(np.expm1(effect[k] + half[k]) * 100),
+        )
         regressed = judged[k] == Verdict.REGRESSION.value and testable[k]
         for j, comp in enumerate(e.components):
             findings.append(
@@ -647,10 +700,19 @@ def _verdict(e: _Estimate, judged: str, short: bool, testable: bool) -> str:
 
 
 def _change(e: _Estimate) -> str:
-    return "; ".join(f"{c} {a}->{z}" for c, a, z in zip(e.components, e.from_versions, e.to_versions, strict=True))
+    return "; ".join(
+        f"{c} {a}->{z}"
+        for c, a, z in zip(e.components, e.from_versions, e.to_versions, strict=True)
+    )
 
 
-def _insufficient_notes(raw: list[_Estimate], short: np.ndarray, judged: np.ndarray, testable: np.ndarray, s: AttributeSettings) -> list[str]:
+def _insufficient_notes(
+    raw: list[_Estimate],
+    short: np.ndarray,
+    judged: np.ndarray,
+    testable: np.ndarray,
+    s: AttributeSettings,
+) -> list[str]:
     """One line per change that was insufficient somewhere, saying what is missing."""
     lines: dict[str, tuple[int, str]] = {}
     for k, e in enumerate(raw):
@@ -661,7 +723,9 @@ def _insufficient_notes(raw: list[_Estimate], short: np.ndarray, judged: np.ndar
                        for n, side in zip(e.side_nodes, ("the old version", "the new version"), strict=True)
                        if n < s.min_nodes]  # fmt: skip
             if e.nights < s.min_nights:
-                missing.append(f"{e.nights} night(s) with both versions side by side (need {s.min_nights})")
+                missing.append(
+                    f"{e.nights} night(s) with both versions side by side (need {s.min_nights})"
+                )
             reason = "; ".join(missing)
         elif not testable[k]:
             reason = "no residual degrees of freedom: more nodes or nights needed"
@@ -675,7 +739,9 @@ def _insufficient_notes(raw: list[_Estimate], short: np.ndarray, judged: np.ndar
     return [f"{c}: insufficient at {n} measurement(s): {r}" for c, (n, r) in lines.items()]
 
 
-def _confounded(raw: list[_Estimate], findings: list[Finding], panel: _Panel, s: AttributeSettings, suite: str) -> tuple[Confounded, ...]:
+def _confounded(
+    raw: list[_Estimate], findings: list[Finding], panel: _Panel, s: AttributeSettings, suite: str
+) -> tuple[Confounded, ...]:
     """The confounded sets over all identities, each with what it did and a canary plan."""
     regressed = {}
     by_set: dict[tuple, list[_Estimate]] = {}
@@ -697,7 +763,15 @@ def _confounded(raw: list[_Estimate], findings: list[Finding], panel: _Panel, s:
         if worst is not None:
             said += f"; joint effect down to {worst.effect_pct:+.1f}% {worst.identity['metric']} at {_ident_label(worst.identity)}"
         said += "; a regression" if regressed[key] else ""
-        out.append(Confounded(components=comps, changes=changes, why=said + ")", plan=_plan(comps, frm, to, panel, s, suite), regressed=regressed[key]))
+        out.append(
+            Confounded(
+                components=comps,
+                changes=changes,
+                why=said + ")",
+                plan=_plan(comps, frm, to, panel, s, suite),
+                regressed=regressed[key],
+            )
+        )
     return tuple(out)
 
 
@@ -706,7 +780,14 @@ def _ident_label(i: dict[str, Any]) -> str:
     return " ".join(str(p) for p in (i["collective"], i["dtype"], size, i["gpu_model"]) if p)
 
 
-def _plan(comps: tuple[str, ...], frm: tuple[str, ...], to: tuple[str, ...], panel: _Panel, s: AttributeSettings, suite: str) -> dict[str, Any]:
+def _plan(
+    comps: tuple[str, ...],
+    frm: tuple[str, ...],
+    to: tuple[str, ...],
+    panel: _Panel,
+    s: AttributeSettings,
+    suite: str,
+) -> dict[str, Any]:
     """Nodes pinned so each change is measured alone beside a control on the same nights."""
     columns = {c: COMPONENTS[c][0] for c in comps}
     groups = [("control", dict(zip(comps, frm, strict=True)))]

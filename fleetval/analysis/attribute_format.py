@@ -13,7 +13,17 @@ from fleetval.analysis.attribute import CONFOUNDED, Attribution, Confounded, Fin
 from fleetval.text import human_bytes
 from fleetval.vocab import Verdict
 
-COLUMNS = ("component", "change", "measurement", "effect", "95% CI", "q", "nodes", "nights", "verdict")
+COLUMNS = (
+    "component",
+    "change",
+    "measurement",
+    "effect",
+    "95% CI",
+    "q",
+    "nodes",
+    "nights",
+    "verdict",
+)
 STYLE = {Verdict.REGRESSION.value: "red", Verdict.IMPROVEMENT.value: "green", CONFOUNDED: "yellow"}
 
 
@@ -32,7 +42,9 @@ def shown(a: Attribution, *, all_rows: bool = False) -> list[Finding]:
 def _cells(f: Finding) -> list[str]:
     i = f.identity
     size = human_bytes(i["size_bytes"]) if i["size_bytes"] is not None else ""
-    what = " ".join(str(p) for p in (i["collective"], i["dtype"], size, i["gpu_model"], i["metric"]) if p)
+    what = " ".join(
+        str(p) for p in (i["collective"], i["dtype"], size, i["gpu_model"], i["metric"]) if p
+    )
     ci = f"[{f.ci_pct[0]:+.1f}, {f.ci_pct[1]:+.1f}]" if f.ci_pct else "-"
     return [
         f.component, f"{f.from_version} -> {f.to_version}", what,
@@ -71,6 +83,13 @@ def to_markdown(a: Attribution, *, all_rows: bool = False) -> str:
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(f)) + " |" for f in rows]
         lines.append("")
     for c in a.confounded:
-        lines += [f"**Confounded**: {', '.join(c.changes)}: {c.why}", "", "```", *plan_lines(c), "```", ""]
+        lines += [
+            f"**Confounded**: {', '.join(c.changes)}: {c.why}",
+            "",
+            "```",
+            *plan_lines(c),
+            "```",
+            "",
+        ]
     lines += [f"- {n}" for n in a.notes]
     return "\n".join(lines).rstrip() + "\n"

@@ -196,7 +196,8 @@ def to_markdown(c: Comparison, *, all_rows: bool = False, strict: bool = False) 
         f"- candidate: {', '.join(f'`{r}`' for r in c.candidate_runs)} (matched per {c.per})",
     ]
     if c.env_diff:
-        lines += ["", "### Environment changes", ""] + [f"- {_md_cell(s)}" for s in _env_lines(c) + _hint(c)]
+        env = [f"- {_md_cell(s)}" for s in _env_lines(c) + _hint(c)]
+        lines += ["", "### Environment changes", "", *env]
     shown = _shown(c, all_rows)
     if shown:
         lines += [

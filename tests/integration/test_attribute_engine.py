@@ -50,4 +50,7 @@ def test_real_runs_are_read_per_node_and_a_one_node_change_is_confounded(tmp_pat
     assert {f.verdict for f in a.findings} == {"confounded"} and a.exit_code == 0
     (c,) = a.confounded
     assert c.components == ("torch",) and "same night" in c.why
-    assert c.plan["groups"][0]["nodes"] == [node] and c.plan["groups"][0]["pin"]["torch_version"] != "9.9.9"
+    assert (
+        c.plan["groups"][0]["nodes"] == [node]
+        and c.plan["groups"][0]["pin"]["torch_version"] != "9.9.9"
+    )

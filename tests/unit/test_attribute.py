@@ -35,8 +35,14 @@ def attributed(a: Attribution) -> list[tuple[str, int]]:
 def test_planted_rccl_loss_is_named_at_the_affected_sizes_only(seed):
     a = run(seed=seed)
     hits = [f for f in a.findings if f.verdict == "regression"]
-    assert {(f.component, f.from_version, f.to_version) for f in hits} == {("rccl", "2.18.6", "2.20.5")}
-    assert sorted(f.identity["size_bytes"] for f in hits) == [AFFECTED, AFFECTED << 2, AFFECTED << 4]
+    assert {(f.component, f.from_version, f.to_version) for f in hits} == {
+        ("rccl", "2.18.6", "2.20.5")
+    }
+    assert sorted(f.identity["size_bytes"] for f in hits) == [
+        AFFECTED,
+        AFFECTED << 2,
+        AFFECTED << 4,
+    ]
     assert all(-12 < f.effect_pct < -4 and f.q < 0.01 for f in hits)
     assert attributed(a) == [(f.component, f.identity["size_bytes"]) for f in hits]
     assert a.exit_code == 1 and not a.confounded
@@ -81,7 +87,9 @@ def test_rocm_and_rccl_on_the_same_nodes_and_nights_is_one_joint_effect():
     a = run(seed=5, scenario="bundled")
     (c,) = a.confounded
     assert c.components == ("rocm", "rccl") and "always changed together" in c.why
-    joint = [f for f in a.findings if f.component == "rccl" and f.identity["size_bytes"] >= AFFECTED]
+    joint = [
+        f for f in a.findings if f.component == "rccl" and f.identity["size_bytes"] >= AFFECTED
+    ]
     assert all(f.verdict == "confounded" and f.ci_pct[0] < -8 < f.ci_pct[1] for f in joint)
     assert a.exit_code == 1 and attributed(a) == []
 
@@ -159,7 +167,7 @@ def test_bad_input_is_a_clear_error():
     h = simulate(seed=1)
     with pytest.raises(ValueError, match="no busbw or latency measurement"):
         attribute(h.values, h.nodes, h.nights, metric="latency")
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="metric: 'watts' is not one of busbw, latency"):
         attribute(h.values, h.nodes, h.nights, metric="watts")
     with pytest.raises(ValueError, match="scenario"):
         simulate(scenario="nope")
