@@ -656,7 +656,7 @@ def _judge(raw: list[_Estimate], panel: _Panel, s: AttributeSettings, suite: str
         p[testable], half[testable] = t_test(
             effect[testable], se[testable] ** 2, df[testable], CONFIDENCE
         )
-    q = bh_adjust(p)
+    q = bh_adjust(np.clip(p, 0.0, 1.0))  # NOTE: 1 - P(|T| <= t) can round below 0
     higher = np.array([panel.idents[e.ident]["metric"] != LATENCY.name for e in raw])
     pct = np.expm1(effect) * 100
     better = np.where(higher, pct, -pct)
@@ -757,11 +757,13 @@ def _confounded(
     for key, ests in by_set.items():
         comps, frm, to, why = key
         changes = tuple(f"{c} {a}->{z}" for c, a, z in zip(comps, frm, to, strict=True))
-        worst = min((f for f in findings if f.verdict == CONFOUNDED and f.component == comps[0]
-                     and f.from_version == frm[0] and f.effect_pct is not None), key=lambda f: f.effect_pct or 0, default=None)  # fmt: skip
+        joint = [f for f in findings if f.verdict == CONFOUNDED and f.component == comps[0]
+                 and f.from_version == frm[0] and f.effect_pct is not None]  # fmt: skip
         said = f"{why} (from {ests[0].first_night}, at {len(ests)} measurement(s)"
-        if worst is not None:
-            said += f"; joint effect down to {worst.effect_pct:+.1f}% {worst.identity['metric']} at {_ident_label(worst.identity)}"
+        if joint:
+            big = max(joint, key=lambda f: abs(f.effect_pct or 0.0))
+            said += (f"; largest joint effect {big.effect_pct:+.1f}% {big.identity['metric']} "
+                     f"at {_ident_label(big.identity)}")  # fmt: skip
         said += "; a regression" if regressed[key] else ""
         out.append(
             Confounded(
