@@ -1,6 +1,6 @@
 """Attribution over simulated rollout histories (tests/attrgen.py), many seeds.
 
-    python bench/bench_attribute.py [--seeds 200] [--big-seeds 5] [--first-seed 0]
+    python bench/bench_attribute.py [--seeds 200] [--big-seeds 10] [--first-seed 0]
 
 Per scenario and fleet (16 nodes x 30 nights; 1,024 nodes x 90 nights), over seeds:
 - named: seeds where the RCCL change is a `regression` at every affected size (>= 64 MiB);
@@ -10,6 +10,8 @@ Per scenario and fleet (16 nodes x 30 nights; 1,024 nodes x 90 nights), over see
   unaffected size;
 - anything: seeds with any regression or improvement attributed;
 - confounded: seeds where ROCm+RCCL are reported confounded (and never attributed);
+- exit 1: seeds where `fleetval attribute` would exit 1 (a regression attributed, or a
+  confounded change that regressed);
 - seconds and peak RSS of one 1,024 x 90 attribution (the history generated beforehand).
 """
 
@@ -42,6 +44,7 @@ def score(a: Attribution) -> dict[str, bool | list[bool]]:
         "cover": cover,
         "misattributed": any(c != "rccl" or s < AFFECTED for c, s in hit),
         "anything": any(f.verdict in ("regression", "improvement") for f in a.findings),
+        "exit 1": a.exit_code == 1,
         "confounded": any(set(c.components) == pair for c in a.confounded)
         and not any(
             f.component in pair and f.verdict in ("regression", "improvement") for f in a.findings
@@ -64,7 +67,7 @@ def cell(kind: str, nodes: int, nights: int, seeds: range) -> list[str]:
     return [
         kind, f"{nodes} x {nights}", str(n), pct("named"),
         f"{100 * np.mean(cover):.1f}% / {100 * every:.1f}%" if cover and kind != "null" else "-",
-        pct("misattributed"), pct("anything"), pct("confounded"),
+        pct("misattributed"), pct("anything"), pct("confounded"), pct("exit 1"),
     ]  # fmt: skip
 
 
@@ -78,12 +81,12 @@ def timed_big(seed: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=200)
-    ap.add_argument("--big-seeds", type=int, default=5)
+    ap.add_argument("--big-seeds", type=int, default=10)
     ap.add_argument("--first-seed", type=int, default=0)
     args = ap.parse_args()
     seconds, rss = timed_big(args.first_seed)  # first: the peak RSS is this process's so far
     table = Table("scenario", "fleet", "seeds", "named", "covered (interval / seed)",
-                  "misattributed", "anything attributed", "ROCm+RCCL confounded")  # fmt: skip
+                  "misattributed", "anything attributed", "ROCm+RCCL confounded", "exit 1")  # fmt: skip
     for nodes, nights, count in ((16, 30, args.seeds), (1024, 90, args.big_seeds)):
         seeds = range(args.first_seed, args.first_seed + count)
         for kind in ("planted", "null", "together", "bundled"):
