@@ -104,17 +104,23 @@ def simulate(
     run_ids = [f"{(START + timedelta(days=t)):%Y%m%d-%H%M%S}-{t:06x}" for t in range(nights)]
     run = np.array(run_ids)[night_of]
     node_names = np.array([f"node-{j:04d}" for j in range(nodes)])
+    rows = n * len(sizes)
+
+    def strings(x: np.ndarray | str) -> pa.DictionaryArray:
+        """Dictionary-encoded, as the store's run values arrive."""
+        return pa.array(np.broadcast_to(np.asarray(x), rows)).dictionary_encode()
+
     values = pa.table(
         {
-            "run_id": np.repeat(run, len(sizes)),
-            "node": np.repeat(node_names[node_of], len(sizes)),
-            "check": np.full(n * len(sizes), "bandwidth"),
-            "collective": np.full(n * len(sizes), "all_reduce"),
-            "op": np.full(n * len(sizes), "sum"),
-            "dtype": np.full(n * len(sizes), "bfloat16"),
+            "run_id": strings(np.repeat(run, len(sizes))),
+            "node": strings(np.repeat(node_names[node_of], len(sizes))),
+            "check": strings("bandwidth"),
+            "collective": strings("all_reduce"),
+            "op": strings("sum"),
+            "dtype": strings("bfloat16"),
             "size_bytes": np.tile(np.array(sizes, np.int64), n),
-            "world_size": np.full(n * len(sizes), 8, np.int32),
-            "metric": np.full(n * len(sizes), BUSBW.name),
+            "world_size": np.full(rows, 8, np.int32),
+            "metric": strings(BUSBW.name),
             "value": busbw.ravel(),
         }
     )

@@ -45,7 +45,7 @@ from fleetval.analysis.compare import CompareError
 from fleetval.analysis.compare_settings import settings_from_suite_json
 from fleetval.analysis.runvalues import run_values
 from fleetval.analysis.statistics import bh_adjust, t_test, verdicts
-from fleetval.arrays import group_rows, np_col, plain
+from fleetval.arrays import group_rows, np_col, one_chunk
 from fleetval.metrics import BUSBW, LATENCY
 from fleetval.store.dataset import Store
 from fleetval.text import human_bytes
@@ -311,9 +311,14 @@ def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
 
 
 def _index_in(col: pa.ChunkedArray, names: list[str]) -> np.ndarray:
-    return np_col(pc.index_in(col, value_set=pa.array(names, pa.string())), null=-1).astype(
-        np.int64
-    )
+    """Per row the position of its value in `names`, -1 if absent or null; a dictionary
+    column is looked up once per dictionary entry."""
+    col = one_chunk(col)
+    value_set = pa.array(names, pa.string())
+    if not pa.types.is_dictionary(col.type):
+        return np_col(pc.index_in(col, value_set=value_set), null=-1).astype(np.int64)
+    at = np.append(np_col(pc.index_in(col.dictionary, value_set=value_set), null=-1), -1)
+    return at[np_col(col.indices, null=-1).astype(np.int64)].astype(np.int64)
 
 
 def _versions(nodes: pa.Table) -> pa.Table:
@@ -341,7 +346,6 @@ def _column(nodes: pa.Table, source: str) -> pa.ChunkedArray | pa.Array | None:
 def _panel(values: pa.Table, nodes: pa.Table, nights: dict[str, str], metric: str | None) -> _Panel:
     """Each value with its node's versions in that run (matched on run and node codes: a
     join of strings costs seconds at 1,024 nodes x 90 nights)."""
-    values = plain(values)
     keep = pc.is_in(values["metric"], pa.array([metric] if metric else [BUSBW.name, LATENCY.name]))
     values = values.filter(pc.and_(keep, pc.greater(pc.fill_null(values["value"], 0.0), 0.0)))
     versions = _versions(nodes)
@@ -362,8 +366,9 @@ def _panel(values: pa.Table, nodes: pa.Table, nights: dict[str, str], metric: st
         run_v[found],
         node_v[found],
     )
+    gpu, gpus = _codes(versions["gpu_model"])
     values = values.append_column(
-        "gpu_model", pc.fill_null(versions["gpu_model"].take(pa.array(row)), "unknown")
+        "gpu_model", pa.DictionaryArray.from_arrays(pa.array(gpu[row]), pa.array(gpus))
     )
     night_names = sorted(set(nights.values()))
     night = np.array([night_names.index(nights[r]) for r in runs], np.int64)[run_v]
