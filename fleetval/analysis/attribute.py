@@ -192,9 +192,8 @@ def attribute_store(
         store.summaries(runs), models=None, cutoff_bytes=int(compare.latency_cutoff_bytes)
     )
     values = values.rename_columns(["node" if c == "group" else c for c in values.column_names])
-    # NOTE: a collective across several nodes is one measurement of all of them, whatever
-    # their versions: only node-local measurements (a node held every rank) are attributed
-    local = np_col(values["ranks"]) >= np_col(values["world_size"])
+    nodes = store.nodes(runs)
+    local = _node_local(values, nodes)
     notes = []
     if not local.all():
         notes.append(
@@ -204,7 +203,7 @@ def attribute_store(
     suites = Counter(records[r].suite for r in runs)
     result = attribute(
         values.filter(pa.array(local)),
-        store.nodes(runs),
+        nodes,
         {r: records[r].started_at.date().isoformat() for r in runs},
         metric=metric,
         settings=AttributeSettings(threshold_pct=compare.threshold_pct, fdr=compare.fdr),
@@ -213,6 +212,24 @@ def attribute_store(
     return Attribution(
         findings=result.findings, confounded=result.confounded, notes=(*notes, *result.notes)
     )
+
+
+def _node_local(values: pa.Table, nodes: pa.Table) -> np.ndarray:
+    """Per value, whether one node made it alone: it held every rank (the engine writes a row
+    per rank), or the run had that one node with GPUs enough for the world size (an
+    ingested single-node nccl-tests file: one row for all ranks).
+
+    NOTE: a collective across several nodes is one measurement of all of them, whatever their
+    versions, so attribution leaves it out."""
+    world = np_col(values["world_size"])
+    local = np_col(values["ranks"]) >= world
+    count = Counter(nodes["run_id"].to_pylist())
+    alone = {r["run_id"]: r["gpu_count"] or 0 for r in nodes.select(["run_id", "gpu_count"]).to_pylist()
+             if count[r["run_id"]] == 1}  # fmt: skip
+    if alone:
+        gpus = np.array([*alone.values(), 0])  # a run not alone looks up the trailing 0
+        local |= gpus[_index_in(values["run_id"], list(alone))] >= world
+    return local
 
 
 def what_it_did(store: Store, suite: str, changed: list[str]) -> tuple[str, ...]:

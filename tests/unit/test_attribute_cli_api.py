@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from fleetval.analysis.attribute import attribute_store
+from fleetval.analysis.attribute import attribute, attribute_store
 from fleetval.api import Settings, create_app
 from fleetval.api.db import Scope
 from fleetval.cli.app import app
@@ -156,3 +157,39 @@ def test_signoff_report_says_what_changed_and_what_it_did(planted, tmp_path):
         "What changed and what it did" in html.read_text()
         and 'id="what-it-did"' in html.read_text()
     )
+
+
+def test_ingested_rccl_tests_runs_are_read_and_multi_node_files_left_out(tmp_path):
+    """Real captured files (tests/data/README.md): an 8-rank single-node MI300X rccl-tests
+    run is a per-node measurement; a 72-rank GB200 nccl-tests run is not."""
+    from fleetval.analysis.runvalues import run_values
+
+    real = Path(__file__).resolve().parents[1] / "data" / "real"
+    data = ["--data", str(tmp_path)]
+    for night in ("a", "b"):
+        got = CliRunner().invoke(app, ["ingest", str(real / "rccl-tests-hpe-mi300x.txt"), "--label",
+                                       f"night={night}", "--label", "collective=all_reduce", *data])  # fmt: skip
+        assert got.exit_code in (0, 1), got.output
+    alone = attribute_store(Store(tmp_path))
+    assert alone.findings == () and alone.notes == ("no component changed version in these runs",)
+    got = CliRunner().invoke(app, ["ingest", str(real / "nccl-tests-coreweave-gb200.txt"),
+                                   "--label", "collective=all_reduce", *data])  # fmt: skip
+    assert got.exit_code in (0, 1), got.output
+    mixed = attribute_store(Store(tmp_path))
+    assert any(n.startswith("10 multi-node measurements left out") for n in mixed.notes), (
+        mixed.notes
+    )
+
+    # The two single-node runs, as if the second ran a new RCCL: read from the stored rows.
+    store = Store(tmp_path)
+    runs = [r.run_id for r in store.runs() if r.labels.get("night")]
+    values = run_values(store.summaries(runs), models=None, cutoff_bytes=64 << 10)
+    values = values.rename_columns(["node" if c == "group" else c for c in values.column_names])
+    nodes = store.nodes(runs)
+    new = pc.if_else(pc.equal(nodes["run_id"], runs[1]), "2.99.0", "2.18.3")
+    nodes = nodes.set_column(nodes.schema.get_field_index("rccl_version"), "rccl_version", new)
+    a = attribute(values, nodes, {r: f"2026-01-0{k + 1}" for k, r in enumerate(runs)})
+    assert {(f.component, f.identity["gpu_model"]) for f in a.findings} == {
+        ("rccl", "AMD Instinct MI300X")
+    }
+    assert {f.verdict for f in a.findings} == {"confounded"}
