@@ -64,10 +64,26 @@ def plan_lines(c: Confounded) -> list[str]:
 
 
 def to_rich(a: Attribution, *, all_rows: bool = False) -> Group:
-    table = Table(*COLUMNS, box=box.SIMPLE_HEAD, title="Which change did it")
+    """One table per change and measurement family (collective, dtype, GPU model, metric), a
+    row per size, so it fits a terminal: what moved, how much, how sure."""
+    parts: list[Table | Text] = [Text(summary_line(a), style="bold")]
+    tables: dict[str, Table] = {}
     for f in shown(a, all_rows=all_rows):
-        table.add_row(*_cells(f), style=STYLE.get(f.verdict))
-    parts: list[Table | Text] = [Text(summary_line(a)), table]
+        i = f.identity
+        family = " ".join(str(i[k]) for k in ("collective", "dtype", "gpu_model", "metric") if i[k])
+        title = f"{f.component} {f.from_version} -> {f.to_version}: {family}"
+        if title not in tables:
+            tables[title] = Table(title=title, title_justify="left", title_style="bold",
+                                  box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
+            for col in ("size", "effect", "95% CI", "q", "nodes", "nights", "verdict"):
+                tables[title].add_column(
+                    col, no_wrap=True, justify="left" if col == "verdict" else "right"
+                )
+        size = human_bytes(i["size_bytes"]) if i["size_bytes"] is not None else ""
+        tables[title].add_row(
+            size, *_cells(f)[3:8], Text(f.verdict, style=STYLE.get(f.verdict, ""))
+        )
+    parts += tables.values()
     for c in a.confounded:
         parts.append(Text(f"confounded: {', '.join(c.changes)}: {c.why}", style="yellow"))
         parts += [Text(line) for line in plan_lines(c)]
