@@ -31,6 +31,7 @@ EXTRA_STATUSES = {
     ("PUT", "/v1/baselines/{name}"): (409,),
     ("GET", "/v1/baselines/{name}"): (409,),
     ("POST", "/v1/compare"): (409,),
+    ("POST", "/v1/attribute"): (409,),
     ("GET", "/v1/runs/{run_id}/report"): (409,),
     ("POST", "/v1/schedules"): (409, 429),
 }

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    field_validator,
+)
 
 from fleetval.suite import shipped_suites
 from fleetval.vocab import Catchup
@@ -113,6 +121,23 @@ class CompareRequest(_In):
         description="Earlier runs of the suite that inform each run-to-run spread "
         "(default: the suite's history_runs, else 30; 0: none), as `compare --history`",
     )
+
+
+class AttributeRequest(_In):
+    """As `fleetval attribute`: the runs `where` chooses (KEY=GLOB), started on or after `since`."""
+
+    where: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
+    since: str | None = Field(
+        default=None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD"
+    )
+    metric: Literal["busbw", "latency"] | None = None
+
+    @field_validator("since")
+    @classmethod
+    def _a_date(cls, v: str | None) -> str | None:
+        if v is not None:
+            date.fromisoformat(v)  # ValueError: a 422 naming the field
+        return v
 
 
 class _Out(BaseModel):

@@ -1,6 +1,7 @@
 """Every router of the app; a new route is one module here and one line in ROUTERS."""
 
 from fleetval.api.routes import (
+    attribute,
     baselines,
     compare,
     events,
@@ -19,6 +20,7 @@ ROUTERS = [
     results.router,
     baselines.router,
     compare.router,
+    attribute.router,
     report.router,
     tokens.router,
     schedules.router,

@@ -15,6 +15,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from fleetval.analysis.attribute import hint
 from fleetval.analysis.compare import Comparison, MetricComparison, Outlier
 from fleetval.analysis.trend import TrendReport
 from fleetval.text import human_bytes
@@ -59,6 +60,12 @@ def _env_lines(c: Comparison) -> list[str]:
     ]
 
 
+def _hint(c: Comparison) -> list[str]:
+    """Point at `fleetval attribute` when a regression coincides with a version change."""
+    said = hint(e.key for e in c.env_diff) if c.having(Verdict.REGRESSION) else None
+    return [said] if said else []
+
+
 def _size(r: MetricComparison) -> str:
     return human_bytes(r.identity.size_bytes) if r.identity.size_bytes is not None else ""
 
@@ -77,6 +84,7 @@ def to_rich(
     ]
     if c.env_diff:
         parts.append(Text("environment changed: " + "; ".join(_env_lines(c)), style="yellow"))
+        parts += [Text(h, style="yellow") for h in _hint(c)]
     shown = _shown(c, all_rows)
     wide = width >= 110
     families: dict[str, list[MetricComparison]] = {}
@@ -188,7 +196,8 @@ def to_markdown(c: Comparison, *, all_rows: bool = False, strict: bool = False) 
         f"- candidate: {', '.join(f'`{r}`' for r in c.candidate_runs)} (matched per {c.per})",
     ]
     if c.env_diff:
-        lines += ["", "### Environment changes", ""] + [f"- {_md_cell(s)}" for s in _env_lines(c)]
+        env = [f"- {_md_cell(s)}" for s in _env_lines(c) + _hint(c)]
+        lines += ["", "### Environment changes", "", *env]
     shown = _shown(c, all_rows)
     if shown:
         lines += [
@@ -308,7 +317,10 @@ def trend_table(report: TrendReport) -> Group:
         f"{report.series} series over {len(report.runs)} runs; {len(report.trends)} with a step "
         f"(threshold {report.threshold_pct:g}%)"
     )
-    return Group(head, table) if report.trends else Group(head)
+    worse = [e.key for t in report.trends for p in t.change_points if p.worse and not p.recovered_at
+             for e in p.env_changes]  # fmt: skip
+    said = [Text(h, style="yellow") for h in [hint(worse)] if h]
+    return Group(head, table, *said) if report.trends else Group(head)
 
 
 def trend_json(report: TrendReport) -> str:

@@ -3,6 +3,7 @@
 import typer
 
 from fleetval.cli import (
+    attribute_cmd,
     checks_cmd,
     compare_cmds,
     gpu_health_cmd,
@@ -31,6 +32,7 @@ app.command("sweep-history")(sweep_cmd.sweep_history)
 app.command("checks")(checks_cmd.checks)
 app.command("compare")(compare_cmds.compare)
 app.command("trend")(compare_cmds.trend)
+app.command("attribute")(attribute_cmd.attribute)
 app.command("report")(report_cmd.report)
 app.command("ingest")(ingest_cmds.ingest)
 app.command("nccl-log")(ingest_cmds.nccl_log)

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fleetval.analysis.attribute import what_it_did
 from fleetval.analysis.baselines import Baselines
 from fleetval.analysis.compare import Comparison
 from fleetval.checks import CHECKS, bandwidth
@@ -80,6 +81,7 @@ class Views:
     env_diff: tuple[tuple[str, str, str], ...]  # (key, baseline values, candidate values)
     faults: tuple[dict[str, Any], ...]
     sweep: SweepView | None = None  # the run is a fleet sweep
+    what_it_did: tuple[str, ...] = ()  # per version changed against the baseline: its attribution
 
 
 def _label(key: tuple) -> str:
@@ -237,4 +239,5 @@ def build_views(
         env_diff=diff,
         faults=tuple(record.faults),
         sweep=sweep_view(store, record, sweeps),
+        what_it_did=what_it_did(store, record.suite, [k for k, _, _ in diff]),
     )
