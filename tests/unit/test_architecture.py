@@ -112,3 +112,48 @@ def test_the_read_side_imports_neither_torch_nor_ray(modules: str) -> None:
         cwd=ROOT,
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# Validating a suite, `fleetval submit` and the API process (which is a Ray driver: its
+# executor runs suites) import no torch: a check's parameters live in its torch-free
+# `params.py`; only a rank running a step imports its `rank.py`.
+VALIDATE = """
+import sys, tempfile
+from pathlib import Path
+from fastapi.testclient import TestClient
+from fleetval.suite import load_suite, shipped_suites
+from fleetval.cli.serve_cmds import _suite_body
+
+for name, path in shipped_suites().items():
+    load_suite(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "suite.yaml"
+        local.write_text(path.read_text())
+        _suite_body(str(local))  # what `fleetval submit` validates before it sends
+submit_side = sorted(m for m in ("torch", "ray") if m in sys.modules)
+from fleetval.api import Settings, create_app
+from fleetval.api.db import Scope
+
+with tempfile.TemporaryDirectory() as tmp:
+    app = create_app(Settings(data_dir=Path(tmp), run_executor=False, run_scheduler=False))
+    auth = {"Authorization": f"Bearer {app.state.db.create_token(Scope.SUBMIT, 'u')}"}
+    with TestClient(app) as client:
+        for name, path in shipped_suites().items():
+            r = client.post("/v1/runs", json={"suite": name}, headers=auth)
+            assert r.status_code in (200, 201), (name, r.status_code, r.text)
+print(len(shipped_suites()), submit_side, "torch" in sys.modules)
+"""
+
+
+def test_validating_submitting_and_serving_import_no_torch() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", VALIDATE],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    count, *rest = out.stdout.split()
+    assert int(count) >= 5 and " ".join(rest) == "[] False", out.stdout

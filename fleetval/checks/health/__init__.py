@@ -10,6 +10,7 @@ from collections import Counter
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleetval.checks.health.params import HealthParams
 from fleetval.checks.spec import (
     CheckPlugin,
     Evidence,
@@ -89,7 +90,7 @@ GATE = Gate(
 PLUGIN = CheckPlugin(
     name="health",
     rank_module="fleetval.checks.health.rank",
-    params_name="HealthParams",
+    params=HealthParams,
     run_name="run_health",
     doc="This rank's devices, CPU affinity, NCCL/RCCL set-up and memory are as the suite expects.",
     gate=GATE,
