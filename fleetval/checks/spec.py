@@ -26,7 +26,6 @@ from fleetval.text import human_bytes
 from fleetval.vocab import Status
 
 if TYPE_CHECKING:
-    from fleetval.analysis.compare import Comparison
     from fleetval.store.catalog import RunRecord
 
 
@@ -69,13 +68,12 @@ class Evidence:
 
 @dataclass(frozen=True)
 class GateInputs:
-    """What every gate evaluator reads: the stored run, its rows and nodes, the comparison."""
+    """What every gate evaluator reads: the stored run, its rows and nodes (the sign-off adds
+    the comparison for its own gates: `fleetval.signoff.gates.RunInputs`)."""
 
     record: RunRecord
     rows: list[dict[str, Any]]
     nodes: list[dict[str, Any]]
-    comparison: Comparison | None
-    compare_problem: str | None
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ class Gate:
 
     name: str
     config: type[BaseModel]
-    evaluate: Callable[[GateInputs, Any], Outcome]
+    evaluate: Callable[[Any, Any], Outcome]  # (GateInputs or the sign-off's RunInputs, config)
     requires: Callable[[Any], str]
     order: int  # position in reports: gates are listed by it
 

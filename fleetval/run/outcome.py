@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fleetval.culprit import Culprit as Culprit  # the engine's modules import it from here
+
 if TYPE_CHECKING:  # NOTE: the suite imports the checks (torch), the store pyarrow; readers
     # of outcomes (exit statuses) need neither
     from fleetval.run.pool import RankPool
@@ -19,18 +21,6 @@ if TYPE_CHECKING:  # NOTE: the suite imports the checks (torch), the store pyarr
 
 class RunCancelled(Exception):
     """The caller set the run's cancel event: the current job is torn down, nothing more runs."""
-
-
-@dataclass(frozen=True)
-class Culprit:
-    """Who broke (or slowed) a step: rank, node, physical device, and why."""
-
-    rank: int
-    node: str
-    device_id: str | None
-    reason: str  # a CulpritReason value: crash, hang, error, late, not placed, not joined, ...
-    detail: str
-    pid: int = 0  # the rank's process on its node (0: unknown), for the operator to inspect
 
 
 @dataclass(frozen=True)
