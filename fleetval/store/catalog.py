@@ -37,6 +37,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from fleetval.metrics import MetricDecl
+from fleetval.store.base import ENV_COLUMNS as ENV_COLUMNS
+from fleetval.store.base import CorruptFile as CorruptFile
+from fleetval.store.base import RunNotFound as RunNotFound
+from fleetval.store.base import StoreError as StoreError
 from fleetval.vocab import RunStatus
 
 DEFAULT_DATA = "fleetval-data"
@@ -44,35 +48,6 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 INDEX = "index"
 # The timestamp columns of each indexed table: ISO 8601 text in the JSON.
 TIMESTAMPS = {"runs": ("started_at", "finished_at"), "nodes": ()}
-
-# What a node runs and is: the columns of the nodes table that a baseline filter or an
-# environment diff speaks of (fleetval.store.schema re-exports them beside NODES_SCHEMA).
-ENV_COLUMNS = (
-    "gpu_model", "driver_version", "cuda_version", "rocm_version", "hip_version",
-    "nccl_version", "rccl_version", "torch_version", "ray_version", "python_version",
-    "kernel", "cpu_model", "hostname",
-)  # fmt: skip
-
-
-class StoreError(ValueError):
-    """Bad input to the store: an unknown run, an unsafe name, a file that exists already."""
-
-
-class RunNotFound(StoreError, LookupError):
-    """No run with this id in the store (the service answers 404)."""
-
-    def __init__(self, run_id: str, root: Path) -> None:
-        self.run_id = run_id
-        super().__init__(f"no run {run_id!r} in {root}; `fleetval runs` lists them")
-
-
-class CorruptFile(StoreError):
-    """A stored file that cannot be read: only the run it belongs to is affected. The CLI
-    exits 2 naming it; the service answers 500 (its own data's fault, never the request's)."""
-
-    def __init__(self, path: Path, reason: object) -> None:
-        self.path = path
-        super().__init__(f"{path} is corrupt: {reason}")
 
 
 def default_data_dir() -> Path:
