@@ -211,3 +211,14 @@ def test_validating_submitting_and_serving_import_no_torch() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     count, *rest = out.stdout.split()
     assert int(count) >= 5 and " ".join(rest) == "[] False", out.stdout
+
+
+def test_the_layouts_name_only_modules_that_exist() -> None:
+    """README's Layout and the architecture table name modules (`x.py`, `name/`): all exist."""
+    readme = (ROOT / "README.md").read_text()
+    layout = readme[readme.index("## Layout") :].split("\n## ", 1)[0]
+    names = set(re.findall(r"\b([a-z_]+)\.py\b", layout + DOC.read_text()))
+    folders = [*SOURCES.values(), ROOT / "tests"]
+    files = {p.stem for folder in folders for p in folder.rglob("*.py")}
+    assert names - files == set()
+    assert set(_doc_table()) == {_part(m) for m in MODULES} - {""}  # every part has its row
