@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fleetval.culprit import Culprit as Culprit  # the engine's modules import it from here
+from fleetval.vocab import EventKind
 
 if TYPE_CHECKING:  # NOTE: the suite imports the checks (torch), the store pyarrow; readers
     # of outcomes (exit statuses) need neither
@@ -40,7 +41,7 @@ class StepOutcome:
 class Event:
     """Progress for a front end: a step started, made progress or ended."""
 
-    kind: str  # "step_start", "step_progress", "step_end"
+    kind: EventKind  # step_start, step_progress or step_end
     job: int
     step: str
     index: int  # step number across the whole run, from 0
