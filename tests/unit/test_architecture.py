@@ -168,7 +168,7 @@ def test_the_read_side_imports_neither_torch_nor_ray(modules: str) -> None:
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
-# Validating a suite, `fleetval submit` and the API process (which is a Ray driver: its
+# Validating a suite, `fleetval submit`, `fleetval checks` and the API process (which is a Ray driver: its
 # executor runs suites) import no torch: a check's parameters live in its torch-free
 # `params.py`; only a rank running a step imports its `rank.py`.
 VALIDATE = """
@@ -176,6 +176,7 @@ import sys, tempfile
 from pathlib import Path
 from fastapi.testclient import TestClient
 from fleetval.suite import load_suite, shipped_suites
+from fleetval.cli.checks_cmd import checks
 from fleetval.cli.serve_cmds import _suite_body
 
 for name, path in shipped_suites().items():
@@ -184,6 +185,7 @@ for name, path in shipped_suites().items():
         local = Path(tmp) / "suite.yaml"
         local.write_text(path.read_text())
         _suite_body(str(local))  # what `fleetval submit` validates before it sends
+checks()  # `fleetval checks`: every check's parameters and defaults
 submit_side = sorted(m for m in ("torch", "ray") if m in sys.modules)
 from fleetval.api import Settings, create_app
 from fleetval.api.db import Scope
@@ -209,7 +211,7 @@ def test_validating_submitting_and_serving_import_no_torch() -> None:
         cwd=ROOT,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    count, *rest = out.stdout.split()
+    count, *rest = out.stdout.splitlines()[-1].split()  # the last line: what was imported
     assert int(count) >= 5 and " ".join(rest) == "[] False", out.stdout
 
 
