@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from fleetval.store.catalog import RunFilter
-from fleetval.vocab import QueueStatus  # one vocabulary: a finished one is its run's status
+from fleetval.vocab import (  # one vocabulary: a finished one is its run's status
+    EventKind,
+    QueueStatus,
+)
 
 DB_NAME = "service.sqlite"
 
@@ -540,8 +543,8 @@ class ServiceDB:
         if cur.rowcount != 1:
             return False
         self._conn.execute(
-            "DELETE FROM events WHERE run_id = ? AND json_extract(data, '$.kind') = 'step_progress'",
-            (run_id,),
+            "DELETE FROM events WHERE run_id = ? AND json_extract(data, '$.kind') = ?",
+            (run_id, EventKind.STEP_PROGRESS.value),
         )
         row = self._conn.execute("SELECT steps FROM submissions WHERE run_id = ?", (run_id,))
         self._count_steps(json.loads(row.fetchone()[0]))
@@ -582,7 +585,7 @@ class ServiceDB:
                 )
                 if cur.rowcount == 1:
                     end = {
-                        "kind": "run_end",
+                        "kind": EventKind.RUN_END,
                         "status": QueueStatus.CANCELLED.value,
                         "message": message,
                     }
@@ -619,7 +622,9 @@ class ServiceDB:
                         "UPDATE submissions SET retried_as = ? WHERE run_id = ?",
                         (retry_id, sub.run_id),
                     )
-                self._append(sub.run_id, {"kind": "run_end", "status": status, "message": message})
+                self._append(
+                    sub.run_id, {"kind": EventKind.RUN_END, "status": status, "message": message}
+                )
                 self._finish(sub.run_id, status, message)
                 self._conn.execute("COMMIT")
             except BaseException:

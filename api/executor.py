@@ -31,7 +31,7 @@ from fleetval.run.execute import Event, cluster_shape, connect, run_suite
 from fleetval.run.pool import RankPool
 from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
 from fleetval.suite import parse_suite
-from fleetval.vocab import RunStatus
+from fleetval.vocab import EventKind, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class _Tracker:
         self._last_progress = -PROGRESS_EVERY_S
 
     def on_event(self, e: Event) -> None:
-        if e.kind == "step_progress":  # NOTE: coalesced: the engine reports every 0.5 s
+        if e.kind == EventKind.STEP_PROGRESS:  # NOTE: coalesced: the engine reports every 0.5 s
             if time.monotonic() - self._last_progress < PROGRESS_EVERY_S:
                 return
             self._last_progress = time.monotonic()
@@ -175,7 +175,7 @@ class Executor(Supervised):
         try:
             self.db.record_event(
                 run_id,
-                {"kind": "run_end", "status": status, "message": message},
+                {"kind": EventKind.RUN_END, "status": status, "message": message},
                 finish=(status, message),
             )
         except Exception:
@@ -222,7 +222,7 @@ class Executor(Supervised):
 
     def _execute(self, sub: Submission) -> None:
         tracker = _Tracker(self.db, sub.run_id)
-        self.db.record_event(sub.run_id, {"kind": "run_start", "attempt": sub.attempt})
+        self.db.record_event(sub.run_id, {"kind": EventKind.RUN_START, "attempt": sub.attempt})
         cancel, done = threading.Event(), threading.Event()
         watcher = threading.Thread(
             target=self._watch_cancel, args=(sub.run_id, cancel, done), daemon=True
@@ -254,7 +254,7 @@ class Executor(Supervised):
         self._publish_busbw(sub.run_id)
         self.db.record_event(
             sub.run_id,
-            {"kind": "run_end", "status": status, "message": message},
+            {"kind": EventKind.RUN_END, "status": status, "message": message},
             steps=tracker.steps,
             finish=(status, message),
         )
@@ -297,7 +297,7 @@ class Executor(Supervised):
         if stored is not None:  # it ended and was recorded just before the service died
             self.db.record_event(
                 sub.run_id,
-                {"kind": "run_end", "status": stored, "message": ""},
+                {"kind": EventKind.RUN_END, "status": stored, "message": ""},
                 finish=(stored, ""),
             )
             return

@@ -24,13 +24,18 @@ PASS means judged against an expectation and met; nothing is PASS by default.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from fleetval.run.outcome import Culprit
+from fleetval.culprit import Culprit
 from fleetval.vocab import CulpritReason, RunStatus, Status
 
-if TYPE_CHECKING:  # NOTE: the results module imports pyarrow; exit statuses need none
-    from fleetval.store.schema import Row
+
+class Row(Protocol):
+    """What the policy reads of a result row (`fleetval.store.schema.Row`, a later stage)."""
+
+    @property
+    def status(self) -> str: ...
+
 
 # Culprits that mean the job's ranks can no longer be trusted: the job is aborted.
 ABORTING = frozenset(

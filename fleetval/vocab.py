@@ -151,3 +151,13 @@ class SweepPhase(StrEnum):
 
     ALONE = "alone"  # every rank of one node, no network
     PAIR = "pair"  # two nodes: their NICs and the link between them
+
+
+class EventKind(StrEnum):
+    """A progress event of a run, as the engine emits it and the service stores and streams it."""
+
+    RUN_START = "run_start"  # the service began executing a submission (attempt n)
+    STEP_START = "step_start"  # a step of a job began
+    STEP_PROGRESS = "step_progress"  # the leading rank's progress within a step (coalesced)
+    STEP_END = "step_end"  # a step finished, with its outcome
+    RUN_END = "run_end"  # the run reached a final status (the last event of every stream)

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from fleetval.api import service
 from fleetval.api.db import ServiceDB
 from fleetval.api.deps import DbDep, ReadToken, StoreDep
+from fleetval.vocab import EventKind
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
@@ -24,7 +25,7 @@ SSE_EVENT = {
     "required": ["event", "data"],
     "properties": {
         "id": {"type": "string", "pattern": "^[0-9]+$"},
-        "event": {"enum": ["run_start", "step_start", "step_progress", "step_end", "run_end"]},
+        "event": {"enum": [k.value for k in EventKind]},
         "data": {"type": "string", "contentMediaType": "application/json"},
     },
 }
@@ -45,14 +46,16 @@ async def _stream(db: ServiceDB, run_id: str, after: int, request: Request) -> A
         for event in events:
             yield _sse(event)
             after = event["seq"]
-            if event["kind"] == "run_end":
+            if event["kind"] == EventKind.RUN_END:
                 return
         sub = await run_in_threadpool(db.get, run_id)
         if sub is None or (sub.finished and not events):
             # NOTE: a run that ended without an end event (cancelled while queued before
             # events existed, or recovered): say how it ended, once.
             status, message = (sub.status, sub.message) if sub else ("", "")
-            yield _sse({"kind": "run_end", "status": status, "message": message, "seq": after})
+            yield _sse(
+                {"kind": EventKind.RUN_END, "status": status, "message": message, "seq": after}
+            )
             return
         if events:
             quiet_since = time.monotonic()
@@ -71,7 +74,7 @@ async def _stream(db: ServiceDB, run_id: str, after: int, request: Request) -> A
     responses={
         200: {
             "content": {"text/event-stream": {"schema": SSE_EVENT}},
-            "description": "step_start / step_progress / step_end / run_end",
+            "description": " / ".join(EventKind),
         },
     },
 )
@@ -87,7 +90,7 @@ async def events(
     if await run_in_threadpool(db.get, run_id) is None:
         # made by `fleetval run`: it has ended
         rec = await run_in_threadpool(service.stored_run, store, run_id)
-        end = {"kind": "run_end", "status": rec.status, "message": rec.message, "seq": 1}
+        end = {"kind": EventKind.RUN_END, "status": rec.status, "message": rec.message, "seq": 1}
         return StreamingResponse(iter([_sse(end)]), media_type="text/event-stream")
     digits = last_event_id and last_event_id.isdigit() and len(last_event_id) < 12
     after = int(last_event_id) if digits else 0

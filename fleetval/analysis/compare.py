@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal, overload
+from typing import overload
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +35,12 @@ import pyarrow.compute as pc
 
 from fleetval.analysis import statistics as st
 from fleetval.analysis.baselines import Baselines, resolve
-from fleetval.analysis.compare_settings import CompareSettings, settings_from_suite_json
+from fleetval.analysis.compare_settings import (
+    DEFAULT_PER,
+    CompareSettings,
+    Per,
+    settings_from_suite_json,
+)
 from fleetval.analysis.outliers import Outlier, late_rank_outliers, slow_devices
 from fleetval.analysis.runvalues import ID_COLS, Identity, run_values
 from fleetval.arrays import arrow, dict_codes, group_rows, np_col, segment_median
@@ -47,7 +52,6 @@ from fleetval.store.schema import DICT_COLS, ENV_COLUMNS
 from fleetval.text import human_bytes
 from fleetval.vocab import Verdict
 
-Per = Literal["node", "sku"]
 # Versions that can explain a change; hostnames differ between nodes by nature.
 ENV_DIFF_COLUMNS = tuple(c for c in ENV_COLUMNS if c != "hostname")
 
@@ -593,7 +597,7 @@ def compare_runs(
     baseline: str,
     candidate_run_ids: list[str],
     *,
-    per: Per = "sku",
+    per: Per = DEFAULT_PER,
     threshold_pct: float | None = None,
     history: int | None = None,
 ) -> Comparison:

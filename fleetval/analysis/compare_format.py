@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import Any, get_args
 from xml.etree import ElementTree as ET
 
 from rich import box
@@ -17,6 +17,7 @@ from rich.text import Text
 
 from fleetval.analysis.attribute import hint
 from fleetval.analysis.compare import Comparison, MetricComparison, Outlier
+from fleetval.analysis.compare_settings import CompareFormat
 from fleetval.analysis.trend import TrendReport
 from fleetval.text import human_bytes
 from fleetval.vocab import Verdict
@@ -272,7 +273,12 @@ def to_junit(c: Comparison, *, strict: bool = False) -> str:
 
 
 def format_comparison(
-    c: Comparison, fmt: str, *, all_rows: bool = False, strict: bool = False, width: int = 80
+    c: Comparison,
+    fmt: CompareFormat,
+    *,
+    all_rows: bool = False,
+    strict: bool = False,
+    width: int = 80,
 ) -> str | Group:
     """The comparison in one of: table (a rich renderable), json, markdown, junit."""
     if fmt == "table":
@@ -283,7 +289,7 @@ def format_comparison(
         return to_markdown(c, all_rows=all_rows, strict=strict)
     if fmt == "junit":
         return to_junit(c, strict=strict)
-    raise ValueError(f"--format must be table, json, markdown or junit, not {fmt!r}")
+    raise ValueError(f"--format must be {' or '.join(get_args(CompareFormat))}, not {fmt!r}")
 
 
 def trend_table(report: TrendReport) -> Group:

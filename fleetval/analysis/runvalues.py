@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from fleetval.analysis.compare_settings import IDENTITY_FIELDS
 from fleetval.arrays import (
     _first_seen,
     arrow,
@@ -17,7 +18,7 @@ from fleetval.arrays import (
 from fleetval.store.summaries import KIND_CORRECT, KIND_TIMED
 from fleetval.text import human_bytes
 
-ID_COLS = ["check", "collective", "op", "dtype", "size_bytes", "world_size", "metric", "group"]
+ID_COLS = list(IDENTITY_FIELDS)
 
 
 @dataclass(frozen=True, kw_only=True)

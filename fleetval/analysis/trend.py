@@ -23,7 +23,11 @@ import pyarrow.compute as pc
 
 from fleetval.analysis.baselines import select_runs
 from fleetval.analysis.compare import CompareError, EnvChange, Per, declarations, environment_diff
-from fleetval.analysis.compare_settings import CompareSettings, settings_from_suite_json
+from fleetval.analysis.compare_settings import (
+    DEFAULT_PER,
+    CompareSettings,
+    settings_from_suite_json,
+)
 from fleetval.analysis.runvalues import ID_COLS, Identity, run_values
 from fleetval.metrics import Direction, infer
 from fleetval.store.dataset import Store
@@ -125,7 +129,11 @@ def _recovery(
 
 
 def history(
-    store: Store, run_ids: list[str], *, per: Per = "sku", settings: CompareSettings | None = None
+    store: Store,
+    run_ids: list[str],
+    *,
+    per: Per = DEFAULT_PER,
+    settings: CompareSettings | None = None,
 ) -> dict[Identity, tuple[list[str], list[float]]]:
     """Per identity: the runs (oldest first) that measured it and each run's value."""
     settings = settings or CompareSettings()
@@ -161,7 +169,7 @@ def find_trends(
     where: dict[str, str] | None = None,
     run_ids: list[str] | None = None,
     select: dict[str, str] | None = None,
-    per: Per = "sku",
+    per: Per = DEFAULT_PER,
     threshold_pct: float | None = None,
     last: int | None = None,
 ) -> TrendReport:

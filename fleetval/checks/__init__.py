@@ -1,8 +1,8 @@
 """The one registry of checks: one line per check plug-in (`fleetval/checks/<name>/`).
 
-Adding a check: a package with `rank.py` (its params model and the `run` every rank runs)
-and `__init__.py` (its `CheckPlugin`: metrics, gate, incidents, presentation), then one
-line here. The suite, planner, executor, compare, sign-off and `show` pick it up unchanged.
+Adding a check: a package with `params.py` (its parameter model, torch-free), `rank.py`
+(the `run` every rank runs) and `__init__.py` (its `CheckPlugin`: params, metrics, gate,
+incidents, presentation), then one line here. The suite, planner, executor, compare, sign-off and `show` pick it up unchanged.
 Importing this module imports no torch: a check's rank module loads when it runs.
 """
 

@@ -7,12 +7,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from fleetval.store.schema import Row
 from fleetval.vocab import FaultKind
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,7 +110,9 @@ class CheckContext:
         self.step = step
         self.faults = faults
         self.heartbeat = heartbeat
-        self.device = torch.device(rank.device)
+        import torch  # NOTE: here, not at the top: the driver imports this module, only ranks run it
+
+        self.device: torch.device = torch.device(rank.device)
 
     @property
     def on_gpu(self) -> bool:
@@ -166,6 +169,8 @@ class CheckContext:
 
     def synchronize(self) -> None:
         if self.on_gpu:
+            import torch
+
             torch.cuda.synchronize(self.device)
 
     def measure(self, name: str, fn: Callable[[], object], *, warmup: int, iters: int) -> Timing:
@@ -190,6 +195,8 @@ class CheckContext:
     def time_us(self, fn: Callable[[], object]) -> float:
         """Wall time of fn on this rank's device: CUDA events on GPU, perf_counter on CPU."""
         if self.on_gpu:
+            import torch
+
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()

@@ -1,11 +1,11 @@
 """What a check declares to the product, torch-free: the plug-in contract.
 
 A check is one package under `fleetval/checks/`: `__init__.py` declares the plug-in (this
-module's `CheckPlugin`: what it proves, its metrics, its sign-off gate, the incidents it
-raises, how `show` presents it) and names its rank-side module, `rank.py`, which holds the
-parameter model and the `run` every rank executes (torch). The driver imports `rank.py`
-when it validates a suite or runs a step; the read side (store, analysis, sign-off,
-reports, `show`) needs only the declarations, so it never imports torch.
+module's `CheckPlugin`: what it proves, its parameter model from `params.py`, its metrics,
+its sign-off gate, the incidents it raises, how `show` presents it) and names its rank-side
+module, `rank.py`, which holds the `run` every rank executes (torch). Only a rank running a
+step imports `rank.py`: suite validation, the read side (store, analysis, sign-off, reports,
+`show`), `submit` and the API need only the declarations, so they never import torch.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from fleetval.text import human_bytes
 from fleetval.vocab import Status
 
 if TYPE_CHECKING:
-    from fleetval.analysis.compare import Comparison
     from fleetval.store.catalog import RunRecord
 
 
@@ -69,13 +68,12 @@ class Evidence:
 
 @dataclass(frozen=True)
 class GateInputs:
-    """What every gate evaluator reads: the stored run, its rows and nodes, the comparison."""
+    """What every gate evaluator reads: the stored run, its rows and nodes (the sign-off adds
+    the comparison for its own gates: `fleetval.signoff.gates.RunInputs`)."""
 
     record: RunRecord
     rows: list[dict[str, Any]]
     nodes: list[dict[str, Any]]
-    comparison: Comparison | None
-    compare_problem: str | None
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ class Gate:
 
     name: str
     config: type[BaseModel]
-    evaluate: Callable[[GateInputs, Any], Outcome]
+    evaluate: Callable[[Any, Any], Outcome]  # (GateInputs or the sign-off's RunInputs, config)
     requires: Callable[[Any], str]
     order: int  # position in reports: gates are listed by it
 
@@ -184,8 +182,8 @@ class CheckPlugin:
     """Everything the product needs from one check; see the module docstring."""
 
     name: str
-    rank_module: str  # "fleetval.checks.<pkg>.rank": params model and run, imported lazily
-    params_name: str  # the StepSpec subclass in rank_module
+    params: type[StepSpec]  # the step's YAML keys, from the torch-free `<pkg>/params.py`
+    rank_module: str  # "fleetval.checks.<pkg>.rank": the run (torch), imported when it runs
     run_name: str  # the function every rank runs: (CheckContext, params) -> list[Row]
     doc: str  # what it proves, one line (`fleetval checks`)
     metrics: tuple[MetricDecl, ...] = ()  # what its rows measure; recorded with every run
@@ -199,10 +197,6 @@ class CheckPlugin:
     @cached_property
     def _rank(self) -> Any:
         return importlib.import_module(self.rank_module)
-
-    @property
-    def params(self) -> type[StepSpec]:
-        return getattr(self._rank, self.params_name)
 
     @property
     def run(self) -> Callable[..., list[Any]]:

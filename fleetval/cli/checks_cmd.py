@@ -27,7 +27,7 @@ def _default(field: FieldInfo) -> str:
 
 def checks() -> None:
     """List the checks a suite step can name, with their parameters and defaults."""
-    from fleetval.checks import CHECKS  # NOTE: `params` imports each rank module (torch)
+    from fleetval.checks import CHECKS
     from fleetval.checks.spec import StepSpec
 
     common = set(StepSpec.model_fields)

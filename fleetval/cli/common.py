@@ -7,9 +7,9 @@ Command modules import only typer, rich and pyarrow-free fleetval modules at imp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -67,3 +67,9 @@ def bad_input_exits() -> Iterator[None]:
     except ValueError as err:
         err_console.print(f"[red]error:[/red] {err}", highlight=False)
         raise typer.Exit(Exit.BAD_INPUT) from err
+
+
+def choices(name: str, values: Iterable[str]) -> type[StrEnum]:
+    """A CLI choice type over a library registry's names: typer lists them in --help and
+    rejects others (exit 2), and the library stays the one place that names them."""
+    return StrEnum(name, [(v.upper(), v) for v in values])  # type: ignore[return-value]

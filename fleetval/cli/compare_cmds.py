@@ -5,17 +5,25 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, get_args
 
 import typer
 from rich.table import Table
 
 from fleetval.analysis.baselines import BaselineError, Baselines, resolve
+from fleetval.analysis.compare_settings import (
+    DEFAULT_PER,
+    IDENTITY_FIELDS,
+    CompareFormat,
+    Per,
+    TrendFormat,
+)
 from fleetval.cli.common import (
     DataOpt,
     Exit,
     JsonOpt,
     bad_input_exits,
+    choices,
     console,
     open_catalog,
     open_store,
@@ -25,14 +33,17 @@ from fleetval.store.catalog import parse_pairs
 if TYPE_CHECKING:
     from fleetval.store.catalog import Catalog
 
-FORMATS = ("table", "json", "markdown", "junit")
+PerChoice = choices("Per", get_args(Per))
+PER_DEFAULT = PerChoice(DEFAULT_PER)
+CompareFormatChoice = choices("CompareFormat", get_args(CompareFormat))
+TrendFormatChoice = choices("TrendFormat", get_args(TrendFormat))
 
 RunsOpt = Annotated[
     list[str] | None,
     typer.Option("--run", help="Candidate run id (repeatable) [default: the newest run]"),
 ]
 PerOpt = Annotated[
-    str, typer.Option("--per", help="Match rows per GPU model (sku) or per node (node)")
+    PerChoice, typer.Option("--per", help="Match rows per GPU model (sku) or per node (node)")
 ]
 
 
@@ -61,15 +72,15 @@ def compare(
     run: RunsOpt = None,
     latest: Annotated[bool, typer.Option("--latest", help="Compare the newest run")] = False,
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="table, json, markdown or junit")
-    ] = "table",
+        CompareFormatChoice, typer.Option("--format", "-f", help="How to write the comparison")
+    ] = CompareFormatChoice.TABLE,
     threshold: Annotated[
         float | None,
         typer.Option(
             "--threshold", help="Threshold in percent for every metric [default: suite's, else 5]"
         ),
     ] = None,
-    per: PerOpt = "sku",
+    per: PerOpt = PER_DEFAULT,
     history: Annotated[
         int | None,
         typer.Option(
@@ -99,23 +110,19 @@ def compare(
     from fleetval.analysis.compare import compare_runs
     from fleetval.analysis.compare_format import format_comparison
 
-    fmt = "json" if as_json else fmt
+    fmt = CompareFormatChoice.JSON if as_json else fmt
     with bad_input_exits():
-        if fmt not in FORMATS:
-            raise ValueError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-        if per not in ("node", "sku"):
-            raise ValueError(f"--per must be node or sku, not {per!r}")
         store = open_store(data)
         result = compare_runs(
             store,
             baseline,
             _candidates(store, run, latest),
-            per=per,
+            per=per.value,  # type: ignore[arg-type]
             threshold_pct=threshold,  # type: ignore[arg-type]
             history=history,
         )
     rendered = format_comparison(
-        result, fmt, all_rows=all_rows, strict=strict, width=console.size.width
+        result, fmt.value, all_rows=all_rows, strict=strict, width=console.size.width
     )
     if isinstance(rendered, str):
         _emit(rendered, output)
@@ -141,14 +148,16 @@ def trend(
         list[str] | None,
         typer.Option(
             "--select",
-            help="Only these measurements: FIELD=VALUE (check, collective, dtype, size_bytes, metric, group)",
+            help=f"Only these measurements: FIELD=VALUE ({', '.join(IDENTITY_FIELDS)})",
         ),
     ] = None,
     threshold: Annotated[
         float | None, typer.Option("--threshold", help="Smallest step reported, percent")
     ] = None,
-    per: PerOpt = "sku",
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table or json")] = "table",
+    per: PerOpt = PER_DEFAULT,
+    fmt: Annotated[
+        TrendFormatChoice, typer.Option("--format", "-f", help="How to write the report")
+    ] = TrendFormatChoice.TABLE,
     as_json: JsonOpt = False,
     data: DataOpt = None,
 ) -> None:
@@ -159,20 +168,18 @@ def trend(
     from fleetval.analysis.compare_format import trend_json, trend_table
     from fleetval.analysis.trend import find_trends
 
-    fmt = "json" if as_json else fmt
+    fmt = TrendFormatChoice.JSON if as_json else fmt
     with bad_input_exits():
-        if fmt not in ("table", "json"):
-            raise ValueError(f"--format must be table or json, not {fmt!r}")
         report = find_trends(
             open_store(data),
             where=parse_pairs(where or [], "--where"),
             run_ids=run,
             select=parse_pairs(select or [], "--select"),
-            per=per,  # type: ignore[arg-type]
+            per=per.value,  # type: ignore[arg-type]
             threshold_pct=threshold,
             last=last,
         )
-    if fmt == "json":
+    if fmt == TrendFormatChoice.JSON:
         _emit(trend_json(report), None)
     else:
         console.print(trend_table(report))

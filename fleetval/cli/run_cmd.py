@@ -21,7 +21,7 @@ from fleetval.cli.common import (
 from fleetval.nodesets import head, more
 from fleetval.status import exit_status
 from fleetval.store.catalog import parse_pairs
-from fleetval.vocab import Status
+from fleetval.vocab import EventKind, Status
 
 if TYPE_CHECKING:
     from fleetval.run.execute import Event
@@ -119,7 +119,7 @@ def _run_with_progress(spec, store, address, labels) -> RunRecord:
 
         def on_event(e: Event) -> None:
             head = f"{spec.name} job {e.job} {e.step}"
-            if e.kind == "step_end" and e.outcome is not None:
+            if e.kind == EventKind.STEP_END and e.outcome is not None:
                 style = STATUS_STYLE.get(e.outcome.status, "")
                 bar.console.print(
                     f"  [{style}]{e.outcome.status:4}[/{style}] {head} ({e.outcome.seconds:.1f}s) {e.outcome.message}"

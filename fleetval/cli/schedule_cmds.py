@@ -13,6 +13,7 @@ import typer
 from fleetval.cli.common import JsonOpt, bad_input_exits, console
 from fleetval.cli.serve_cmds import _call, _suite_body
 from fleetval.store.catalog import parse_pairs
+from fleetval.vocab import Catchup
 
 if TYPE_CHECKING:
     import httpx
@@ -55,9 +56,8 @@ def add(
     token: TokenOpt = None,
     label: Annotated[list[str], typer.Option("--label", help="KEY=VALUE, repeatable")] = [],  # noqa: B006
     catchup: Annotated[
-        str,
-        typer.Option("--catchup", help="Firings missed while the service was down: once or skip"),
-    ] = "once",
+        Catchup, typer.Option("--catchup", help="Firings missed while the service was down")
+    ] = Catchup.ONCE,
     retries: Annotated[
         int,
         typer.Option("--retries", min=0, help="Requeue a fired run if the service dies mid-run"),

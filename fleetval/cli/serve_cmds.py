@@ -26,6 +26,7 @@ from fleetval.cli.common import (
 from fleetval.cli.run_cmd import STATUS_STYLE, print_steps
 from fleetval.status import combined_exit, exit_status
 from fleetval.store.catalog import default_data_dir, parse_pairs
+from fleetval.vocab import EventKind
 
 if TYPE_CHECKING:
     import httpx
@@ -251,7 +252,7 @@ def _events(client: httpx.Client, run_id: str, deadline: float) -> Any:
                     elif line.startswith("data: "):
                         event = json.loads(line[6:])
                         yield event
-                        if event["kind"] == "run_end":
+                        if event["kind"] == EventKind.RUN_END:
                             return
         except httpx.TransportError as err:
             drops += 1
@@ -267,13 +268,13 @@ def _follow(client: httpx.Client, run_id: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     if not console.is_terminal:  # CI logs: one plain line per step
         for e in _events(client, run_id, deadline):
-            if e["kind"] == "step_end":
+            if e["kind"] == EventKind.STEP_END:
                 o = e["outcome"]
                 print(
                     f"[{e['percent']:5.1f}%] {o['status']:4} job {e['job']} {e['step']} ({o['seconds']:.1f}s) {o['message']}",
                     flush=True,
                 )
-            elif e["kind"] == "run_start":
+            elif e["kind"] == EventKind.RUN_START:
                 print(f"run {run_id} started", flush=True)
         return
     columns = (
@@ -285,7 +286,7 @@ def _follow(client: httpx.Client, run_id: str, timeout_s: float) -> None:
     with Progress(*columns, console=console) as bar:
         task = bar.add_task(f"{run_id}: queued", total=100)
         for e in _events(client, run_id, deadline):
-            if e["kind"] == "step_end":
+            if e["kind"] == EventKind.STEP_END:
                 o = e["outcome"]
                 style = STATUS_STYLE.get(o["status"], "")
                 bar.console.print(

@@ -16,10 +16,12 @@ from fleetval.cli.common import (
     Exit,
     JsonOpt,
     bad_input_exits,
+    choices,
     console,
     open_catalog,
     open_store,
 )
+from fleetval.fleet.drain import FORMATS as DRAIN_FORMATS
 
 if TYPE_CHECKING:
     from fleetval.fleet.verdict import FleetVerdict
@@ -30,11 +32,7 @@ class Format(StrEnum):
     JSON = "json"
 
 
-class DrainFormat(StrEnum):
-    KUBECTL = "kubectl"
-    SLURM = "slurm"
-    RAY = "ray"
-    JSON = "json"
+DrainFormat = choices("DrainFormat", DRAIN_FORMATS)
 
 
 def sweep(

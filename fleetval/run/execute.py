@@ -25,7 +25,7 @@ from fleetval.run.pool import RankPool
 from fleetval.run.step import StepBroke, culprit_row, run_step
 from fleetval.store.dataset import RunRecord, Store, new_run_id
 from fleetval.suite import Suite
-from fleetval.vocab import RunStatus, Status
+from fleetval.vocab import EventKind, RunStatus, Status
 
 __all__ = [
     "ClusterUnreachable",
@@ -59,7 +59,7 @@ def run_job(
             while remaining:
                 state.check_cancelled()
                 step = remaining[0]
-                state.event("step_start", job.index, step.step_name)
+                state.event(EventKind.STEP_START, job.index, step.step_name)
                 outcome = run_step(ranks, job, step, state)
                 remaining.pop(0)
                 _record(state, job, outcome)
@@ -96,7 +96,7 @@ def _job_failed(state: RunState, job: Job, steps: list[Any], err: JobAborted) ->
 def _record(state: RunState, job: Job, outcome: StepOutcome) -> None:
     state.outcomes.append(outcome)
     state.done_steps += 1
-    state.event("step_end", job.index, outcome.step, outcome.message, outcome)
+    state.event(EventKind.STEP_END, job.index, outcome.step, outcome.message, outcome)
 
 
 def _not_run(state: RunState, job: Job, steps: list[Any], message: str) -> None:

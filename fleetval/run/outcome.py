@@ -10,6 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fleetval.culprit import Culprit as Culprit  # the engine's modules import it from here
+from fleetval.vocab import EventKind
+
 if TYPE_CHECKING:  # NOTE: the suite imports the checks (torch), the store pyarrow; readers
     # of outcomes (exit statuses) need neither
     from fleetval.run.pool import RankPool
@@ -19,18 +22,6 @@ if TYPE_CHECKING:  # NOTE: the suite imports the checks (torch), the store pyarr
 
 class RunCancelled(Exception):
     """The caller set the run's cancel event: the current job is torn down, nothing more runs."""
-
-
-@dataclass(frozen=True)
-class Culprit:
-    """Who broke (or slowed) a step: rank, node, physical device, and why."""
-
-    rank: int
-    node: str
-    device_id: str | None
-    reason: str  # a CulpritReason value: crash, hang, error, late, not placed, not joined, ...
-    detail: str
-    pid: int = 0  # the rank's process on its node (0: unknown), for the operator to inspect
 
 
 @dataclass(frozen=True)
@@ -50,7 +41,7 @@ class StepOutcome:
 class Event:
     """Progress for a front end: a step started, made progress or ended."""
 
-    kind: str  # "step_start", "step_progress", "step_end"
+    kind: EventKind  # step_start, step_progress or step_end
     job: int
     step: str
     index: int  # step number across the whole run, from 0

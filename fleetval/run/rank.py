@@ -16,8 +16,6 @@ from datetime import timedelta
 from typing import Any
 
 import ray
-import torch
-import torch.distributed as dist
 
 from fleetval.checks import CHECKS
 from fleetval.checks.base import ActiveFault, CheckContext, Heartbeat, Progress, RankContext
@@ -41,6 +39,8 @@ class Placed:
 
 def _device_id(index: int) -> str | None:
     """The physical GPU's UUID (else PCI bus id), so a bad GPU is named, not just a rank."""
+    import torch  # NOTE: torch only in the actor's process: the driver imports this module
+
     props = torch.cuda.get_device_properties(index)
     uuid = getattr(props, "uuid", None)
     if uuid is not None:
@@ -69,6 +69,8 @@ def hip_visibility(env: MutableMapping[str, str], rocm: bool) -> None:
 
 def visible_devices_var() -> str:
     """The variable Ray restricts this process's GPUs with (HIP/ROCR on ROCm builds of torch)."""
+    import torch
+
     if getattr(torch.version, "hip", None):
         return next(
             (v for v in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if os.environ.get(v)),
@@ -107,6 +109,9 @@ def device_index(visible: str | None, gpu_ids: Sequence[int | str], device_count
 
 def init_process_group(ctx: RankContext, master: str, port: int, timeout_s: float) -> None:
     """The one place the process group is formed: TCP rendezvous on rank 0's address."""
+    import torch
+    import torch.distributed as dist
+
     if ctx.device.startswith("cuda"):
         torch.cuda.set_device(torch.device(ctx.device))
     dist.init_process_group(
@@ -129,6 +134,8 @@ class RankActor:
         self._ctx: RankContext | None = None
         self._wants_gpu = gpus_per_rank > 0
         self._env_before: dict[str, str | None] = {}  # what join() changed, for reset()
+        import torch
+
         # before torch first touches the GPU runtime, which reads the variables once
         hip_visibility(os.environ, rocm=bool(getattr(torch.version, "hip", None)))
 
@@ -137,6 +144,8 @@ class RankActor:
         rt = ray.get_runtime_context()
         gpu_ids = tuple(int(g) for g in ray.get_gpu_ids())
         device, device_id = "cpu", None
+        import torch
+
         if self._wants_gpu and torch.cuda.is_available():
             index = device_index(
                 os.environ.get(visible_devices_var()), gpu_ids, torch.cuda.device_count()
@@ -172,6 +181,8 @@ class RankActor:
         self._heartbeat.set(phase="ready")
 
     def leave(self) -> None:
+        import torch.distributed as dist
+
         if dist.is_initialized():
             dist.destroy_process_group()
 

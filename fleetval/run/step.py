@@ -28,7 +28,7 @@ from fleetval.run.plan import Job
 from fleetval.store.schema import Row
 from fleetval.suite import Suite
 from fleetval.text import short
-from fleetval.vocab import CulpritReason, Status
+from fleetval.vocab import CulpritReason, EventKind, Status
 
 ERROR_GRACE_S = 5.0  # after one rank fails, how long the others get before the step is cut
 PROBE_EVERY_S = 1.0  # how often the driver asks every rank's heartbeat while a step runs
@@ -128,7 +128,7 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
         beats.poll()
         lead = beats.leader()
         if lead is not None:
-            state.event("step_progress", job.index, name, lead.describe())
+            state.event(EventKind.STEP_PROGRESS, job.index, name, lead.describe())
 
     traces: dict[int, bytes] = {}
 

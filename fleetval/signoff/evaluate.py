@@ -18,7 +18,7 @@ from typing import Any
 
 from fleetval.analysis.baselines import Baselines
 from fleetval.analysis.compare import CompareError, Comparison, compare_runs
-from fleetval.checks.spec import Evidence, GateInputs
+from fleetval.checks.spec import Evidence
 from fleetval.signoff.gates import (
     DEFAULT_GATES,
     GATES,
@@ -27,6 +27,7 @@ from fleetval.signoff.gates import (
     Gates,
     GateStatus,
     RegressionGate,
+    RunInputs,
     SweepGate,
     Waiver,
     gates_from_suite_json,
@@ -103,7 +104,7 @@ def parquet_paths(store: Store, run_id: str) -> tuple[str, ...]:
 # -- the gates ----------------------------------------------------------------------------
 
 
-def _judge(gate: GateName, cfg: Any, inp: GateInputs, waiver: Waiver | None) -> GateResult:
+def _judge(gate: GateName, cfg: Any, inp: RunInputs, waiver: Waiver | None) -> GateResult:
     out = GATES[gate].evaluate(inp, cfg)
     status = GateStatus.PASS if out.ok else GateStatus.FAIL
     summary = out.summary if out.ok is not None else f"no evidence: {out.summary}"
@@ -167,7 +168,7 @@ def build_signoff(
     comparison, problem = None, None
     if gates.regression is not None:
         comparison, problem = _compare(store, base, run_id, gates.regression)
-    inp = GateInputs(
+    inp = RunInputs(
         record, _rows(store, run_id), store.nodes([run_id]).to_pylist(), comparison, problem
     )
     by_gate = {w.gate: w for w in gates.waivers} | {w.gate: w for w in waivers}

@@ -26,8 +26,9 @@ flagged nothing). Pure pydantic: reading a stored run's gates needs neither torc
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import (
     BaseModel,
@@ -44,6 +45,9 @@ from fleetval.checks.spec import Evidence, Gate, GateInputs, Outcome, plural
 from fleetval.fleet.verdict import FleetVerdict
 from fleetval.status import completed, signoff_completed
 from fleetval.vocab import Verdict
+
+if TYPE_CHECKING:  # NOTE: compare imports pyarrow; a suite's `gates:` model needs none
+    from fleetval.analysis.compare import Comparison
 
 
 class GateStatus(StrEnum):
@@ -125,6 +129,14 @@ def _sweep(inp: GateInputs, _: object) -> Outcome:
     return Outcome(True, text, [Evidence(ok=True, text=text)])
 
 
+@dataclass(frozen=True)
+class RunInputs(GateInputs):
+    """A check gate's inputs and the comparison against the baseline the regression gate judges."""
+
+    comparison: Comparison | None
+    compare_problem: str | None
+
+
 # NOTE: a sign-off is `compare --strict`: a change beyond the threshold that the runs cannot
 # prove (noisy, e.g. one run a side) or a measurement the candidate lacks (missing) blocks it
 # until more runs settle it or someone waives it. Failed rows belong to the correctness gate,
@@ -132,7 +144,7 @@ def _sweep(inp: GateInputs, _: object) -> Outcome:
 SIGNOFF_FAILS = (Verdict.REGRESSION, Verdict.NOISY, Verdict.MISSING)
 
 
-def _regression(inp: GateInputs, cfg: RegressionGate) -> Outcome:
+def _regression(inp: RunInputs, cfg: RegressionGate) -> Outcome:
     cmp = inp.comparison
     if cmp is None:
         return Outcome(None, inp.compare_problem or "no baseline named", [])

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fleetval.store.catalog import CorruptFile
+from fleetval.store.base import CorruptFile
 
 
 def parquet_options(schema: pa.Schema) -> dict[str, Any]:

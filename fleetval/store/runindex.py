@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fleetval.store.catalog import (
+from fleetval.store.base import CorruptFile
+from fleetval.store.records import (
     INDEX,
     SAFE_NAME,
-    CorruptFile,
     RunFilter,
     RunRecord,
     incomplete_run,

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 # What a node runs and is: environment columns of NODES_SCHEMA (defined in the catalog,
 # which filters on them without pyarrow).
-from fleetval.store.catalog import ENV_COLUMNS as ENV_COLUMNS  # one definition, pyarrow-free
+from fleetval.store.base import ENV_COLUMNS as ENV_COLUMNS  # one definition, pyarrow-free
 from fleetval.vocab import Status
 
 SCHEMA_VERSION = 3  # 2: summaries/ table; runs.metrics (declarations of the checks run)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fleetval.checks.bandwidth.rank import busbw_factor, percentile, sweep_sizes
+from fleetval.checks.bandwidth.params import sweep_sizes
+from fleetval.checks.bandwidth.rank import busbw_factor, percentile
 from fleetval.checks.collectives.rank import (
     Case,
     combinations,

@@ -7,9 +7,9 @@ import pickle
 import pytest
 
 from fleetval.checks.base import Progress
+from fleetval.culprit import Culprit
 from fleetval.run import flightrec
 from fleetval.run.culprits import RankEvidence, is_symptom, name_culprits, progressed
-from fleetval.run.outcome import Culprit
 
 GLOO_TIMEOUT = (
     "ray.exceptions.RayTaskError(RuntimeError): ray::RankActor.run_step()\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetval.run.outcome import Culprit
+from fleetval.culprit import Culprit
 from fleetval.status import (
     combined_exit,
     completed,

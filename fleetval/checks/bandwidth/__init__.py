@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, PositiveFloat, PositiveInt
 
+from fleetval.checks.bandwidth.params import BandwidthParams
 from fleetval.checks.spec import (
     CheckPlugin,
     Evidence,
@@ -196,7 +197,7 @@ GATE = Gate(
 PLUGIN = CheckPlugin(
     name="bandwidth",
     rank_module="fleetval.checks.bandwidth.rank",
-    params_name="BandwidthParams",
+    params=BandwidthParams,
     run_name="run_bandwidth",
     doc="Achieved algbw and busbw per size on every rank, with exact verification of the result.",
     metrics=(BUSBW, LATENCY, CORRECT),

@@ -9,6 +9,7 @@ from collections import Counter
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleetval.checks.collectives.params import CollectivesParams
 from fleetval.checks.spec import (
     CheckPlugin,
     Evidence,
@@ -83,7 +84,7 @@ GATE = Gate(
 PLUGIN = CheckPlugin(
     name="collectives",
     rank_module="fleetval.checks.collectives.rank",
-    params_name="CollectivesParams",
+    params=CollectivesParams,
     run_name="run_collectives",
     doc="Every listed collective returns exactly the expected elements on every rank.",
     metrics=(CORRECT,),

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleetval.checks.ddp.params import DdpHealthParams, DdpScalingParams
 from fleetval.checks.spec import (
     CheckPlugin,
     Evidence,
@@ -181,7 +182,7 @@ def _scaling_figures(rows: Sequence[dict[str, Any]], _: FigureContext) -> list[s
 SCALING = CheckPlugin(
     name="ddp_scaling",
     rank_module="fleetval.checks.ddp.rank",
-    params_name="DdpScalingParams",
+    params=DdpScalingParams,
     run_name="run_ddp_scaling",
     doc="DDP training throughput per rank at this world size, and what communication costs it.",
     metrics=(  # one training step measured by every rank together: shared
@@ -199,7 +200,7 @@ SCALING = CheckPlugin(
 HEALTH = CheckPlugin(
     name="ddp_health",
     rank_module="fleetval.checks.ddp.rank",
-    params_name="DdpHealthParams",
+    params=DdpHealthParams,
     run_name="run_ddp_health",
     doc="Replicas stay identical, DDP gradients equal single-process ones and the loss falls.",
 )

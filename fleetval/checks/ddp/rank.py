@@ -22,30 +22,21 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Self
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from pydantic import (
-    AfterValidator,
-    Field,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-    model_validator,
-)
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from fleetval.checks.bandwidth.rank import busbw_factor, percentile
 from fleetval.checks.base import CheckContext
 from fleetval.checks.collectives.rank import TORCH_DTYPE
-from fleetval.checks.spec import StepSpec
+from fleetval.checks.ddp.params import DdpHealthParams, DdpScalingParams
 from fleetval.store.schema import Row
 from fleetval.vocab import Collective, DType, FaultKind, ReduceOp, Status
 
-FLOAT_DTYPES = (DType.FLOAT32, DType.FLOAT64, DType.BFLOAT16, DType.FLOAT16)
 # Relative tolerance of DDP vs single-process gradients, as a fraction of the largest
 # reference gradient element: the two sum the same terms in a different order (per-rank
 # means, then an all-reduce average), so they agree to a few units of the dtype's epsilon
@@ -57,57 +48,6 @@ GRAD_RTOL: dict[DType, float] = {
     DType.FLOAT16: 1e-2,
 }
 CORRUPT_SHIFT = 1e-2  # what a `corrupt` rank adds to its first weight: a desynchronised replica
-
-
-def _floating(dtype: DType) -> DType:
-    if dtype not in FLOAT_DTYPES:
-        raise ValueError(f"DDP trains floating-point parameters: one of {', '.join(FLOAT_DTYPES)}")
-    return dtype
-
-
-FloatDType = Annotated[DType, AfterValidator(_floating)]
-
-
-class DdpScalingParams(StepSpec):
-    """A synthetic MLP trained with a fixed per-rank batch (weak scaling)."""
-
-    check: Literal["ddp_scaling"]
-    hidden: PositiveInt = 1024  # width of every layer
-    layers: PositiveInt = 4  # Linear layers
-    batch_per_rank: PositiveInt = 64
-    steps: PositiveInt = 20  # timed steps (and timed compute-only steps, and all_reduce iterations)
-    warmup: NonNegativeInt = 3
-    dtype: FloatDType = DType.FLOAT32
-    lr: PositiveFloat = 1e-3
-
-
-class DdpHealthParams(StepSpec):
-    """A few DDP steps on a small MLP, checked against a single-process reference."""
-
-    check: Literal["ddp_health"]
-    hidden: PositiveInt = 64
-    layers: PositiveInt = 3
-    batch_per_rank: PositiveInt = 8
-    steps: PositiveInt = Field(default=5, le=1000)  # k: steps before the parameter hash
-    lr: PositiveFloat = 0.1
-    dtype: FloatDType = DType.FLOAT32
-    sync_batchnorm: bool = False  # BatchNorm after each hidden layer, as SyncBatchNorm (GPU only)
-    no_sync_accumulation: PositiveInt = 1  # micro-batches per step; all but the last under no_sync
-    grad_rtol: PositiveFloat | None = None  # None: the dtype's default (GRAD_RTOL)
-
-    @model_validator(mode="after")
-    def _micro_batches(self) -> Self:
-        m, b = self.no_sync_accumulation, self.batch_per_rank
-        if b % m:
-            raise ValueError(
-                f"batch_per_rank ({b}) must split evenly into no_sync_accumulation ({m}) micro-batches"
-            )
-        if self.sync_batchnorm and b // m < 2:
-            raise ValueError(
-                f"sync_batchnorm needs at least 2 samples per micro-batch; batch_per_rank {b} / "
-                f"no_sync_accumulation {m} gives {b // m}"
-            )
-        return self
 
 
 # -- model and data (deterministic from the seed, identical on every rank) -----------------

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleetval.checks.health.params import HealthParams
 from fleetval.checks.spec import (
     CheckPlugin,
     Evidence,
@@ -113,7 +114,7 @@ def _tables(rows: Sequence[Mapping[str, Any]]) -> list[ResultTable]:
 PLUGIN = CheckPlugin(
     name="health",
     rank_module="fleetval.checks.health.rank",
-    params_name="HealthParams",
+    params=HealthParams,
     run_name="run_health",
     doc="This rank's devices, CPU affinity, NCCL/RCCL set-up and memory are as the suite "
     "expects, and its node's GPUs show no hardware fault.",

@@ -13,10 +13,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fleetval.checks.environment import run_tool
 from fleetval.checks.health import NODE_HW_METRIC as NODE_METRIC  # its drain line
+from fleetval.checks.health.params import HardwareSource
 from fleetval.detect.hardware import (
     ACTION_RANK,
     Action,
@@ -35,7 +36,6 @@ from fleetval.vocab import Status
 
 ENV_CAPTURES = "FLEETVAL_HW_CAPTURES"  # os.pathsep-separated paths or globs; {node} is filled
 # "nvml" means the vendor library: NVML (nvidia-ml-py), else amdsmi
-HardwareSource = Literal["auto", "captured", "nvml", "tools", "off"]
 
 
 @dataclass(frozen=True)

@@ -14,67 +14,27 @@ import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from fleetval.checks import environment
 from fleetval.checks.base import CheckContext
 from fleetval.checks.health.hardware import (
     NODE_METRIC,
-    HardwareSource,
     node_hardware_rows,
     read_node_hardware,
 )
-from fleetval.checks.spec import StepSpec
-from fleetval.detect.hardware import HwThresholds
+from fleetval.checks.health.params import HealthParams
 from fleetval.formats.nccllog import NcclLogSummary, network_family, read_nccl_log
 from fleetval.store.schema import Row
 from fleetval.text import short
 from fleetval.vocab import Status
 
 GIB = 1024**3
-# The expectations a suite declares that need evidence from the node (a tool, a log).
-Expectation = Literal["expect_gpus_per_node", "min_nccl_version", "expect_network",
-                      "expect_net_plugin"]  # fmt: skip
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")  # NCCL_NET_GDR_LEVEL names, nearest first
 VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
-
-
-class HealthParams(StepSpec):
-    """Expectations for the node and rank set-up; every threshold lives here, none in code."""
-
-    check: Literal["health"]
-    expect_gpus_per_node: PositiveInt | None = None
-    # A rank whose free memory is this many percent off the median: WARN, then FAIL.
-    memory_balance_pct: PositiveFloat = 10.0
-    memory_balance_fail_pct: PositiveFloat = 25.0
-    min_nccl_version: str | None = Field(default=None, pattern=r"^\d+\.\d+(\.\d+)?$")
-    expect_network: str | None = None  # "IB", "Socket", "AWS Libfabric" as NCCL names it
-    expect_net_plugin: str | None = None  # prefix of the plugin name, e.g. "aws-ofi-rccl"
-    required_env: dict[str, str] = Field(default_factory=dict)  # exact values this rank must see
-    # AMD's multi-GPU guidance asks for these on the kernel command line (ROCm only).
-    rocm_kernel_args: list[str] = Field(default_factory=lambda: ["iommu=pt", "amd_iommu=on"])
-    # Declared expectations whose evidence may be missing: SKIP instead of FAIL when, e.g.,
-    # no NCCL log was written or no GPU tool answered. Not listed: missing evidence FAILS.
-    optional: list[Expectation] = Field(default_factory=list)
-    # GPU hardware (ECC, row remapping, PCIe, clock limits, NVLink/XGMI, kernel log): when a
-    # counter is a finding, where to read it, and captured tool output standing in for the
-    # node's tools (paths or globs; "{node}" is the node's name).
-    hardware: HwThresholds = Field(default_factory=HwThresholds)
-    hardware_source: HardwareSource = "auto"
-    hardware_captures: list[str] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Self:
-        if self.memory_balance_fail_pct < self.memory_balance_pct:
-            raise ValueError(
-                f"memory_balance_fail_pct ({self.memory_balance_fail_pct}) must be at least "
-                f"memory_balance_pct ({self.memory_balance_pct})"
-            )
-        return self
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,14 @@ that slow a collective from inside it are named, in O(log N) rounds of alternati
 
 from __future__ import annotations
 
+from fleetval.checks.isolate.params import IsolateParams
 from fleetval.checks.spec import CheckPlugin
 from fleetval.metrics import Direction, MetricDecl
 
 PLUGIN = CheckPlugin(
     name="isolate",
     rank_module="fleetval.checks.isolate.rank",
-    params_name="IsolateParams",
+    params=IsolateParams,
     run_name="run_isolate",
     doc="Names the rank(s) that slow a collective down from inside it, by sub-group bisection.",
     metrics=(  # each sub-group's time, timed alone: a verdict per rank, not a fleet figure

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleetval.checks.microbench.params import MicrobenchParams
 from fleetval.checks.spec import (
     CheckPlugin,
     FigureContext,
@@ -94,7 +95,7 @@ def _figures(rows: Sequence[dict[str, Any]], _: FigureContext) -> list[str]:
 PLUGIN = CheckPlugin(
     name="microbench",
     rank_module="fleetval.checks.microbench.rank",
-    params_name="MicrobenchParams",
+    params=MicrobenchParams,
     run_name="run_microbench",
     doc="This rank's GPU reaches its model's expected GEMM, memory and host-link throughput.",
     metrics=(

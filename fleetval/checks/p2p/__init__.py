@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PositiveFloat
 
+from fleetval.checks.p2p.params import P2pParams
 from fleetval.checks.spec import CheckPlugin, Gate, GateInputs, Outcome, row_evidence, tally
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
 
@@ -81,7 +82,7 @@ GATE = Gate(
 PLUGIN = CheckPlugin(
     name="p2p",
     rank_module="fleetval.checks.p2p.rank",
-    params_name="P2pParams",
+    params=P2pParams,
     run_name="run_p2p",
     doc="Every listed pair of ranks moves data both ways at the expected rate, and exactly.",
     metrics=(BUSBW, LATENCY, CORRECT),

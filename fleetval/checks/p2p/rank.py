@@ -4,30 +4,18 @@ round at once (a matching), so a slow link shows up as the pairs it is in, not a
 from __future__ import annotations
 
 import statistics
-from typing import Literal
 
 import torch
 import torch.distributed as dist
-from pydantic import Field
 
-from fleetval.checks.bandwidth.rank import SizeRange, percentile
+from fleetval.checks.bandwidth.rank import percentile
 from fleetval.checks.base import CheckContext
 from fleetval.checks.p2p import pair_rounds
-from fleetval.checks.spec import StepSpec
+from fleetval.checks.p2p.params import P2pParams
 from fleetval.store.schema import Row
 from fleetval.vocab import Collective, Status
 
 ITEM = 4  # float32: integer-valued, so the received buffer is checked exactly
-
-
-class P2pParams(StepSpec):
-    """Sizes to exchange between each pair of ranks, and which pairs: a ring or all of them."""
-
-    check: Literal["p2p"]
-    pattern: Literal["ring", "all"] = "ring"  # ring: each rank with its neighbours; all: every pair
-    sizes: SizeRange = SizeRange()
-    warmup: int = Field(default=3, ge=0)
-    iters: int = Field(default=10, ge=1)
 
 
 def _payload(rank: int, count: int) -> torch.Tensor:

@@ -5,12 +5,13 @@ gate counts it."""
 from __future__ import annotations
 
 from fleetval.checks.spec import CheckPlugin
+from fleetval.checks.straggler.params import StragglerParams
 from fleetval.metrics import Direction, MetricDecl
 
 PLUGIN = CheckPlugin(
     name="straggler",
     rank_module="fleetval.checks.straggler.rank",
-    params_name="StragglerParams",
+    params=StragglerParams,
     run_name="run_straggler",
     doc="Names the rank (and node) that arrives last at collectives; a clean run names nobody.",
     metrics=(

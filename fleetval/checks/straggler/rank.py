@@ -12,30 +12,17 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from pydantic import ByteSize, Field, PositiveFloat
 
 from fleetval.checks.base import CheckContext
 from fleetval.checks.collectives.rank import pattern
-from fleetval.checks.spec import StepSpec
-from fleetval.detect.lateness import THRESHOLD, scores
+from fleetval.checks.straggler.params import StragglerParams
+from fleetval.detect.lateness import scores
 from fleetval.store.schema import Row
 from fleetval.vocab import Status
-
-
-class StragglerParams(StepSpec):
-    """Many small all_reduces; every rank's wait per iteration, gathered and scored."""
-
-    check: Literal["straggler"]
-    size: ByteSize = ByteSize(1024)  # small: latency-bound, so arrival order dominates
-    warmup: int = Field(default=5, ge=0)
-    iters: int = Field(default=40, ge=5)
-    threshold: PositiveFloat = THRESHOLD  # late by this many times the measured noise
-    min_lateness_ms: float = Field(default=0.0, ge=0)  # and, optionally, by at least this
 
 
 @dataclass(frozen=True)
