@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI, HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fleetval.analysis.baselines import BaselineError
+from fleetval.analysis.baselines import BaselineError, UnknownFilterKey
 from fleetval.analysis.compare import CompareError
 from fleetval.api import errors, metrics
 from fleetval.api.db import ServiceDB
@@ -83,6 +83,12 @@ def _install_errors(app: FastAPI) -> None:
     async def _unresolved(_: Any, err: Exception) -> Any:
         # NOTE: well-formed, but the runs stored now cannot satisfy it: a conflict with state
         return problem(409, str(err))
+
+    @app.exception_handler(UnknownFilterKey)
+    async def _bad_filter(_: Any, err: UnknownFilterKey) -> Any:
+        # NOTE: a key nothing in the store has: the request names no column or label (422)
+        field = {"loc": ["body", "where", err.key], "msg": str(err), "type": "unknown_key"}
+        return problem(422, str(err), [field])
 
 
 def create_app(settings: Settings) -> FastAPI:

@@ -34,6 +34,7 @@ from pydantic import (
 from fleetval.checks.bandwidth.rank import percentile
 from fleetval.checks.base import CheckContext
 from fleetval.checks.collectives.rank import TORCH_DTYPE
+from fleetval.checks.model_pattern import ModelPattern, model_matches
 from fleetval.checks.spec import StepSpec
 from fleetval.store.schema import Row
 from fleetval.vocab import DType, Status
@@ -80,7 +81,7 @@ class ModelExpectation(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    gpu_model: str = Field(min_length=1)  # regex searched in torch's device name; "cpu" for CPU
+    gpu_model: ModelPattern = Field(min_length=1)  # regex searched in the device name; "cpu": CPU
     tflops: dict[DType, PositiveFloat] = Field(default_factory=dict)  # dense peak per dtype
     hbm_gbps: PositiveFloat | None = None  # device memory bandwidth, GB/s
     host_gbps: PositiveFloat | None = None  # host link, GB/s per direction
@@ -95,7 +96,7 @@ def expectations_for(device_name: str, own: Sequence[ModelExpectation] = ()) -> 
     """The suite's first matching expectation, else the first table entry whose pattern
     matches the device name; None where neither knows the model."""
     for e in own:
-        if re.search(e.gpu_model, device_name, re.IGNORECASE):
+        if model_matches(e.gpu_model, device_name):
             return e.spec()
     for pattern, spec in EXPECTATIONS:
         if re.search(pattern, device_name, re.IGNORECASE):

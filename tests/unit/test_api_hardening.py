@@ -1,0 +1,270 @@
+"""Suites and requests written to hurt (issue 24 §5): each is refused with a 4xx naming the
+field or the limit, never a 500, a stall, or another user's loss. TestClient over a
+temporary data directory (no executor, no Ray)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from fleetval.api import Settings, create_app
+from fleetval.api.db import Quota, QuotaExceeded, Scope, ServiceDB, now
+from fleetval.api.limits import Limits
+from fleetval.api.scheduler import Scheduler
+from fleetval.cli import app as cli_app
+from fleetval.store.dataset import RunRecord, Store
+
+TINY = {
+    "name": "tiny",
+    "placement": {"world_sizes": [2], "gpus_per_rank": 0},
+    "steps": [{"check": "collectives", "collectives": ["barrier"], "size": 64}],
+}
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[tuple[TestClient, dict[str, dict[str, str]]]]:
+    app = create_app(Settings(data_dir=tmp_path, run_executor=False, run_scheduler=False))
+    db = app.state.db
+    tokens = {
+        "alice": db.create_token(Scope.SUBMIT, "alice"),
+        "bob": db.create_token(Scope.SUBMIT, "bob"),
+        "root": db.create_token(Scope.ADMIN, "root"),
+    }
+    headers = {k: {"Authorization": f"Bearer {v}"} for k, v in tokens.items()}
+    with TestClient(app) as client:
+        yield client, headers
+
+
+def with_gates(pattern: str) -> dict:
+    minimum = {"gpu_model": pattern, "collective": "all_reduce", "min_busbw_gbps": 1}
+    return {**TINY, "gates": {"busbw": {"minimums": [minimum]}}}
+
+
+# -- 1. a suite's gpu_model pattern is checked when the suite is parsed -------------------
+
+
+@pytest.mark.parametrize("pattern", ["(", "(.*){20}!", "(a+)+$", "x" * 200])
+def test_a_bad_or_runaway_gpu_model_pattern_is_422_at_submit(api, pattern):
+    client, h = api
+    started = time.monotonic()
+    r = client.post("/v1/runs", json={"suite": with_gates(pattern)}, headers=h["alice"])
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["loc"][:7] == [
+        "body", "suite", "gates", "busbw", "minimums", "0", "gpu_model",
+    ]  # fmt: skip
+    assert time.monotonic() - started < 5
+
+
+def test_a_sane_gpu_model_pattern_is_accepted(api):
+    client, h = api
+    r = client.post("/v1/runs", json={"suite": with_gates("H100.*SXM|MI300X")}, headers=h["alice"])
+    assert r.status_code == 201, r.text
+
+
+def test_the_cli_exits_2_on_a_bad_gpu_model_pattern(tmp_path):
+    import yaml
+
+    suite = tmp_path / "bad.yaml"
+    suite.write_text(yaml.safe_dump(with_gates("(.*){20}!")))
+    res = CliRunner().invoke(cli_app, ["run", str(suite), "--data", str(tmp_path / "d")])
+    assert res.exit_code == 2, res.output
+    assert "gates.busbw.minimums.0.gpu_model" in res.output
+
+
+# -- 2. a schedule's submission ids and labels are the scheduler's ----------------------
+
+
+@pytest.mark.parametrize(
+    "body, loc",
+    [
+        ({"submission_id": "schedule.nightly.20260101T000000Z"}, ["body", "submission_id"]),
+        ({"labels": {"schedule": "nightly"}}, ["body", "labels", "schedule"]),
+        ({"labels": {"fire_time": "2026-01-01T00:00:00+00:00"}}, ["body", "labels", "fire_time"]),
+    ],
+)
+def test_a_client_cannot_claim_a_firing_or_pose_as_a_schedule(api, body, loc):
+    client, h = api
+    r = client.post("/v1/runs", json={"suite": TINY, **body}, headers=h["bob"])
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"] == loc, r.text
+
+
+def test_a_firing_is_not_refused_by_a_client_that_knew_its_id(api):
+    client, h = api
+    client.post(
+        "/v1/schedules",
+        json={"name": "nightly", "cron": "0 3 * * *", "suite": TINY},
+        headers=h["alice"],
+    )
+    app = client.app
+    scheduler = Scheduler(app.state.db, app.state.executor, Limits())
+    due = app.state.db.schedule("nightly").next_fire
+    firing_id = f"schedule.nightly.{due[:19].replace('-', '').replace(':', '')}Z"
+    taken = client.post(
+        "/v1/runs", json={"suite": TINY, "submission_id": firing_id}, headers=h["bob"]
+    )
+    assert taken.status_code == 422
+    from datetime import datetime
+
+    assert scheduler.tick(datetime.fromisoformat(due)) == ["nightly"]
+    fired = app.state.db.schedule("nightly")
+    assert (fired.fired, fired.refused) == (1, 0)
+    run = client.get(f"/v1/runs/{fired.last_run_id}", headers=h["bob"]).json()
+    assert run["submitter"] == "alice" and run["labels"]["schedule"] == "nightly"
+
+
+# -- 3. a ceiling on the total work of one suite and of one owner ------------------------
+
+
+@pytest.mark.parametrize(
+    "suite, limit",
+    [
+        ({**TINY, "placement": {"world_sizes": [2] * 50_000}}, "max_jobs"),
+        (
+            {
+                **TINY,
+                "steps": [
+                    {"check": "collectives", "name": f"s{i}", "timeout_s": 21600} for i in range(64)
+                ],
+            },
+            "max_planned_s",
+        ),
+    ],
+)
+def test_a_suite_asking_too_much_work_is_422_naming_the_limit(tmp_path, suite, limit):
+    app = create_app(Settings(data_dir=tmp_path, run_executor=False, max_body_bytes=1 << 20))
+    token = app.state.db.create_token(Scope.SUBMIT, "alice")
+    with TestClient(app) as client:
+        r = client.post(
+            "/v1/runs", json={"suite": suite}, headers={"Authorization": f"Bearer {token}"}
+        )
+    assert r.status_code == 422 and limit in r.json()["detail"], r.text
+
+
+def test_an_owners_planned_work_is_bounded_in_all(tmp_path):
+    limits = Limits(max_planned_s_per_owner=3000)  # TINY plans 60 + 60 + 300 = 420 s
+    app = create_app(Settings(data_dir=tmp_path, run_executor=False, limits=limits))
+    tokens = {n: app.state.db.create_token(Scope.SUBMIT, n) for n in ("alice", "bob")}
+    with TestClient(app) as client:
+        codes = [
+            client.post(
+                "/v1/runs", json={"suite": TINY}, headers={"Authorization": f"Bearer {tokens[n]}"}
+            )
+            for n in ["alice"] * 8 + ["bob"]
+        ]
+    assert [r.status_code for r in codes] == [201] * 7 + [429, 201]
+    assert "max_planned_s_per_owner" in codes[7].json()["detail"]
+
+
+# -- 7. every unnamed token is its own owner --------------------------------------------
+
+
+def test_two_unnamed_submit_tokens_have_different_owners(tmp_path):
+    made = [
+        CliRunner().invoke(
+            cli_app, ["token", "create", "--scope", "submit", "--data", str(tmp_path)]
+        )
+        for _ in range(2)
+    ]
+    assert all(m.exit_code == 0 for m in made), [m.output for m in made]
+    app = create_app(Settings(data_dir=tmp_path, run_executor=False))
+    first, second = ({"Authorization": f"Bearer {m.output.strip()}"} for m in made)
+    with TestClient(app) as client:
+        run_id = client.post("/v1/runs", json={"suite": TINY}, headers=first).json()["run_id"]
+        assert client.post(f"/v1/runs/{run_id}/cancel", headers=second).status_code == 403
+        assert client.post(f"/v1/runs/{run_id}/cancel", headers=first).status_code == 202
+        owners = {t.name for t in app.state.db.tokens()}
+    assert len(owners) == 2 and all(o.startswith("submit-") for o in owners)
+
+
+# -- 8. the per-owner quota is one atomic step --------------------------------------------
+
+
+def test_concurrent_submissions_never_pass_the_quota_together(tmp_path):
+    """Eight processes' worth of connections (as uvicorn workers have) submit at once."""
+    dbs = [ServiceDB(tmp_path) for _ in range(8)]
+    quota = Quota(max_active=3, max_planned_s=1e9)
+    barrier, made, refused = threading.Barrier(len(dbs)), [], []
+
+    def submit(db: ServiceDB, i: int) -> None:
+        barrier.wait()
+        for j in range(4):
+            try:
+                db.add(run_id=f"r{i}-{j}", submission_id=None, suite="s", suite_json="{}",
+                       labels={}, submitter="alice", retries=0, quota=quota)  # fmt: skip
+                made.append(i)
+            except QuotaExceeded:
+                refused.append(i)
+
+    threads = [threading.Thread(target=submit, args=(db, i)) for i, db in enumerate(dbs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(made) == 3 and len(refused) == 29
+    assert dbs[0].counts() == {"queued": 3}
+    for db in dbs:
+        db.close()
+
+
+# -- 9. one error shape, and the status the contract says ---------------------------------
+
+
+def test_a_baseline_filter_on_a_key_nothing_has_is_422(api):
+    client, h = api
+    Store(client.app.state.store.root).write_run(
+        RunRecord(run_id="20260101-000000-aaaaaa", suite="s", status="pass", started_at=_t())
+    )
+    r = client.put("/v1/baselines/x", json={"where": {"nosuchkey": "v"}}, headers=h["root"])
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["loc"] == ["body", "where", "nosuchkey"]
+    r = client.put("/v1/baselines/x", json={"where": {"suite": "nothing*"}}, headers=h["root"])
+    assert r.status_code == 409  # a known key that matches no run: a conflict with the store
+
+
+def test_an_uncaught_exception_is_a_problem_not_plain_text(tmp_path):
+    app = create_app(Settings(data_dir=tmp_path, run_executor=False))
+    token = app.state.db.create_token(Scope.READ, "r")
+    app.state.db.close()  # every read now raises sqlite3.ProgrammingError: a server fault
+    with TestClient(app, raise_server_exceptions=False) as client:
+        r = client.get("/v1/schedules", headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 500 and r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["status"] == 500 and body["title"] == "Internal Server Error"
+    assert "ProgrammingError" in body["detail"]
+
+
+# -- pruning: the event log and finished submissions do not grow for ever -----------------
+
+
+def test_finished_submissions_and_their_events_are_pruned_by_age(tmp_path):
+    db = ServiceDB(tmp_path)
+    for run_id in ("old", "recent", "queued"):
+        db.add(run_id=run_id, submission_id=None, suite="s", suite_json="{}", labels={},
+               submitter="a", retries=0)  # fmt: skip
+    for run_id in ("old", "recent"):
+        db.claim_next()
+        db.record_event(run_id, {"kind": "run_end"}, finish=("pass", ""))
+    db.record_event("queued", {"kind": "run_start"})
+    # "old" finished 31 days ago; the retention is 30
+    db._conn.execute(
+        "UPDATE submissions SET finished_at = ? WHERE run_id = 'old'", (now(-31 * 86400),)
+    )
+    scheduler = Scheduler(db, None, Limits(retain_finished_s=30 * 86400))  # type: ignore[arg-type]
+    assert scheduler.prune() == 1
+    assert db.get("old") is None and db.events("old") == []
+    assert db.get("recent") is not None and db.events("recent") != []
+    assert db.get("queued") is not None and db.events("queued") != []
+    assert {k: n for k, n in db.counts().items() if n} == {"pass": 1, "queued": 1}
+    db.close()
+
+
+def _t():
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
