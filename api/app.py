@@ -18,6 +18,7 @@ from fleetval.api.errors import problem
 from fleetval.api.executor import Executor
 from fleetval.api.hot import HotReads
 from fleetval.api.routes import ROUTERS
+from fleetval.api.routes.events import StreamSlots
 from fleetval.api.scheduler import Scheduler
 from fleetval.api.settings import Settings
 from fleetval.store.dataset import Store
@@ -120,6 +121,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings, app.state.db, app.state.store = settings, db, store
     app.state.executor, app.state.scheduler = executor, scheduler
     app.state.metrics = metrics.registry(db)
+    app.state.streams = StreamSlots(settings.limits)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(HotReads, db=db, store=store)  # outermost: before any routing
     _install_errors(app)

@@ -63,6 +63,12 @@ class Limits(BaseModel):
     min_schedule_interval_s: PositiveFloat = Field(
         60.0, description="the shortest gap a schedule's cron may have between two firings"
     )
+    max_streams_per_token: PositiveInt = Field(
+        8, description="server-sent event streams one token may hold open in one process (429)"
+    )
+    max_streams: PositiveInt = Field(
+        256, description="server-sent event streams open in one process, all tokens (429)"
+    )
     retain_finished_s: PositiveFloat = Field(
         30 * 24 * 3600.0,
         description="finished submissions and their events are pruned this long after their "

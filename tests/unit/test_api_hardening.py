@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -268,3 +269,95 @@ def _t():
     from datetime import UTC, datetime
 
     return datetime.now(UTC)
+
+
+# -- 5. event streams: capped per token and in all; a revoked token stops streaming --------
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Any, dict[str, str]]]:
+    """A real uvicorn on loopback (TestClient buffers a whole response; a stream never ends)."""
+    import uvicorn
+
+    limits = Limits(max_streams_per_token=2, max_streams=3)
+    app = create_app(Settings(data_dir=tmp_path, run_executor=False, limits=limits))
+    tokens = {n: app.state.db.create_token(Scope.SUBMIT, n) for n in ("alice", "bob")}
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start in 30 s"
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", app, tokens
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def _stream(url: str, token: str, run_id: str) -> Any:
+    import httpx
+
+    client = httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(10)
+    )
+    return client, client.stream("GET", f"/v1/runs/{run_id}/events")
+
+
+def _wait(predicate: Any, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_event_streams_are_capped_per_token_and_in_all(served):
+    import httpx
+
+    url, app, tokens = served
+    auth = {"Authorization": f"Bearer {tokens['alice']}"}
+    run_id = httpx.post(f"{url}/v1/runs", json={"suite": TINY}, headers=auth).json()["run_id"]
+    opened = []
+
+    def open_as(who: str) -> int:
+        client, stream = _stream(url, tokens[who], run_id)
+        response = stream.__enter__()
+        opened.append((client, stream))
+        return response.status_code
+
+    try:
+        assert [open_as("alice"), open_as("alice")] == [200, 200]
+        assert open_as("alice") == 429  # two per token
+        assert open_as("bob") == 200
+        assert open_as("bob") == 429  # three in all
+        assert app.state.streams.count() == 3
+        client, stream = opened[0]
+        stream.__exit__(None, None, None)  # one of alice's ends: its slot is free again
+        client.close()
+        assert _wait(lambda: app.state.streams.count() == 2)
+        assert open_as("alice") == 200
+    finally:
+        for client, stream in opened:
+            stream.__exit__(None, None, None)
+            client.close()
+
+
+def test_a_revoked_token_stops_streaming(served):
+    import httpx
+
+    url, app, tokens = served
+    auth = {"Authorization": f"Bearer {tokens['alice']}"}
+    run_id = httpx.post(f"{url}/v1/runs", json={"suite": TINY}, headers=auth).json()["run_id"]
+    client, stream = _stream(url, tokens["alice"], run_id)
+    with client, stream as response:
+        assert response.status_code == 200
+        token_id = app.state.db.lookup_token(tokens["alice"]).id
+        app.state.db.revoke_token(token_id)
+        started = time.monotonic()
+        text = "".join(response.iter_text())  # ends: the server closes the stream
+    assert "revoked" in text and time.monotonic() - started < 5
+    assert _wait(lambda: app.state.streams.count() == 0)
