@@ -361,3 +361,49 @@ def test_a_revoked_token_stops_streaming(served):
         text = "".join(response.iter_text())  # ends: the server closes the stream
     assert "revoked" in text and time.monotonic() - started < 5
     assert _wait(lambda: app.state.streams.count() == 0)
+
+
+# -- 4. a page with samples is bounded however large the run ---------------------------------
+
+
+def test_a_results_page_with_samples_is_bounded_and_pages_through_everything(api, monkeypatch):
+    import pyarrow as pa
+
+    from fleetval.api.routes import results
+    from fleetval.store.schema import RESULTS_SCHEMA
+
+    MAX_PAGE_SAMPLES = 4000  # NOTE: the ceiling made small, so the run is small and fast
+    monkeypatch.setattr(results, "MAX_PAGE_SAMPLES", MAX_PAGE_SAMPLES)
+    client, h = api
+    store = Store(client.app.state.store.root)
+    run_id = "20260101-000000-bbbbbb"
+    store.write_run(RunRecord(run_id=run_id, suite="s", status="pass", started_at=_t()))
+    per_row = MAX_PAGE_SAMPLES // 8  # 40 rows: five times what one page may carry
+    for part in range(2):
+        rows = [
+            {"run_id": run_id, "job": part, "step": "bw", "check": "bandwidth", "rank": r,
+             "node": "n0", "status": "pass", "samples_us": [float(part * 100 + r)] * per_row}
+            for r in range(20)
+        ]  # fmt: skip
+        store.write_results_table(
+            run_id, f"job{part}-bw", pa.Table.from_pylist(rows, RESULTS_SCHEMA)
+        )
+    seen, cursor, pages = [], None, 0
+    while True:
+        params = {"samples": "true", "limit": 10_000, **({"cursor": cursor} if cursor else {})}
+        page = client.get(f"/v1/runs/{run_id}/results", params=params, headers=h["bob"]).json()
+        assert sum(len(r["samples_us"]) for r in page["rows"]) <= MAX_PAGE_SAMPLES
+        seen += [
+            (r["job"], r["rank"], r["samples_us"][0], len(r["samples_us"])) for r in page["rows"]
+        ]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert pages == 5
+    assert seen == [(j, r, float(j * 100 + r), per_row) for j in range(2) for r in range(20)]
+    one = client.get(
+        f"/v1/runs/{run_id}/results", params={"samples": "true", "rank": 3, "step": "bw"},
+        headers=h["bob"],
+    ).json()  # fmt: skip
+    assert [(r["job"], r["samples_us"][0]) for r in one["rows"]] == [(0, 3.0), (1, 103.0)]
