@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fleetval.analysis.baselines import BaselineError, UnknownFilterKey
 from fleetval.analysis.compare import CompareError
 from fleetval.api import errors, metrics
+from fleetval.api.cache import CachedStore
 from fleetval.api.db import ServiceDB
 from fleetval.api.errors import problem
 from fleetval.api.executor import Executor
@@ -21,7 +22,6 @@ from fleetval.api.routes import ROUTERS
 from fleetval.api.routes.events import StreamSlots
 from fleetval.api.scheduler import Scheduler
 from fleetval.api.settings import Settings
-from fleetval.store.dataset import Store
 
 # Statuses only some operations answer with (the rest are added to every operation that
 # can answer them: see errors.complete_openapi).
@@ -94,7 +94,7 @@ def _install_errors(app: FastAPI) -> None:
 
 def create_app(settings: Settings) -> FastAPI:
     db = ServiceDB(settings.data_dir)
-    store = Store(settings.data_dir)
+    store = CachedStore(settings.data_dir)
     executor = Executor(db, store, settings.address)
     scheduler = Scheduler(db, executor, settings.limits)
 

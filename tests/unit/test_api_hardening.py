@@ -407,3 +407,49 @@ def test_a_results_page_with_samples_is_bounded_and_pages_through_everything(api
         headers=h["bob"],
     ).json()  # fmt: skip
     assert [(r["job"], r["samples_us"][0]) for r in one["rows"]] == [(0, 3.0), (1, 103.0)]
+
+
+# -- 6. baselines and compare read the store's listings once per generation ---------------
+
+
+def _age(root: Path, seconds: float) -> None:
+    """The store's directories as if last written `seconds` ago (past the racy window)."""
+    import os
+
+    old = time.time_ns() - int(seconds * 1e9)
+    for name in ("runs", "results", "nodes"):
+        if (root / name).exists():
+            os.utime(root / name, ns=(old, old))
+
+
+def test_a_filter_baseline_reads_the_store_once_per_generation(api, monkeypatch):
+    from fleetval.store.catalog import Catalog
+
+    client, h = api
+    root = client.app.state.store.root
+    store = Store(root)
+    for run_id in ("20260101-000000-aaaaaa", "20260102-000000-aaaaaa"):
+        store.write_run(RunRecord(run_id=run_id, suite="nightly", status="pass", started_at=_t()))
+    reads: list[str] = []
+    real = Catalog._rows
+
+    def counted(self: Catalog, table: str, files: list[Path]) -> list[dict]:
+        reads.append(table)  # NOTE: a spy: the real read still happens
+        return real(self, table, files)
+
+    monkeypatch.setattr(Catalog, "_rows", counted)
+    _age(root, 10)
+    put = client.put("/v1/baselines/b", json={"where": {"suite": "nightly"}}, headers=h["root"])
+    assert put.status_code == 201 and put.json()["resolves_to"] == [
+        "20260101-000000-aaaaaa", "20260102-000000-aaaaaa",
+    ]  # fmt: skip
+    first = reads.count("runs")
+    for _ in range(5):
+        assert client.get("/v1/baselines/b", headers=h["bob"]).status_code == 200
+    assert reads.count("runs") == first  # the same generation: nothing read again
+    store.write_run(
+        RunRecord(run_id="20260103-000000-aaaaaa", suite="nightly", status="pass", started_at=_t())
+    )
+    got = client.get("/v1/baselines/b", headers=h["bob"]).json()
+    assert got["resolves_to"][-1] == "20260103-000000-aaaaaa"  # a new generation: read again
+    assert reads.count("runs") == first + 1
