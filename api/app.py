@@ -18,9 +18,12 @@ from fleetval.api.db import ServiceDB
 from fleetval.api.errors import problem
 from fleetval.api.executor import Executor
 from fleetval.api.hot import HotReads
+from fleetval.api.limits import Limits
+from fleetval.api.models import suite_components
 from fleetval.api.routes import ROUTERS
 from fleetval.api.routes.events import StreamSlots
 from fleetval.api.scheduler import Scheduler
+from fleetval.api.schedules import cron_pattern
 from fleetval.api.settings import Settings
 
 # Statuses only some operations answer with (the rest are added to every operation that
@@ -92,6 +95,21 @@ def _install_errors(app: FastAPI) -> None:
         return problem(422, str(err), [field])
 
 
+def publish_inputs(spec: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """The OpenAPI says what this server accepts: the inline suite's schema, and the cron
+    expressions its `min_schedule_interval_s` lets through (a seconds field of one value
+    where nothing may fire more than once a minute)."""
+    schemas = spec["components"]["schemas"]
+    suite = suite_components()
+    clash = sorted(set(suite) & set(schemas))
+    if clash:
+        raise RuntimeError(f"suite schemas clash with the API's: {', '.join(clash)}")
+    schemas.update(suite)
+    cron = schemas["ScheduleRequest"]["properties"]["cron"]
+    cron["pattern"] = cron_pattern(seconds_list=limits.min_schedule_interval_s < 60)
+    return spec
+
+
 def create_app(settings: Settings) -> FastAPI:
     db = ServiceDB(settings.data_dir)
     store = CachedStore(settings.data_dir)
@@ -130,7 +148,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = errors.complete_openapi(app, EXTRA_STATUSES)
+            spec = errors.complete_openapi(app, EXTRA_STATUSES)
+            app.openapi_schema = publish_inputs(spec, settings.limits)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -50,7 +50,7 @@ def resolve_suite(spec: str | dict) -> Suite:
                 spec, [f"(suite): no shipped suite {spec!r}; shipped: {', '.join(known)}"]
             )
         return load_suite(spec)
-    return parse_suite(spec, "inline suite")
+    return parse_suite(spec, "inline suite", strict=True)
 
 
 def cluster(db: ServiceDB) -> ClusterShape | None:
