@@ -10,17 +10,21 @@ from typing import Any
 from fastapi import FastAPI, HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fleetval.analysis.baselines import BaselineError
+from fleetval.analysis.baselines import BaselineError, UnknownFilterKey
 from fleetval.analysis.compare import CompareError
 from fleetval.api import errors, metrics
+from fleetval.api.cache import CachedStore
 from fleetval.api.db import ServiceDB
 from fleetval.api.errors import problem
 from fleetval.api.executor import Executor
 from fleetval.api.hot import HotReads
+from fleetval.api.limits import Limits
+from fleetval.api.models import suite_components
 from fleetval.api.routes import ROUTERS
+from fleetval.api.routes.events import StreamSlots
 from fleetval.api.scheduler import Scheduler
+from fleetval.api.schedules import cron_pattern
 from fleetval.api.settings import Settings
-from fleetval.store.dataset import Store
 from fleetval.store.runindex import IndexBuilding
 
 # Statuses only some operations answer with (the rest are added to every operation that
@@ -90,10 +94,31 @@ def _install_errors(app: FastAPI) -> None:
     async def _building(_: Any, err: Exception) -> Any:
         return problem(503, str(err), headers={"Retry-After": "2"})
 
+    @app.exception_handler(UnknownFilterKey)
+    async def _bad_filter(_: Any, err: UnknownFilterKey) -> Any:
+        # NOTE: a key nothing in the store has: the request names no column or label (422)
+        field = {"loc": ["body", "where", err.key], "msg": str(err), "type": "unknown_key"}
+        return problem(422, str(err), [field])
+
+
+def publish_inputs(spec: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """The OpenAPI says what this server accepts: the inline suite's schema, and the cron
+    expressions its `min_schedule_interval_s` lets through (a seconds field of one value
+    where nothing may fire more than once a minute)."""
+    schemas = spec["components"]["schemas"]
+    suite = suite_components()
+    clash = sorted(set(suite) & set(schemas))
+    if clash:
+        raise RuntimeError(f"suite schemas clash with the API's: {', '.join(clash)}")
+    schemas.update(suite)
+    cron = schemas["ScheduleRequest"]["properties"]["cron"]
+    cron["pattern"] = cron_pattern(seconds_list=limits.min_schedule_interval_s < 60)
+    return spec
+
 
 def create_app(settings: Settings) -> FastAPI:
     db = ServiceDB(settings.data_dir)
-    store = Store(settings.data_dir)
+    store = CachedStore(settings.data_dir)
     executor = Executor(db, store, settings.address)
     scheduler = Scheduler(db, executor, settings.limits)
 
@@ -122,6 +147,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings, app.state.db, app.state.store = settings, db, store
     app.state.executor, app.state.scheduler = executor, scheduler
     app.state.metrics = metrics.registry(db)
+    app.state.streams = StreamSlots(settings.limits)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(HotReads, db=db, store=store)  # outermost: before any routing
     _install_errors(app)
@@ -130,7 +156,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = errors.complete_openapi(app, EXTRA_STATUSES)
+            spec = errors.complete_openapi(app, EXTRA_STATUSES)
+            app.openapi_schema = publish_inputs(spec, settings.limits)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

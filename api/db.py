@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS submissions (
     labels TEXT NOT NULL,                    -- JSON object
     submitter TEXT NOT NULL,
     retries INTEGER NOT NULL,                -- how often an interrupted run may be requeued
+    planned_s REAL NOT NULL DEFAULT 0,       -- the longest it may hold the fleet (limits.planned_s)
     attempt INTEGER NOT NULL,                -- 1 for the first try
     retry_of TEXT,
     retried_as TEXT,
@@ -57,6 +58,7 @@ CREATE TABLE IF NOT EXISTS submissions (
 );
 CREATE INDEX IF NOT EXISTS submissions_status ON submissions (status, seq);
 CREATE INDEX IF NOT EXISTS submissions_owner ON submissions (submitter, status);
+CREATE INDEX IF NOT EXISTS submissions_finished ON submissions (finished_at);
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,                    -- from 1 per run: the SSE event id
@@ -140,6 +142,7 @@ CREATE INDEX IF NOT EXISTS schedules_due ON schedules (next_fire);
 MIGRATIONS = (
     ("tokens", "expires_at", "TEXT"),
     ("tokens", "revoked_at", "TEXT"),
+    ("submissions", "planned_s", "REAL NOT NULL DEFAULT 0"),
 )
 STEP_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 TOKEN_ID_CHARS = 12  # a token's public id: the start of its hash, for listing and revoking
@@ -176,6 +179,7 @@ class Submission:
     labels: dict[str, str]
     submitter: str
     retries: int
+    planned_s: float
     attempt: int
     retry_of: str | None
     retried_as: str | None
@@ -225,6 +229,19 @@ class Schedule:
         rec["suite"] = json.loads(rec["suite"])
         rec["labels"] = json.loads(rec["labels"])
         return cls(**rec)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """What one owner may have queued and running at once (checked in the insert's own
+    transaction, so two submissions cannot both pass a check that only one fits)."""
+
+    max_active: int
+    max_planned_s: float
+
+
+class QuotaExceeded(Exception):
+    """A submission the owner's quota has no room for; the message names the limit."""
 
 
 class FireOutcome(StrEnum):
@@ -343,31 +360,61 @@ class ServiceDB:
         labels: dict[str, str],
         submitter: str,
         retries: int,
-        attempt: int = 1,
-        retry_of: str | None = None,
+        planned_s: float = 0.0,
+        quota: Quota | None = None,
     ) -> tuple[Submission, bool]:
-        """Queue a run (committed on return); for a known `submission_id`, the run it made."""
+        """Queue a run (committed on return); for a known `submission_id`, the run it made.
+        With `quota`, QuotaExceeded when the submitter's active runs leave no room: checked
+        and inserted in one write transaction (across processes too)."""
         with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
             try:
+                if quota is not None:
+                    self._check_quota(submitter, planned_s, quota)
                 self._insert(
                     run_id=run_id, submission_id=submission_id, suite=suite,
                     suite_json=suite_json, labels=labels, submitter=submitter, retries=retries,
-                    attempt=attempt, retry_of=retry_of,
+                    planned_s=planned_s, attempt=1, retry_of=None,
                 )  # fmt: skip
+                self._conn.execute("COMMIT")
                 created = True
             except sqlite3.IntegrityError:
+                self._conn.execute("ROLLBACK")
                 if submission_id is None:
                     raise
                 created = False
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
         sub = self.get(run_id) if created else self.find_submission(submission_id)
         assert sub is not None
         return sub, created
 
+    def _check_quota(self, submitter: str, planned_s: float, quota: Quota) -> None:
+        """Inside the insert's transaction: room for one more run of `planned_s`?"""
+        row = self._conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(planned_s), 0) FROM submissions"
+            " WHERE submitter = ? AND status IN (?, ?)",
+            (submitter, *[s.value for s in ACTIVE]),
+        ).fetchone()
+        active, planned = int(row[0]), float(row[1])
+        if active >= quota.max_active:
+            raise QuotaExceeded(
+                f"{submitter!r} has {active} runs queued or running; this service allows "
+                f"{quota.max_active} (max_active_per_owner)"
+            )
+        if planned + planned_s > quota.max_planned_s:
+            raise QuotaExceeded(
+                f"{submitter!r} has {planned:g} s of work queued or running and this run plans "
+                f"{planned_s:g} s more; this service allows {quota.max_planned_s:g} s "
+                "(max_planned_s_per_owner)"
+            )
+
     def _insert(self, **fields: Any) -> None:
         self._conn.execute(
             "INSERT INTO submissions (run_id, submission_id, suite, suite_json, labels,"
-            " submitter, retries, attempt, retry_of, status, submitted_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " submitter, retries, planned_s, attempt, retry_of, status, submitted_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 fields["run_id"],
                 fields["submission_id"],
@@ -376,6 +423,7 @@ class ServiceDB:
                 json.dumps(fields["labels"]),
                 fields["submitter"],
                 fields["retries"],
+                fields["planned_s"],
                 fields["attempt"],
                 fields["retry_of"],
                 QueueStatus.QUEUED.value,
@@ -432,14 +480,6 @@ class ServiceDB:
     def counts(self) -> dict[str, int]:
         """Submissions by status (kept by triggers: one small read)."""
         return {r[0]: r[1] for r in self._query("SELECT status, n FROM status_counts")}
-
-    def active_count(self, submitter: str) -> int:
-        """Queued and running submissions of one owner (an index range)."""
-        row = self._query(
-            "SELECT COUNT(*) FROM submissions WHERE submitter = ? AND status IN (?, ?)",
-            (submitter, *[s.value for s in ACTIVE]),
-        )[0]
-        return int(row[0])
 
     def queue_position(self, sub: Submission) -> int | None:
         """How many queued runs go before this one (0: next), None when not queued."""
@@ -616,7 +656,8 @@ class ServiceDB:
                     self._insert(
                         run_id=retry_id, submission_id=None, suite=sub.suite,
                         suite_json=sub.suite_json, labels=sub.labels, submitter=sub.submitter,
-                        retries=sub.retries, attempt=sub.attempt + 1, retry_of=sub.run_id,
+                        retries=sub.retries, planned_s=sub.planned_s, attempt=sub.attempt + 1,
+                        retry_of=sub.run_id,
                     )  # fmt: skip
                     self._conn.execute(
                         "UPDATE submissions SET retried_as = ? WHERE run_id = ?",
@@ -631,6 +672,27 @@ class ServiceDB:
                 self._conn.execute("ROLLBACK")
                 raise
         return self.get(retry_id) if retry_id is not None else None
+
+    def prune(self, before: str) -> int:
+        """Delete the submissions that finished before `before`, and their events (the event
+        log of runs no submission stands for any more too); how many submissions went. A
+        pruned run is still served from the store, where the executor recorded it."""
+        finished = "finished_at < ? AND status NOT IN (?, ?)"
+        args = (before, *[s.value for s in ACTIVE])
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute(
+                    f"DELETE FROM events WHERE run_id IN (SELECT run_id FROM submissions"
+                    f" WHERE {finished}) OR run_id NOT IN (SELECT run_id FROM submissions)",
+                    args,
+                )
+                cur = self._conn.execute(f"DELETE FROM submissions WHERE {finished}", args)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return cur.rowcount
 
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
         rows = self._query(
@@ -768,16 +830,22 @@ class ServiceDB:
 
     # -- tokens --------------------------------------------------------------------------
 
-    def create_token(self, scope: Scope, name: str, *, expires_in_s: float | None = None) -> str:
-        """A new random token; only its hash is stored, so it is shown once."""
+    def create_token(
+        self, scope: Scope, name: str | None, *, expires_in_s: float | None = None
+    ) -> str:
+        """A new random token; only its hash is stored, so it is shown once. Without a
+        `name` the token is its own owner (`<scope>-<id>`): two unnamed tokens never share
+        runs."""
         token = "fv_" + secrets.token_urlsafe(32)
+        digest = hash_token(token)
         expires = now(expires_in_s) if expires_in_s is not None else None
         with self._lock:
             self._conn.execute(
                 "INSERT INTO tokens (hash, name, scope, created_at, expires_at)"
                 " VALUES (?, ?, ?, ?, ?)",
-                (hash_token(token), name, scope.value, now(), expires),
-            )
+                (digest, name or f"{scope.value}-{digest[:TOKEN_ID_CHARS]}", scope.value, now(),
+                 expires),
+            )  # fmt: skip
         return token
 
     def lookup_token(self, token: str) -> Token | None:

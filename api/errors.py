@@ -11,6 +11,7 @@ status it can answer with, each problem under `application/problem+json`.
 
 from __future__ import annotations
 
+import logging
 import math
 from http import HTTPStatus
 from typing import Any
@@ -29,6 +30,7 @@ from fleetval.store.catalog import CorruptFile, RunNotFound, StoreError
 from fleetval.suite import SuiteError
 
 PROBLEM = "application/problem+json"
+log = logging.getLogger(__name__)
 
 
 class FieldError(BaseModel):
@@ -197,6 +199,15 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StoreError)
     async def _store(_: Request, err: StoreError) -> JSONResponse:
         return problem(422, str(err))
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, err: Exception) -> JSONResponse:
+        # NOTE: a fault of ours, in the one shape; Starlette logs the traceback after this
+        # answers. Never the exception's text: it may hold paths or data of the server.
+        log.error("%s %s: %s: %s", request.method, request.url.path, type(err).__name__, err)
+        return problem(
+            500, f"internal error ({type(err).__name__}); the server log has the details"
+        )
 
 
 # -- the OpenAPI ------------------------------------------------------------------------

@@ -41,6 +41,19 @@ class Limits(BaseModel):
     max_gemm_size: PositiveInt = Field(65_536, description="a micro-benchmark's GEMM dimension")
     max_batch_per_rank: PositiveInt = Field(65_536, description="a DDP step's batch per rank")
     max_steps: PositiveInt = Field(64, description="steps in one suite")
+    max_jobs: PositiveInt = Field(
+        64, description="jobs in one suite: entries of placement.world_sizes (each runs every step)"
+    )
+    max_planned_s: PositiveFloat = Field(
+        24 * 3600.0,
+        description="the longest one suite may hold the fleet: jobs x (placement + rendezvous "
+        "+ every step's deadline)",
+    )
+    max_planned_s_per_owner: PositiveFloat = Field(
+        3 * 24 * 3600.0,
+        description="planned seconds of one owner's queued and running submissions together "
+        "(429 beyond)",
+    )
     max_active_per_owner: PositiveInt = Field(
         20, description="queued + running submissions per token owner (429 beyond)"
     )
@@ -49,6 +62,17 @@ class Limits(BaseModel):
     )
     min_schedule_interval_s: PositiveFloat = Field(
         60.0, description="the shortest gap a schedule's cron may have between two firings"
+    )
+    max_streams_per_token: PositiveInt = Field(
+        8, description="server-sent event streams one token may hold open in one process (429)"
+    )
+    max_streams: PositiveInt = Field(
+        256, description="server-sent event streams open in one process, all tokens (429)"
+    )
+    retain_finished_s: PositiveFloat = Field(
+        30 * 24 * 3600.0,
+        description="finished submissions and their events are pruned this long after their "
+        "end (the stored runs stay in the store)",
     )
 
     @classmethod
@@ -79,12 +103,28 @@ SIZE_KEYS = frozenset({"size", "copy_bytes", "host_bytes", "cpu_copy_bytes"})
 GEMM_KEYS = frozenset({"gemm_sizes", "cpu_gemm_sizes"})
 
 
+def planned_s(suite: Suite) -> float:
+    """The longest the suite may hold the fleet: each job waits for its placement and
+    rendezvous, then runs every step up to its deadline."""
+    t = suite.timeouts
+    per_job = t.placement_s + t.rendezvous_s + sum(suite.step_timeout(s) for s in suite.steps)
+    return len(suite.placement.world_sizes) * per_job
+
+
 def check_suite(suite: Suite, limits: Limits) -> None:
     """Raise OverLimit listing every value over its ceiling, each with the limit's name."""
     problems = [
         f"{path}: {value:g} is over this service's limit {name} = {ceiling:g}"
         for path, value, name, ceiling in _over(suite.model_dump(mode="python"), limits)
     ]
+    planned = planned_s(suite)
+    for name in ("max_planned_s", "max_planned_s_per_owner"):
+        if planned > getattr(limits, name):
+            problems.append(
+                f"(suite): plans {planned:g} s of work ({len(suite.placement.world_sizes)} "
+                f"jobs x placement, rendezvous and {len(suite.steps)} step deadlines); over "
+                f"this service's limit {name} = {getattr(limits, name):g}"
+            )
     if problems:
         raise OverLimit("inline suite", problems)
 
@@ -99,6 +139,7 @@ def _over(suite: dict[str, Any], limits: Limits) -> Iterator[tuple[str, float, s
 def _measures(suite: dict[str, Any]) -> Iterator[tuple[str, float, str]]:
     """(path, value, limit name) for every limited number in the suite."""
     yield "steps", len(suite["steps"]), "max_steps"
+    yield "placement.world_sizes", len(suite["placement"]["world_sizes"]), "max_jobs"
     for i, w in enumerate(suite["placement"]["world_sizes"]):
         if isinstance(w, int):
             yield f"placement.world_sizes.{i}", w, "max_world_size"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import date
 from typing import Annotated, Any, Literal
 
@@ -14,6 +16,7 @@ from pydantic import (
     field_validator,
 )
 
+from fleetval.api.schedules import cron_pattern
 from fleetval.suite import shipped_suites
 from fleetval.vocab import Catchup
 
@@ -23,27 +26,55 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,
 # The store's run ids and baseline names: letters, digits, '.', '_' and '-'.
 RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
 # NOTE: validated by the library (parse_suite: field paths, cross-field rules); the schema
-# documents the two forms: a shipped name, or an object with a suite file's keys.
+# says the two forms: a shipped name, or an inline suite, whose schema (`Suite`: the step
+# union by `check`, every parameter) the app adds to the OpenAPI's components from the
+# suite model itself (app.suite_schemas).
+SUITE_REF = "#/components/schemas/Suite"
 SuiteSpec = Annotated[
     str | dict[str, Any],
     WithJsonSchema(
         {
             "anyOf": [
                 {"type": "string", "enum": list(shipped_suites()), "title": "Shipped suite"},
-                {
-                    "type": "object",
-                    "title": "Inline suite",
-                    "description": "The keys of a suite YAML file (name, placement, steps, ...)",
-                    "required": ["name", "steps"],
-                    "properties": {
-                        "name": {"type": "string", "minLength": 1},
-                        "steps": {"type": "array", "minItems": 1, "items": {"type": "object"}},
-                    },
-                },
+                {"$ref": SUITE_REF},
             ]
         }
     ),
 ]
+
+
+# Suite sections published by name only (an object): their schemas are deep enough to make
+# a schema-driven client (Schemathesis's coverage phase) take minutes per operation; the
+# service validates them as `fleetval run` does, 422 naming the field.
+LOOSE_SECTIONS = {
+    "gates": "Release sign-off gates (docs/signoff.md)",
+    "sweep": "How `fleetval sweep` judges the fleet (fleetval/fleet/settings.py)",
+    "compare": "Regression thresholds for runs of this suite (README.md, compare)",
+}
+
+
+def suite_components() -> dict[str, Any]:
+    """The inline suite's JSON Schema and the schemas it refers to, as OpenAPI components
+    (`SUITE_REF`), made from the suite model: the step union with its `check` discriminator,
+    every check's parameters, placement, timeouts and faults (LOOSE_SECTIONS by name)."""
+    from fleetval.suite import Suite
+
+    schema = Suite.model_json_schema(ref_template="#/components/schemas/{model}")
+    defs = schema.pop("$defs", {})
+    for key, description in LOOSE_SECTIONS.items():
+        loose = {"type": "object", "description": description}
+        schema["properties"][key] = (
+            {"anyOf": [loose, {"type": "null"}]} if key == "gates" else loose
+        )
+    out = {"Suite": {**schema, "title": "Inline suite"}}
+    pending = [out["Suite"]]
+    while pending:  # NOTE: only the definitions still referred to
+        text = json.dumps(pending.pop())
+        for name in re.findall(r'"#/components/schemas/([^"]+)"', text):
+            if name not in out:
+                out[name] = defs[name]
+                pending.append(defs[name])
+    return out
 
 
 class _In(BaseModel):
@@ -70,9 +101,7 @@ class ScheduleRequest(_In):
     """A named cron schedule: each firing submits `suite` with `labels`, as its creator."""
 
     name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-    cron: Annotated[
-        str, StringConstraints(pattern=r"^(@[a-z]+|\S+( \S+){4,6})$", max_length=256)
-    ] = Field(
+    cron: Annotated[str, StringConstraints(pattern=cron_pattern(), max_length=256)] = Field(
         description="UTC. Five fields (minute hour day month weekday), @daily and the like, or "
         "a sixth field for seconds written last (`* * * * * */30`)"
     )

@@ -14,12 +14,13 @@ schedule due; the next look submits the same id again, which queues nothing new.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
 from fleetval.api import service
-from fleetval.api.db import FireOutcome, Schedule, ServiceDB, Token
+from fleetval.api.db import FireOutcome, Schedule, ServiceDB, Token, now
 from fleetval.api.db import Scope as TokenScope
 from fleetval.api.errors import ApiError
 from fleetval.api.executor import Executor
@@ -34,14 +35,15 @@ from fleetval.vocab import Catchup
 log = logging.getLogger(__name__)
 
 TICK_S = 1.0  # the longest sleep: a schedule made in another process is seen this fast
+PRUNE_EVERY_S = 3600.0  # finished submissions older than limits.retain_finished_s go this often
 # What a firing's submit may refuse with (the suite, a limit, the plan, the owner's quota):
 # the firing is counted as refused with the reason, and the schedule moves on.
 REFUSALS = (ApiError, SuiteError, PlanError, ValidationError)
 
 
 def submission_id(name: str, fire_at: datetime) -> str:
-    """The one submission a fire time may make."""
-    return f"schedule.{name}.{fire_at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+    """The one submission a fire time may make (a prefix only firings may use)."""
+    return f"{service.SCHEDULED_PREFIX}{name}.{fire_at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
 
 
 class Scheduler(Supervised):
@@ -52,6 +54,7 @@ class Scheduler(Supervised):
     def __init__(self, db: ServiceDB, executor: Executor, limits: Limits) -> None:
         super().__init__()
         self.db, self.executor, self.limits = db, executor, limits
+        self._pruned_at = -PRUNE_EVERY_S
 
     def start(self) -> None:
         self._start_thread(self._supervise)
@@ -59,8 +62,20 @@ class Scheduler(Supervised):
     def _loop(self) -> None:
         while not self._stopping.is_set():
             self.tick(datetime.now(UTC))
+            if time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:
+                self.prune()
             self._healthy()
             self._sleep(self._sleep_s())
+
+    def prune(self) -> int:
+        """Finished submissions (and their events) older than the retention: the queue's
+        history does not grow for ever; the runs stay in the store."""
+        self._pruned_at = time.monotonic()
+        pruned = self.db.prune(before=now(-self.limits.retain_finished_s))
+        if pruned:
+            log.info("pruned %d submissions finished over %g s ago", pruned,
+                     self.limits.retain_finished_s)  # fmt: skip
+        return pruned
 
     def _sleep_s(self) -> float:
         due = self.db.next_due()
@@ -116,5 +131,5 @@ class Scheduler(Supervised):
             retries=schedule.retries,
         )
         owner = Token(id="", name=schedule.owner, scope=TokenScope.SUBMIT)
-        sub, _ = service.submit(self.db, self.executor, self.limits, req, owner)
+        sub, _ = service.submit(self.db, self.executor, self.limits, req, owner, scheduled=True)
         return sub.run_id

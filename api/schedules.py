@@ -23,6 +23,31 @@ from fleetval.vocab import Catchup
 
 LATE_S = 60.0  # a fire time this late still fires, whatever `catchup` says
 SECONDS_FIELD = 5  # croniter's index of the optional seconds field
+NICKNAMES = ("yearly", "annually", "monthly", "weekly", "daily", "midnight", "hourly")
+# Each field's values, as croniter reads them (names lower case).
+_MONTHS = "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec"
+_FIELDS = (
+    "[0-5]?[0-9]",  # minute
+    "[01]?[0-9]|2[0-3]",  # hour
+    "0?[1-9]|[12][0-9]|3[01]",  # day of month
+    f"0?[1-9]|1[0-2]|{_MONTHS}",  # month
+    "[0-7]|sun|mon|tue|wed|thu|fri|sat",  # day of week
+)
+
+
+def _field(values: str) -> str:
+    """A cron field: `*` or values and ranges, each with an optional step, comma-separated."""
+    item = f"(?:\\*|(?:{values})(?:-(?:{values}))?)(?:/[1-9][0-9]?)?"
+    return f"{item}(?:,{item})*"
+
+
+def cron_pattern(*, seconds_list: bool = True) -> str:
+    """The cron expressions a schedule may have, as a regular expression (the API's schema
+    publishes it): a nickname, or five fields and an optional sixth for seconds, which with
+    `seconds_list` False is one value (where no firing may come sooner than a minute)."""
+    seconds = _field(_FIELDS[0]) if seconds_list else f"(?:{_FIELDS[0]})"
+    fields = " ".join(_field(v) for v in _FIELDS)
+    return f"^(?:@(?:{'|'.join(NICKNAMES)})|{fields}(?: {seconds})?)$"
 
 
 class CronError(ValueError):
@@ -60,7 +85,12 @@ def min_interval_s(expr: str) -> float:
 
 
 def validate(expr: str, min_interval: float) -> None:
-    """CronError naming the problem: unreadable, or firing more often than allowed."""
+    """CronError naming the problem: unreadable, never firing (30 February), or firing more
+    often than allowed."""
+    try:
+        next_after(expr, datetime.now(UTC))
+    except ValueError as err:  # NOTE: croniter's CroniterBadDateError: no such date, ever
+        raise CronError(f"{expr!r} never fires: {err}") from err
     gap = min_interval_s(expr)
     if gap < min_interval:
         raise CronError(

@@ -14,10 +14,18 @@ import json
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from fleetval.api.db import QueueStatus, Schedule, ServiceDB, Submission, Token
+from fleetval.api.db import (
+    QueueStatus,
+    Quota,
+    QuotaExceeded,
+    Schedule,
+    ServiceDB,
+    Submission,
+    Token,
+)
 from fleetval.api.errors import Conflict, Forbidden, NotFound, TooMany, Unprocessable
 from fleetval.api.executor import CLUSTER_KEY, Executor
-from fleetval.api.limits import Limits, check_suite
+from fleetval.api.limits import Limits, check_suite, planned_s
 from fleetval.api.models import (
     Progress,
     RunOut,
@@ -42,7 +50,7 @@ def resolve_suite(spec: str | dict) -> Suite:
                 spec, [f"(suite): no shipped suite {spec!r}; shipped: {', '.join(known)}"]
             )
         return load_suite(spec)
-    return parse_suite(spec, "inline suite")
+    return parse_suite(spec, "inline suite", strict=True)
 
 
 def cluster(db: ServiceDB) -> ClusterShape | None:
@@ -69,32 +77,64 @@ def _same_owner(sub: Submission, token: Token) -> Submission:
     return sub
 
 
+# What only the scheduler may set: a firing's submission_id and the labels naming it.
+SCHEDULED_PREFIX = "schedule."
+SCHEDULED_LABELS = ("schedule", "fire_time")
+
+
+def _unreserved(req: SubmitRequest) -> None:
+    """A client may not claim a firing's submission_id (the firing would be refused) nor
+    label its run as a schedule's."""
+    if req.submission_id is not None and req.submission_id.startswith(SCHEDULED_PREFIX):
+        raise Unprocessable(
+            f"submission ids starting with {SCHEDULED_PREFIX!r} are reserved for schedule firings",
+            loc=["body", "submission_id"],
+            kind="reserved",
+        )
+    for key in SCHEDULED_LABELS:
+        if key in req.labels:
+            raise Unprocessable(
+                f"the label {key!r} is reserved: the scheduler sets it on its firings' runs",
+                loc=["body", "labels", key],
+                kind="reserved",
+            )
+
+
 def submit(
-    db: ServiceDB, executor: Executor, limits: Limits, req: SubmitRequest, token: Token
+    db: ServiceDB,
+    executor: Executor,
+    limits: Limits,
+    req: SubmitRequest,
+    token: Token,
+    *,
+    scheduled: bool = False,
 ) -> tuple[Submission, bool]:
     """Validate and queue (committed on return); the owner's repeated submission_id gives
-    its run back, another owner's is a conflict."""
+    its run back, another owner's is a conflict. `scheduled`: a schedule's firing, which
+    alone may use the reserved submission ids and labels."""
+    if not scheduled:
+        _unreserved(req)
     suite = resolve_suite(req.suite)  # NOTE: first: an invalid body is 422 even when repeated
     if req.submission_id is not None:
         sub = db.find_submission(req.submission_id)
         if sub is not None:
             return _same_owner(sub, token), False
     check_submission(db, suite, limits)
-    active = db.active_count(token.name)
-    if active >= limits.max_active_per_owner:
-        raise TooMany(
-            f"{token.name!r} has {active} runs queued or running; this service allows "
-            f"{limits.max_active_per_owner} (max_active_per_owner)"
+    quota = Quota(limits.max_active_per_owner, limits.max_planned_s_per_owner)
+    try:
+        sub, created = db.add(
+            run_id=new_run_id(),
+            submission_id=req.submission_id,
+            suite=suite.name,
+            suite_json=suite.to_json(),
+            labels=req.labels,
+            submitter=token.name,
+            retries=req.retries,
+            planned_s=planned_s(suite),
+            quota=quota,
         )
-    sub, created = db.add(
-        run_id=new_run_id(),
-        submission_id=req.submission_id,
-        suite=suite.name,
-        suite_json=suite.to_json(),
-        labels=req.labels,
-        submitter=token.name,
-        retries=req.retries,
-    )
+    except QuotaExceeded as err:
+        raise TooMany(str(err)) from err
     if created:
         executor.wake()
         return sub, True
@@ -256,6 +296,13 @@ def create_schedule(db: ServiceDB, limits: Limits, req: ScheduleRequest, token: 
         validate(req.cron, limits.min_schedule_interval_s)
     except CronError as err:
         raise Unprocessable(str(err), loc=["body", "cron"], kind="invalid_cron") from err
+    for key in SCHEDULED_LABELS:
+        if key in req.labels:
+            raise Unprocessable(
+                f"the label {key!r} is reserved: each firing sets it",
+                loc=["body", "labels", key],
+                kind="reserved",
+            )
     check_submission(db, resolve_suite(req.suite), limits)
     owned = db.owner_schedules(token.name)
     if owned >= limits.max_schedules_per_owner:

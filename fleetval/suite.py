@@ -210,10 +210,14 @@ def _problems(err: ValidationError) -> list[str]:
     return out
 
 
-def parse_suite(data: Any, source: str = "<suite>") -> Suite:
+def parse_suite(data: Any, source: str = "<suite>", *, strict: bool = False) -> Suite:
+    """`strict`: JSON's types as the suite's JSON Schema says them (the service's inline
+    suites): `false` is no number, `"3"` no integer."""
     if not isinstance(data, dict):
         raise SuiteError(source, [f"(suite): expected a mapping, got {type(data).__name__}"])
     try:
+        if strict:
+            return Suite.model_validate_json(json.dumps(data), strict=True)
         return Suite.model_validate(data)
     except ValidationError as err:
         raise SuiteError(source, _problems(err)) from err

@@ -38,6 +38,15 @@ class UnknownBaseline(BaselineError):
     """No baseline of that name; the message lists the known ones."""
 
 
+class UnknownFilterKey(BaselineError):
+    """A `where` key that is no environment column, run column or label of the store (the
+    request's fault, not the stored runs'): `key` names it."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 @dataclass(frozen=True, kw_only=True)
 class Baseline:
     """A named selection of runs: explicit ids, or filters resolved when compared."""
@@ -187,10 +196,11 @@ def select_runs(
     env = {k: v for k, v in where.items() if k in FILTER_COLUMNS}
     for key in where:
         if key not in FILTER_COLUMNS and key not in RUN_COLUMNS and key not in label_keys:
-            raise BaselineError(
+            raise UnknownFilterKey(
+                key,
                 f"unknown filter key {key!r}; environment columns: {', '.join(FILTER_COLUMNS)}; "
                 f"run columns: {', '.join(RUN_COLUMNS)}; labels in this store: "
-                f"{', '.join(sorted(label_keys)) or 'none'}"
+                f"{', '.join(sorted(label_keys)) or 'none'}",
             )
     env_ok = _runs_matching_env(store, env) if env else None
     out = []

@@ -143,7 +143,7 @@ def token_create(
             raise ValueError(f"--scope must be one of {', '.join(Scope)}, not {scope!r}")
         seconds = parse_duration(expires_in) if expires_in else None
         db = ServiceDB(data or default_data_dir())
-        token = db.create_token(Scope(scope), name or f"{scope}-token", expires_in_s=seconds)
+        token = db.create_token(Scope(scope), name or None, expires_in_s=seconds)
         db.close()
     typer.echo(token)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -103,3 +104,53 @@ def test_non_finite_json_numbers_are_422_with_the_field(client, body):
     r = client.post("/v1/runs", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 422
     assert r.json()["errors"][0]["loc"][:2] in (["body", "suite"], ["body", "retries"])
+
+
+# -- the OpenAPI says what the server accepts (issue 24 §5.10) -----------------------------
+
+
+def _body_validator(client: TestClient, model: str) -> Any:
+    import jsonschema
+
+    spec = client.get("/openapi.json").json()
+    schema = {"$ref": f"#/components/schemas/{model}", "components": spec["components"]}
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize(
+    "path, model, body",
+    [
+        ("/v1/runs", "SubmitRequest", {"suite": {"name": "x", "steps": [{}]}}),
+        ("/v1/runs", "SubmitRequest", {"suite": {"name": "x", "steps": [{"check": "nope"}]}}),
+        (
+            "/v1/runs",
+            "SubmitRequest",
+            {"suite": {"name": "x", "steps": [{"check": "p2p", "x": 1}]}},
+        ),
+        ("/v1/runs", "SubmitRequest", {"suite": {"name": "x", "steps": [], "seed": False}}),
+        ("/v1/schedules", "ScheduleRequest", {"name": "n", "cron": "@a", "suite": "smoke"}),
+        ("/v1/schedules", "ScheduleRequest", {"name": "n", "cron": "0 0 0 * *", "suite": "smoke"}),
+        (
+            "/v1/schedules",
+            "ScheduleRequest",
+            {"name": "n", "cron": "* * * * * */5", "suite": "smoke"},
+        ),
+    ],
+)
+def test_what_the_schema_refuses_the_server_refuses(client, path, model, body):
+    assert not _body_validator(client, model).is_valid(body)
+    assert client.post(path, json=body).status_code == 422
+
+
+@pytest.mark.parametrize(
+    "path, model, body",
+    [
+        ("/v1/runs", "SubmitRequest", {"suite": {"name": "x", "steps": [{"check": "p2p"}]}}),
+        ("/v1/schedules", "ScheduleRequest", {"name": "n1", "cron": "@daily", "suite": "smoke"}),
+        ("/v1/schedules", "ScheduleRequest",
+         {"name": "n2", "cron": "*/5 1-3 * jan,mar mon-fri 30", "suite": "smoke"}),
+    ],
+)  # fmt: skip
+def test_what_the_schema_accepts_the_server_accepts(client, path, model, body):
+    assert _body_validator(client, model).is_valid(body)
+    assert client.post(path, json=body).status_code == 201

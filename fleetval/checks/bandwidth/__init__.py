@@ -5,7 +5,6 @@ model, with public per-SKU floors built in)."""
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from fleetval.checks.bandwidth.params import BandwidthParams
+from fleetval.checks.model_pattern import ModelPattern, model_matches
 from fleetval.checks.spec import (
     CheckPlugin,
     Evidence,
@@ -36,7 +36,7 @@ class BusbwMinimum(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    gpu_model: str = Field(min_length=1)  # regex searched in the node's GPU model; "cpu": no GPU
+    gpu_model: ModelPattern = Field(min_length=1)  # regex searched in the GPU model; "cpu": no GPU
     collective: str = Field(min_length=1)
     world_size: PositiveInt | None = None  # None: any world size
     nodes: PositiveInt | None = None  # nodes the job spans (1: one node's fabric); None: any
@@ -99,7 +99,7 @@ def busbw_rule_for(
 ) -> BusbwMinimum | None:
     for rule in rules:
         if (
-            re.search(rule.gpu_model, model, re.IGNORECASE)
+            model_matches(rule.gpu_model, model)
             and rule.collective == collective
             and rule.world_size in (None, world)
             and rule.nodes in (None, nodes)
@@ -142,7 +142,7 @@ def _busbw(inp: GateInputs, cfg: BusbwGate) -> Outcome:
                                   unit="GB/s"))  # fmt: skip
     run_models = {gpu_label(n) for n in inp.nodes}
     for rule in cfg.minimums:  # a declared minimum for this hardware that nothing measured
-        if id(rule) not in used and any(re.search(rule.gpu_model, m, re.I) for m in run_models):
+        if id(rule) not in used and any(model_matches(rule.gpu_model, m) for m in run_models):
             text = f"{rule.collective} on {rule.gpu_model}: declared minimum, not measured"
             evidence.append(Evidence(ok=False, text=text, collective=rule.collective))
     why = "; ".join(gaps[:6]) or "no bandwidth rows in this run"

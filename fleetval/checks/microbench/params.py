@@ -16,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from fleetval.checks.model_pattern import ModelPattern
 from fleetval.checks.spec import StepSpec
 from fleetval.vocab import DType
 
@@ -38,7 +39,7 @@ class ModelExpectation(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    gpu_model: str = Field(min_length=1)  # regex searched in torch's device name; "cpu" for CPU
+    gpu_model: ModelPattern = Field(min_length=1)  # regex searched in the device name; "cpu": CPU
     tflops: dict[DType, PositiveFloat] = Field(default_factory=dict)  # dense peak per dtype
     hbm_gbps: PositiveFloat | None = None  # device memory bandwidth, GB/s
     host_gbps: PositiveFloat | None = None  # host link, GB/s per direction

@@ -29,6 +29,7 @@ from fleetval.checks.microbench.params import (
     MicrobenchParams,
     ModelExpectation,
 )
+from fleetval.checks.model_pattern import model_matches
 from fleetval.store.schema import Row
 from fleetval.vocab import Status
 
@@ -61,7 +62,7 @@ def expectations_for(device_name: str, own: Sequence[ModelExpectation] = ()) -> 
     """The suite's first matching expectation, else the first table entry whose pattern
     matches the device name; None where neither knows the model."""
     for e in own:
-        if re.search(e.gpu_model, device_name, re.IGNORECASE):
+        if model_matches(e.gpu_model, device_name):
             return e.spec()
     for pattern, spec in EXPECTATIONS:
         if re.search(pattern, device_name, re.IGNORECASE):
