@@ -17,6 +17,9 @@ takes them. Safety comes first:
   group (a job never waits for resources the pool sits on), and a group idle for longer
   than `idle_s` is freed (`expire`), leaving the GPUs to other drivers.
 
+The deadlines (`ping_s`, `reset_s`, `idle_s`) are the failure policy's (`fleetval.policy`):
+each job's suite's for its ping and reset, the pool's own for its idle time.
+
 `fleetval run` passes no pool (each job tears down at its end, as always); the service keeps
 one for its process and closes it on shutdown.
 """
@@ -30,14 +33,11 @@ from dataclasses import dataclass
 
 from ray.util.placement_group import PlacementGroup
 
+from fleetval.policy import FailurePolicy
 from fleetval.run.job import RankHandle, gather, teardown
 from fleetval.run.plan import Job
 
 log = logging.getLogger(__name__)
-
-PING_S = 2.0  # a pooled rank must answer its health ping this fast to be reused
-RESET_S = 10.0  # and its reset (destroying a process group can take a moment)
-IDLE_S = 300.0  # an idle group is freed after this long (it holds GPUs other drivers may want)
 
 # What makes two jobs' ranks interchangeable: world size, bundle, strategy and node set.
 PoolKey = tuple[int, tuple[tuple[str, float], ...], str, tuple[str, ...] | None]
@@ -59,13 +59,13 @@ class Pooled:
 class RankPool:
     """Idle groups of rank actors by job shape; thread-safe; `close` tears everything down."""
 
-    def __init__(self, idle_s: float = IDLE_S) -> None:
-        self.idle_s = idle_s
+    def __init__(self, policy: FailurePolicy | None = None) -> None:
+        self.idle_s = (policy or FailurePolicy()).idle_s
         self._idle: dict[PoolKey, Pooled] = {}
         self._lock = threading.Lock()
         self.reused = 0  # jobs that took pooled ranks (for tests and benchmarks)
 
-    def take(self, job: Job) -> Pooled | None:
+    def take(self, job: Job, policy: FailurePolicy) -> Pooled | None:
         """Healthy pooled ranks for this job's shape, or None (the caller starts fresh ones).
 
         Every idle group of another shape is torn down first, so the cold path finds the
@@ -79,7 +79,7 @@ class RankPool:
         if entry is None:
             return None
         answers = gather(
-            [r.actor.describe.remote() for r in entry.ranks], time.monotonic() + PING_S
+            [r.actor.describe.remote() for r in entry.ranks], time.monotonic() + policy.ping_s
         )
         bad = [
             r.placed.pid for r, (kind, _) in zip(entry.ranks, answers, strict=True) if kind != "ok"
@@ -93,13 +93,16 @@ class RankPool:
         self.reused += 1
         return entry
 
-    def give_back(self, job: Job, pg: PlacementGroup, ranks: list[RankHandle]) -> None:
+    def give_back(
+        self, job: Job, pg: PlacementGroup, ranks: list[RankHandle], policy: FailurePolicy
+    ) -> None:
         """Reset the ranks of a job that ended cleanly and keep them; on any failure (or a
         group of this shape already idle) tear them down."""
         entry = Pooled(pg, ranks, time.monotonic())
-        answers = gather([r.actor.reset.remote() for r in entry.ranks], time.monotonic() + RESET_S)
+        deadline = time.monotonic() + policy.reset_s
+        answers = gather([r.actor.reset.remote() for r in entry.ranks], deadline)
         if any(kind != "ok" for kind, _ in answers):
-            log.warning("a rank did not reset within %gs: its group is torn down", RESET_S)
+            log.warning("a rank did not reset within %gs: its group is torn down", policy.reset_s)
             teardown(entry.ranks, entry.pg)
             return
         key = pool_key(job)

@@ -10,6 +10,7 @@ import signal
 
 import pytest
 
+from fleetval.policy import FailurePolicy
 from fleetval.run.execute import run_suite
 from fleetval.run.pool import RankPool
 from fleetval.store.dataset import Store
@@ -64,7 +65,7 @@ def test_pooled_ranks_are_reused_and_bad_ones_replaced(ray_session, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_idle_groups_expire_and_close_frees_everything(ray_session, tmp_path):
-    pool = RankPool(idle_s=0.0)
+    pool = RankPool(FailurePolicy(idle_s=0.001))
     try:
         assert run_suite(SUITE, Store(tmp_path), pool=pool).status == "pass"
         assert len(pool.actor_ids()) == 2
