@@ -8,6 +8,7 @@ actors are removed on every exit path.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ from fleetval.vocab import CulpritReason
 log = logging.getLogger(__name__)
 
 RemoteRank = ray.remote(RankActor)
+LOOPBACK_IFNAME = "lo"  # Linux's loopback interface
 
 
 class JobAborted(RuntimeError):
@@ -342,8 +344,9 @@ def dump_dir(run_id: str, job: int) -> str:
     return os.path.join(tempfile.gettempdir(), "fleetval", run_id, f"job{job}")
 
 
-def rank_env(run_id: str, job: Job) -> dict[str, str]:
-    """Environment for every rank before the group forms: NCCL logs and Flight Recorder dumps.
+def rank_env(run_id: str, job: Job, master: str) -> dict[str, str]:
+    """Environment for every rank before the group forms: NCCL logs and Flight Recorder dumps,
+    and on a loopback node (the embedded instance) the collectives' sockets on loopback too.
 
     NOTE: the watchdog's default (TORCH_NCCL_ASYNC_ERROR_HANDLING=3) kills a rank whose
     collective timed out, which would turn the healthy peers of a hung rank into "crashes"
@@ -351,11 +354,12 @@ def rank_env(run_id: str, job: Job) -> dict[str, str]:
     Both dump variables are set: torch reads TORCH_FR_DUMP_TEMP_FILE in recent releases and
     TORCH_NCCL_DEBUG_INFO_TEMP_FILE in older ones. The user's own settings win.
     """
+    env = _loopback_env(master)
     if job.backend != "nccl":
-        return {}
+        return env
     folder = dump_dir(run_id, job.index)
     prefix = os.path.join(folder, "flight-recorder-rank-")
-    env = {
+    env |= {
         "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
         "TORCH_FR_DUMP_TEMP_FILE": prefix,
@@ -365,6 +369,15 @@ def rank_env(run_id: str, job: Job) -> dict[str, str]:
     if "NCCL_DEBUG" not in os.environ:
         env |= {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": os.path.join(folder, "nccl.%h.%p.log")}
     return {k: v for k, v in env.items() if k not in os.environ}
+
+
+def _loopback_env(master: str) -> dict[str, str]:
+    """Gloo and NCCL bind to the interface of the host's name unless told: on a node whose
+    address is loopback, tell them (a rank then talks to its peers over 127.0.0.1 only)."""
+    with suppress(ValueError):
+        if ipaddress.ip_address(master).is_loopback:
+            return {"GLOO_SOCKET_IFNAME": LOOPBACK_IFNAME, "NCCL_SOCKET_IFNAME": LOOPBACK_IFNAME}
+    return {}
 
 
 def rendezvous(
@@ -379,8 +392,8 @@ def rendezvous(
     A rank that dies or raises on its own is the culprit; ranks still waiting for it are not.
     """
     t = suite.timeouts
-    env = rank_env(run_id, job)
     master = ranks[0].placed.node_ip
+    env = rank_env(run_id, job, master)
     for attempt in range(t.port_retries):
         ((kind, port),) = gather(
             [ranks[0].actor.free_port.remote()], time.monotonic() + t.rendezvous_s, tick=tick

@@ -7,6 +7,7 @@ answered from a second thread while a check blocks the first inside a collective
 from __future__ import annotations
 
 import glob
+import ipaddress
 import os
 import socket
 import time
@@ -109,14 +110,32 @@ def init_process_group(ctx: RankContext, master: str, port: int, timeout_s: floa
     """The one place the process group is formed: TCP rendezvous on rank 0's address."""
     if ctx.device.startswith("cuda"):
         torch.cuda.set_device(torch.device(ctx.device))
+    timeout = timedelta(seconds=timeout_s)
     dist.init_process_group(
         backend=ctx.backend,
-        init_method=f"tcp://{master}:{port}",
+        store=rendezvous_store(ctx, master, port, timeout),
         rank=ctx.rank,
         world_size=ctx.world_size,
-        timeout=timedelta(seconds=timeout_s),
+        timeout=timeout,
         # NOTE: binds NCCL communicators to this device eagerly, so a bad GPU fails here.
         device_id=torch.device(ctx.device) if ctx.backend == "nccl" else None,
+    )
+
+
+def rendezvous_store(ctx: RankContext, master: str, port: int, timeout: timedelta) -> dist.Store:
+    """The group's TCP store, served by rank 0 on `master`:`port`.
+
+    NOTE: a TCPStore server listens on every interface; on a loopback master (the embedded
+    instance) it is handed a socket bound to loopback instead, so nothing of a local run is
+    reachable from the network. A taken port raises "Address already in use" (the driver
+    retries with another).
+    """
+    serve = ctx.rank == 0
+    listen_fd = None
+    if serve and ipaddress.ip_address(master).is_loopback:
+        listen_fd = socket.create_server((master, port)).detach()  # the store owns it now
+    return dist.TCPStore(
+        master, port, ctx.world_size, serve, timeout, master_listen_fd=listen_fd, use_libuv=True
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -151,6 +152,31 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path, ray_session):
     seconds, err = wait_ended(proc, 30)
     assert proc.returncode == 130 and "second Ctrl-C: exiting now" in err, err[-2000:]
     assert seconds < 3, f"a second Ctrl-C took {seconds:.1f}s"
+
+
+def test_the_embedded_instance_listens_on_loopback_only(tmp_path):
+    """`fleetval run` with no --address: Ray's servers, its workers and the ranks' collectives
+    listen on 127.0.0.1 only, as `ss -ltnp` would list them for the run's processes."""
+    from rayprocs import descendants, listening
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    cmd = [sys.executable, "-m", "fleetval.cli", "run", write_suite(tmp_path, QUICK),
+           "--data", str(tmp_path / "data")]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    seen: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen |= listening(descendants(proc.pid))  # sampled while Ray and the ranks run
+        time.sleep(0.1)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-3000:]
+    assert len({port for _, port in seen}) >= 3, seen  # GCS, raylet, workers at least
+    exposed = sorted(
+        f"{ip}:{port}" for ip, port in seen if ip not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")
+    )
+    assert not exposed, f"listening beyond loopback: {exposed}"
 
 
 def test_unreachable_address_is_bad_input_and_fails_fast(tmp_path):
