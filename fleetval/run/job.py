@@ -79,9 +79,9 @@ class RankHandle:
 def job_ranks(job: Job, state: RunState) -> Iterator[list[RankHandle]]:
     """Ranks of a formed process group; torn down (actors killed, group removed) on exit.
 
-    With a pool (`state.pool`, the service's), the ranks come from it when a healthy group
-    of this shape is idle, and a job that ends cleanly gives them back (reset) instead of
-    tearing them down; any other exit tears them down as without one. Every wait on the way
+    With a pool (`state.pool`: the service's, a sweep's), the ranks come from it when it has
+    healthy ones for this job, and a job that ends cleanly gives them back (reset) instead of
+    tearing them down; any other exit tears them down (a pool's groups stay with the pool). Every wait on the way
     looks at the run's cancel event (`state.check_cancelled`)."""
     t, tick = state.suite.timeouts, state.check_cancelled
     pooled = state.pool.take(job, t) if state.pool is not None else None
@@ -100,7 +100,7 @@ def job_ranks(job: Job, state: RunState) -> Iterator[list[RankHandle]]:
     finally:
         if not (state.cancel is not None and state.cancel.is_set()):
             keep_node_files(ranks, state, job)  # NOTE: evidence, not worth delaying a cancel
-        if clean and state.pool is not None and pg is not None:
+        if clean and state.pool is not None and ranks:
             state.pool.give_back(job, pg, ranks, t)
         else:
             teardown(ranks, pg)

@@ -21,7 +21,8 @@ The deadlines (`ping_s`, `reset_s`, `idle_s`) are the failure policy's (`fleetva
 each job's suite's for its ping and reset, the pool's own for its idle time.
 
 `fleetval run` passes no pool (each job tears down at its end, as always); the service keeps
-one for its process and closes it on shutdown.
+a `RankPool` for its process and closes it on shutdown; a fleet sweep keeps a `NodePool` (one
+warm rank per slot on each node) for all its jobs and rounds, and closes it at its end.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ray.util.placement_group import PlacementGroup
 
 from fleetval.policy import FailurePolicy
-from fleetval.run.job import RankHandle, gather, teardown
+from fleetval.run.job import RankHandle, create_group, gather, start_ranks, teardown
 from fleetval.run.plan import Job
 
 log = logging.getLogger(__name__)
@@ -49,11 +52,22 @@ def pool_key(job: Job) -> PoolKey:
 
 @dataclass
 class Pooled:
-    """An idle placement group and its rank actors (driver-side handles, in rank order)."""
+    """An idle placement group and its rank actors (driver-side handles, in rank order); a
+    node pool's ranks lie in their nodes' groups, which it keeps (`pg` None)."""
 
-    pg: PlacementGroup
+    pg: PlacementGroup | None
     ranks: list[RankHandle]
     since: float = 0.0  # time.monotonic() when it became idle
+
+
+class WarmRanks(Protocol):
+    """What a job takes its ranks from, when it does not start its own (`job_ranks`)."""
+
+    def take(self, job: Job, policy: FailurePolicy) -> Pooled | None: ...
+
+    def give_back(
+        self, job: Job, pg: PlacementGroup | None, ranks: list[RankHandle], policy: FailurePolicy
+    ) -> None: ...
 
 
 class RankPool:
@@ -94,7 +108,7 @@ class RankPool:
         return entry
 
     def give_back(
-        self, job: Job, pg: PlacementGroup, ranks: list[RankHandle], policy: FailurePolicy
+        self, job: Job, pg: PlacementGroup | None, ranks: list[RankHandle], policy: FailurePolicy
     ) -> None:
         """Reset the ranks of a job that ended cleanly and keep them; on any failure (or a
         group of this shape already idle) tear them down."""
@@ -133,3 +147,98 @@ class RankPool:
         """The idle actors' ids (for tests: which actors a later job reuses)."""
         with self._lock:
             return [r.actor._actor_id.hex() for e in self._idle.values() for r in e.ranks]
+
+
+class NodePool:
+    """A fleet sweep's warm ranks: one rank actor per slot on each node (its own placement
+    group, kept on it by the node's label), for all the sweep's jobs and rounds.
+
+    A job over any set of nodes takes their ranks (starting those a node does not have yet,
+    or no longer has) and forms its process group among them; a job that ends cleanly gives
+    them back reset. A rank that died or hung is replaced, never reused: a job that broke
+    tears its actors down (job_ranks), a rank that fails its health ping or its reset is torn
+    down with its node's others, and the node's next job starts fresh ones in its group.
+    Thread-safe: a round's jobs take and give back side by side. `close` frees everything.
+    """
+
+    def __init__(self, per_node: Callable[[str], Job]) -> None:
+        self._per_node = per_node  # the one-node job whose bundles are the node's slots
+        self._groups: dict[str, PlacementGroup] = {}
+        self._idle: dict[str, list[RankHandle]] = {}
+        self._lock = threading.Lock()
+        self.started = 0  # rank actors started (for tests and benchmarks)
+        self.reused = 0  # jobs whose ranks were all warm
+
+    def take(self, job: Job, policy: FailurePolicy) -> Pooled:
+        """The ranks of every node of `job`, in rank order; JobAborted (culprits named) if a
+        node's ranks cannot be started."""
+        assert job.nodes is not None  # NOTE: a sweep's jobs always name their nodes
+        with self._lock:
+            warm = {n: self._idle.pop(n) for n in job.nodes if n in self._idle}
+        warm = self._healthy(warm, policy)
+        if len(warm) == len(job.nodes):
+            self.reused += 1
+        ranks = [r for n in job.nodes for r in warm.get(n) or self._start(n, policy)]
+        ranks.sort(key=lambda r: (r.placed.node, r.placed.gpu_ids, r.placed.node_id))
+        return Pooled(None, ranks)
+
+    def give_back(
+        self, job: Job, pg: PlacementGroup | None, ranks: list[RankHandle], policy: FailurePolicy
+    ) -> None:
+        """Reset the ranks of a job that ended cleanly and keep them, node by node; a node
+        with a rank that did not reset in time has its ranks torn down."""
+        answers = gather([r.actor.reset.remote() for r in ranks], time.monotonic() + policy.reset_s)
+        by_node: dict[str, list[RankHandle]] = {}
+        failed: set[str] = set()
+        for r, (kind, _) in zip(ranks, answers, strict=True):
+            by_node.setdefault(r.placed.node, []).append(r)
+            if kind != "ok":
+                failed.add(r.placed.node)
+        for node, mine in by_node.items():
+            if node in failed:
+                log.warning(
+                    "node %s: a rank did not reset within %gs: replaced", node, policy.reset_s
+                )
+                teardown(mine, None)
+                continue
+            for r in mine:
+                r.ctx = None
+            with self._lock:
+                self._idle[node] = mine
+
+    def close(self) -> None:
+        """Tear down every rank and placement group (the sweep's end, on every path)."""
+        with self._lock:
+            idle, self._idle = [r for rs in self._idle.values() for r in rs], {}
+            groups, self._groups = list(self._groups.values()), {}
+        teardown(idle, None)
+        for pg in groups:
+            teardown([], pg)
+
+    def _healthy(
+        self, warm: dict[str, list[RankHandle]], policy: FailurePolicy
+    ) -> dict[str, list[RankHandle]]:
+        """The nodes whose warm ranks all answer a health ping in time; the others' ranks are
+        torn down (their node then starts fresh ones)."""
+        ranks = [r for rs in warm.values() for r in rs]
+        answers = gather(
+            [r.actor.describe.remote() for r in ranks], time.monotonic() + policy.ping_s
+        )
+        bad = {r.placed.node for r, (kind, _) in zip(ranks, answers, strict=True) if kind != "ok"}
+        for node in sorted(bad):
+            log.warning("node %s: a warm rank did not answer its health ping: replaced", node)
+            teardown(warm.pop(node), None)
+        return warm
+
+    def _start(self, node: str, policy: FailurePolicy) -> list[RankHandle]:
+        """Fresh ranks in the node's placement group (made on first use, then kept)."""
+        job = self._per_node(node)
+        with self._lock:
+            pg = self._groups.get(node)
+        if pg is None:
+            pg = create_group(job, policy)
+            with self._lock:
+                self._groups[node] = pg
+        ranks = start_ranks(job, pg, policy)
+        self.started += len(ranks)
+        return ranks
