@@ -61,6 +61,7 @@ def sweep(
         measure = _round_runner(suite, cluster, state, skus, itertools.count())
         verdict = run_rounds(names, measure, suite.sweep, skus=skus, baseline=levels)
         state.summary["sweep"] = verdict.to_dict()
+        state.summary["ranks"] = {"started": pool.started, "jobs_all_warm": pool.reused}
         state.outcomes.append(_verdict_outcome(verdict))
     assert state.record is not None  # written by recording() on the way out
     return state.record, verdict
