@@ -81,8 +81,8 @@ def job_ranks(job: Job, state: RunState) -> Iterator[list[RankHandle]]:
 
     With a pool (`state.pool`: the service's, a sweep's), the ranks come from it when it has
     healthy ones for this job, and a job that ends cleanly gives them back (reset) instead of
-    tearing them down; any other exit tears them down (a pool's groups stay with the pool). Every wait on the way
-    looks at the run's cancel event (`state.check_cancelled`)."""
+    tearing them down; any other exit tears them down (a pool's groups stay with the pool).
+    Every wait on the way looks at the run's cancel event (`state.check_cancelled`)."""
     t, tick = state.suite.timeouts, state.check_cancelled
     pooled = state.pool.take(job, t) if state.pool is not None else None
     pg: PlacementGroup | None = pooled.pg if pooled else None
