@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -176,9 +177,18 @@ class NodePool:
         with self._lock:
             warm = {n: self._idle.pop(n) for n in job.nodes if n in self._idle}
         warm = self._healthy(warm, policy)
-        if len(warm) == len(job.nodes):
+        cold = [n for n in job.nodes if n not in warm]
+        if not cold:
             self.reused += 1
-        ranks = [r for n in job.nodes for r in warm.get(n) or self._start(n, policy)]
+        with ThreadPoolExecutor(max(1, len(cold)), thread_name_prefix="rank-start") as ex:
+            starts = {n: ex.submit(self._start, n, policy) for n in cold}
+        failed = [err for f in starts.values() if (err := f.exception()) is not None]
+        fresh = {n: f.result() for n, f in starts.items() if f.exception() is None}
+        if failed:  # JobAborted: the other nodes' ranks stay warm for their next jobs
+            with self._lock:
+                self._idle.update(warm | fresh)
+            raise failed[0]
+        ranks = [r for rs in (warm | fresh).values() for r in rs]
         ranks.sort(key=lambda r: (r.placed.node, r.placed.gpu_ids, r.placed.node_id))
         return Pooled(None, ranks)
 
@@ -231,7 +241,8 @@ class NodePool:
         return warm
 
     def _start(self, node: str, policy: FailurePolicy) -> list[RankHandle]:
-        """Fresh ranks in the node's placement group (made on first use, then kept)."""
+        """Fresh ranks in the node's placement group (made on first use, then kept); a node
+        whose ranks cannot start raises JobAborted (start_ranks tore its actors down)."""
         job = self._per_node(node)
         with self._lock:
             pg = self._groups.get(node)
