@@ -142,16 +142,7 @@ def test_ctrl_c_tears_down_and_keeps_finished_steps(tmp_path, ray_session):
     (record,) = Store(data).runs()
     assert record.status == "cancelled"
     assert Store(data).results([record.run_id]).num_rows == 2  # the first step's rows are kept
-
-
-def test_a_second_ctrl_c_exits_at_once(tmp_path, ray_session):
-    """Two SIGINTs: the process exits at once; Ray reaps the dead driver's actors and group."""
-    proc, _ = start_endless_run(tmp_path, ray_session.address)
-    proc.send_signal(signal.SIGINT)
-    proc.send_signal(signal.SIGINT)
-    seconds, err = wait_ended(proc, 30)
-    assert proc.returncode == 130 and "second Ctrl-C: exiting now" in err, err[-2000:]
-    assert seconds < 3, f"a second Ctrl-C took {seconds:.1f}s"
+    # A second Ctrl-C, and a cancel cut at its grace: tests/unit/test_interrupt.py.
 
 
 def test_the_embedded_instance_listens_on_loopback_only(tmp_path):
