@@ -159,7 +159,9 @@ class NodePool:
     them back reset. A rank that died or hung is replaced, never reused: a job that broke
     tears its actors down (job_ranks), a rank that fails its health ping or its reset is torn
     down with its node's others, and the node's next job starts fresh ones in its group.
-    Thread-safe: a round's jobs take and give back side by side. `close` frees everything.
+    Thread-safe: a round's jobs take and give back side by side (NOTE: a node is in one job
+    of a round at most, as the planner pairs them; its slots hold one rank each). `close`
+    frees everything.
     """
 
     def __init__(self, per_node: Callable[[str], Job]) -> None:
