@@ -24,6 +24,7 @@ from pydantic import (
 from fleetval.analysis.compare_settings import CompareSettings
 from fleetval.checks import CHECKS
 from fleetval.fleet.settings import SweepSettings
+from fleetval.policy import FailurePolicy
 from fleetval.signoff.gates import Gates
 from fleetval.vocab import Backend, FaultKind, Strategy
 
@@ -56,37 +57,6 @@ class Placement(_Model):
     cpus_per_rank: PositiveFloat = 1.0
     strategy: Strategy = Strategy.PACK
     nodes: list[str] | None = None  # restrict to these node names (label fleetval/node or hostname)
-
-
-class Timeouts(_Model):
-    """Every wait has a deadline (seconds).
-
-    One collective is bounded by `collective_s`, a whole step by `step_s`, so the first must
-    be the shorter: a stuck collective then raises on the peers of the rank that stopped,
-    the driver names that rank from its silent heartbeat, and on NCCL the watchdog writes
-    its Flight Recorder dumps, all before the step's own deadline. Unset, it is half of
-    `step_s`, at most 120 s. (A step's own shorter `timeout_s` is fine: its deadline fires
-    first and the culprit is named the same way.)
-    """
-
-    placement_s: PositiveFloat = 60.0  # placement group ready
-    rendezvous_s: PositiveFloat = 60.0  # actors up + process group formed
-    step_s: PositiveFloat = 300.0  # one step on all ranks; a step's timeout_s overrides
-    collective_s: PositiveFloat | None = None  # the process group's own timeout (see above)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Self:
-        if self.collective_s is not None and self.collective_s >= self.step_s:
-            raise ValueError(
-                f"collective_s ({self.collective_s:g}s) must be shorter than step_s "
-                f"({self.step_s:g}s): one collective cannot outlast the step that runs it"
-            )
-        return self
-
-    @property
-    def collective(self) -> float:
-        """The process group's timeout in effect."""
-        return self.collective_s or min(120.0, self.step_s / 2)
 
 
 class Fault(_Model):
@@ -135,7 +105,7 @@ class Suite(_Model):
     backend: Backend = Backend.AUTO
     seed: int = 0
     placement: Placement = Placement()
-    timeouts: Timeouts = Timeouts()
+    timeouts: FailurePolicy = FailurePolicy()  # the failure policy: deadlines and thresholds
     steps: list[StepModel] = Field(min_length=1)  # type: ignore[valid-type]
     faults: list[Fault] = Field(default_factory=list)
     compare: CompareSettings = CompareSettings()  # regression thresholds for runs of this suite

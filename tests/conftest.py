@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import NoReturn
 
 import pytest
@@ -33,16 +35,13 @@ def ray_cluster() -> Iterator[object]:
         head_node_args={
             "num_cpus": 4,
             "labels": {"fleetval/node": HEAD},
-            # The dashboard serves Ray's state API, which the leak checks below ask.
-            "include_dashboard": True,
-            "dashboard_port": 0,
+            "include_dashboard": False,  # the leak checks ask the GCS (see `leftovers`)
         },
     )
     for name in WORKERS:
         cluster.add_node(num_cpus=2, num_gpus=2, labels={"fleetval/node": name})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
-    _wait_for_state_api()
     try:
         yield cluster
     finally:
@@ -50,28 +49,17 @@ def ray_cluster() -> Iterator[object]:
         cluster.shutdown()
 
 
-def _wait_for_state_api(timeout_s: float = 60.0) -> None:
-    """The dashboard starts after the head and registers its (random) port; ask until it answers."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            leftovers()
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
 def leftovers() -> tuple[list[str], list[str]]:
-    """Actors still alive and placement groups not removed, from Ray's state API."""
-    from ray.util.state import list_actors, list_placement_groups
+    """Actors still alive and placement groups not removed, asked of the connected cluster.
 
-    actors = list_actors(filters=[("state", "!=", "DEAD")], raise_on_missing_output=False)
-    groups = list_placement_groups(
-        filters=[("state", "!=", "REMOVED")], raise_on_missing_output=False
-    )
-    return [a.actor_id for a in actors], [g.placement_group_id for g in groups]
+    NOTE: from its GCS, not the state API: that one, without an address, asks the newest Ray
+    instance on the machine, which on a shared machine may be someone else's."""
+    from ray._private.state import actors
+    from ray.util import placement_group_table
+
+    alive = [a for a, info in actors().items() if info["State"] != "DEAD"]
+    groups = [g for g, info in placement_group_table().items() if info["state"] != "REMOVED"]
+    return alive, groups
 
 
 def assert_no_leaks(
@@ -95,12 +83,41 @@ def assert_no_leaks(
         time.sleep(0.2)
 
 
+def clean_up(actors: list[str], groups: list[str]) -> None:
+    """Kill leftover actors (by their process: the driver that owns them may be gone or
+    another process) and remove leftover placement groups, so the next test starts clean."""
+    from ray._private.state import actors as actor_table
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    table = actor_table()  # NOTE: this cluster's GCS: never a pid of another Ray instance
+    for actor_id in actors:
+        pid = table.get(actor_id, {}).get("Pid")
+        if pid:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    for group_id in groups:
+        with suppress(Exception):  # already removed meanwhile
+            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group_id))))
+
+
 @pytest.fixture
 def ray_session(ray_cluster: object) -> Iterator[object]:
-    """The shared cluster, with a check after the test that nothing was left behind."""
-    assert_no_leaks()
+    """The shared cluster, with a check after the test that nothing was left behind.
+
+    A test that leaks fails alone: its leftovers are cleaned up before it fails, and a test
+    starting after one that leaked waits for that clean-up instead of failing for it."""
+    try:
+        assert_no_leaks(15)
+    except AssertionError:
+        clean_up(*leftovers())
+        assert_no_leaks()
     yield ray_cluster
-    assert_no_leaks()
+    try:
+        assert_no_leaks()
+    except AssertionError:
+        clean_up(*leftovers())
+        raise
 
 
 def tool_missing(reason: str) -> NoReturn:

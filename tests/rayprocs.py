@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -67,3 +68,47 @@ def throttled(
         done.set()
         pid_ready.set()
         thread.join(timeout=10)
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it, from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with suppress(OSError), open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        out.append(todo.pop())
+        todo += children.get(out[-1], [])
+    return out
+
+
+def listening(pids: list[int]) -> set[tuple[str, int]]:
+    """The (address, port) pairs these processes listen on over TCP, as `ss -ltnp` lists
+    them, read from /proc (Linux): each socket's inode, matched to a listening entry."""
+    inodes: set[str] = set()
+    for pid in pids:
+        with suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+    found = set()
+    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
+                    found.add(
+                        (_address(cols[1].split(":")[0], width), int(cols[1].split(":")[1], 16))
+                    )
+    return found
+
+
+def _address(hex_ip: str, width: int) -> str:
+    """An IPv4 or IPv6 address as /proc/net/tcp* writes it (32-bit words, host byte order)."""
+    raw = b"".join(bytes.fromhex(hex_ip[i : i + 8])[::-1] for i in range(0, len(hex_ip), 8))
+    return socket.inet_ntop(socket.AF_INET if width == 4 else socket.AF_INET6, raw)

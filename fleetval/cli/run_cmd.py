@@ -56,19 +56,23 @@ def run(
     # NOTE: imported here: torch and ray cost seconds, and the store-reading commands
     # (runs, show, compare, ...) must start without them
     from fleetval.run.execute import run_suite
+    from fleetval.run.interrupt import EXIT_INTERRUPTED, ctrl_c_cancels
     from fleetval.suite import load_suite
 
     with bad_input_exits():
         spec = load_suite(suite)
         labels = parse_pairs(label, "--label")
         store = open_store(data)
-        if as_json:
-            # Ray's driver prints worker deaths and the like to stdout; --json keeps stdout to
-            # the one JSON document, so anything else goes to stderr while the suite runs.
-            with contextlib.redirect_stdout(sys.stderr):
-                record = run_suite(spec, store, address=address, labels=labels)
-        else:
-            record = _run_with_progress(spec, store, address, labels)
+        # NOTE: Ctrl-C sets `cancel` (the run tears down and records `cancelled`); a second
+        # one exits at once (fleetval.run.interrupt).
+        with ctrl_c_cancels(spec.timeouts.cancel_grace_s) as cancel:
+            if as_json:
+                # Ray's driver prints worker deaths and the like to stdout; --json keeps stdout
+                # to the one JSON document, so anything else goes to stderr while it runs.
+                with contextlib.redirect_stdout(sys.stderr):
+                    record = run_suite(spec, store, address=address, labels=labels, cancel=cancel)
+            else:
+                record = _run_with_progress(spec, store, address, labels, cancel)
     judged = _judged(store, record)
     if as_json:
         out = record.to_dict() | {"judged": [j.to_dict() for j in judged]}
@@ -76,7 +80,8 @@ def run(
     else:
         print_summary(record)
         print_judged(judged)
-    raise typer.Exit(exit_status(record.status, strict=strict))
+    interrupted = cancel.is_set()
+    raise typer.Exit(EXIT_INTERRUPTED if interrupted else exit_status(record.status, strict=strict))
 
 
 def _judged(store: Store, record: RunRecord) -> list[StepJudged]:
@@ -97,7 +102,7 @@ def print_judged(judged: list[StepJudged]) -> None:
             console.print(f"    {line}", highlight=False)
 
 
-def _run_with_progress(spec, store, address, labels) -> RunRecord:
+def _run_with_progress(spec, store, address, labels, cancel) -> RunRecord:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -130,12 +135,14 @@ def _run_with_progress(spec, store, address, labels) -> RunRecord:
                     task, total=e.total, completed=e.index, description=f"{head} {e.detail}"[:90]
                 )
 
-        return run_suite(spec, store, address=address, labels=labels, on_event=on_event)
+        return run_suite(
+            spec, store, address=address, labels=labels, on_event=on_event, cancel=cancel
+        )
 
 
 def print_summary(record: RunRecord) -> None:
     print_steps(record.run_id, record.suite, record.summary.get("steps", []))
-    style = STATUS_STYLE.get(record.status, "")
+    style = STATUS_STYLE.get(record.status, "bold")  # NOTE: cancelled, error: no colour of theirs
     console.print(f"run [bold]{record.run_id}[/bold]: [{style}]{record.status}[/{style}]")
 
 

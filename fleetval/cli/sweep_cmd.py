@@ -49,13 +49,20 @@ def sweep(
 ) -> None:
     """Fleet sweep: every node alone, node pairs side by side, re-pairs; drain list."""
     from fleetval.fleet.drain import drain_lines
+    from fleetval.run.interrupt import EXIT_INTERRUPTED, ctrl_c_cancels
     from fleetval.run.sweep import sweep as run_sweep
     from fleetval.suite import load_suite  # NOTE: torch and ray only for commands that run
 
     with bad_input_exits():
-        record, verdict = run_sweep(
-            load_suite(suite), open_store(data), address=address, baseline=baseline
-        )
+        spec = load_suite(suite)
+        store = open_store(data)
+        with ctrl_c_cancels(spec.timeouts.cancel_grace_s) as cancel:  # a second one exits at once
+            record, verdict = run_sweep(
+                spec, store, address=address, baseline=baseline, cancel=cancel
+            )
+    if verdict is None:
+        typer.echo(f"sweep {record.run_id} cancelled: {record.message}", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
     drain = drain_lines(verdict, drain_format.value, record.run_id)
     if fmt == Format.JSON:
         doc = {"run_id": record.run_id, **verdict.to_dict(), "drain_lines": drain}

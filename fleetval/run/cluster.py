@@ -5,10 +5,15 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import ray
+from ray._private import ray_constants
 
 from fleetval.run.plan import NODE_LABEL, ClusterShape, NodeShape
+
+LOOPBACK = "127.0.0.1"
 
 
 class ClusterUnreachable(ValueError):
@@ -38,13 +43,32 @@ def connect(address: str | None, min_cpus: float = 0) -> None:
         return
     # NOTE: logical CPUs may exceed physical cores: validation ranks mostly wait on I/O.
     cpus = max(os.cpu_count() or 1, int(min_cpus + 0.999))
-    ray.init(
-        address="local",  # a fresh instance, even when a test cluster left its address file
-        num_cpus=cpus,
-        include_dashboard=False,
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-    )
+    with _loopback_node():
+        ray.init(
+            address="local",  # a fresh instance, even when a test cluster left its address file
+            num_cpus=cpus,
+            include_dashboard=False,
+            dashboard_host=LOOPBACK,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
+
+
+@contextmanager
+def _loopback_node() -> Iterator[None]:
+    """Start the embedded instance as a node on 127.0.0.1: it serves this process alone, so its
+    GCS, raylet, object manager, workers and ranks listen on loopback, never on the network.
+
+    NOTE: ray.init turns a `_node_ip_address` of 127.0.0.1 back into the machine's address;
+    Ray keeps a node on loopback only where it assumes a laptop (Windows and macOS), by this
+    switch, read when the node starts. Once started, the node's address is its own record.
+    """
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
 
 
 def cluster_shape() -> ClusterShape:

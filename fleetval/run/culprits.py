@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fleetval.checks.base import Progress
+from fleetval.policy import FailurePolicy
 from fleetval.run.outcome import Culprit
 from fleetval.text import short
 from fleetval.vocab import CulpritReason
@@ -64,13 +65,18 @@ class RankEvidence:
         return Culprit(self.rank, self.node, self.device_id, str(reason), detail, self.pid)
 
 
-def name_culprits(evidence: Sequence[RankEvidence], now: float | None = None) -> list[Culprit]:
+DEFAULT = FailurePolicy()
+
+
+def name_culprits(
+    evidence: Sequence[RankEvidence], now: float | None = None, policy: FailurePolicy = DEFAULT
+) -> list[Culprit]:
     """Who broke the step, in order of how directly the evidence points at them:
     silent ranks (stopped), dead ranks, ranks that raised on their own, ranks behind the
     others' collectives; only when nothing else explains it, every rank still waiting or
     that raised a peer's error."""
     when = time.time() if now is None else now
-    for rule in (_silent, _dead, _own_errors, lambda ev: _behind(ev, when), _fallback):
+    for rule in (_silent, _dead, _own_errors, lambda ev: _behind(ev, when, policy), _fallback):
         named = rule(evidence)
         if named:
             return named
@@ -104,10 +110,7 @@ def _own_errors(ev: Sequence[RankEvidence]) -> list[Culprit]:
     ]
 
 
-STALE_S = 2.0  # a heartbeat not updated for this long has stopped moving
-
-
-def _behind(ev: Sequence[RankEvidence], now: float) -> list[Culprit]:
+def _behind(ev: Sequence[RankEvidence], now: float, policy: FailurePolicy) -> list[Culprit]:
     """Ranks that entered fewer collectives than the leader, did not finish, and whose
     heartbeat stopped moving (a rank merely one collective behind a busy leader is not).
     `now` is wall-clock time, as the ranks stamp their heartbeats."""
@@ -125,7 +128,7 @@ def _behind(ev: Sequence[RankEvidence], now: float) -> list[Culprit]:
         for e in ev
         if e.outcome != "ok"
         and seqs.get(e.rank, -1) < lead
-        and (e.progress is None or now - e.progress.updated_at > STALE_S)
+        and (e.progress is None or now - e.progress.updated_at > policy.stale_s)
     ]
 
 
@@ -142,13 +145,6 @@ def _fallback(ev: Sequence[RankEvidence]) -> list[Culprit]:
     ]
 
 
-# A heartbeat counts as moving while its age is within this many of the rank's own mean
-# interval between calls (at least STALE_S): a big gloo all_reduce takes seconds a call.
-STALL_INTERVALS = 3.0
-FAR_BEHIND = 0.5  # a moving rank with fewer than this share of the leader's calls is named
-FIT_HEADROOM = 1.2  # the step_s suggested: the planned calls at the rate seen, plus 20%
-
-
 @dataclass(frozen=True)
 class DeadlineFinding:
     """A step's deadline ran out while every rank was still progressing: nobody stopped."""
@@ -158,15 +154,22 @@ class DeadlineFinding:
     fits_s: float | None = None  # the step_s that would have fit, where the check planned
 
 
-def moving(p: Progress, now: float) -> bool:
-    """Whether a rank's heartbeat is still advancing at its own pace (`now`: wall clock)."""
+def moving(p: Progress, now: float, policy: FailurePolicy = DEFAULT) -> bool:
+    """Whether a rank's heartbeat is still advancing at its own pace (`now`: wall clock).
+
+    NOTE: within `stall_intervals` of its own mean interval between calls (at least
+    `stale_s`): a big gloo all_reduce takes seconds a call."""
     rate = p.rate()
-    allowed = max(STALE_S, STALL_INTERVALS / rate) if rate else STALE_S
+    stale = policy.stale_s
+    allowed = max(stale, policy.stall_intervals / rate) if rate else stale
     return now - p.updated_at <= allowed
 
 
 def progressed(
-    evidence: Sequence[RankEvidence], step_s: float, now: float | None = None
+    evidence: Sequence[RankEvidence],
+    step_s: float,
+    now: float | None = None,
+    policy: FailurePolicy = DEFAULT,
 ) -> DeadlineFinding | None:
     """The deadline finding when every rank is still running the step, answered its final
     probe and is moving; None when any rank stopped, died or raised (name_culprits names it)."""
@@ -174,31 +177,33 @@ def progressed(
     beats = [e.progress for e in evidence]
     if not evidence or any(e.outcome != "pending" or not e.answered for e in evidence):
         return None
-    if any(p is None or not moving(p, when) for p in beats):
+    if any(p is None or not moving(p, when, policy) for p in beats):
         return None
     lead = max(evidence, key=lambda e: e.progress.calls if e.progress else 0)
     p = lead.progress or Progress()  # NOTE: never None here (checked above)
     rate = p.rate()
     pace = f" at {rate:.4g} it/s" if rate else ""
     of = f" of {p.planned}" if p.planned else ""
-    fits = p.planned / rate * FIT_HEADROOM if p.planned and rate else None
+    fits = p.planned / rate * policy.fit_headroom if p.planned and rate else None
     advice = (f"; step_s ≈ {fits:.0f} s would have fit" if fits is not None
               else "; its check does not say how many calls remain: raise step_s")  # fmt: skip
     what = f" ({p.collective})" if p.collective else ""
     message = (f"deadline: step_s={step_s:g} s ran out while every rank progressed: "
                f"iteration {p.calls}{of}{what}{pace}{advice}")  # fmt: skip
-    slow = _far_behind(evidence, lead)
+    slow = _far_behind(evidence, lead, policy.far_behind)
     if slow:
         message += "; far behind: " + ", ".join(f"rank {c.rank} on {c.node}" for c in slow)
     return DeadlineFinding(message, slow, fits)
 
 
-def _far_behind(evidence: Sequence[RankEvidence], lead: RankEvidence) -> tuple[Culprit, ...]:
+def _far_behind(
+    evidence: Sequence[RankEvidence], lead: RankEvidence, share: float
+) -> tuple[Culprit, ...]:
     top = lead.progress.calls if lead.progress else 0
     out = []
     for e in evidence:
         calls = e.progress.calls if e.progress else 0
-        if calls < FAR_BEHIND * top and top - calls > 1:
+        if calls < share * top and top - calls > 1:
             detail = (f"far behind: {calls} calls in this step, rank {lead.rank} {top}; "
                       f"still progressing, last reached {_where(e.progress)}")  # fmt: skip
             out.append(e.culprit(CulpritReason.SLOW, detail))

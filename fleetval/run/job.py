@@ -8,6 +8,7 @@ actors are removed on every exit path.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -15,12 +16,12 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import RayActorError, RayError, RayTaskError
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
@@ -30,6 +31,7 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from fleetval.checks.base import RankContext
+from fleetval.policy import FailurePolicy
 from fleetval.run.culprits import is_symptom
 from fleetval.run.outcome import Culprit, RunState
 from fleetval.run.plan import NODE_LABEL, Job
@@ -40,9 +42,8 @@ from fleetval.vocab import CulpritReason
 
 log = logging.getLogger(__name__)
 
-PORT_RETRIES = 3
-JOIN_GRACE_S = 5.0  # after one rank fails to join, how long the others get
 RemoteRank = ray.remote(RankActor)
+LOOPBACK_IFNAME = "lo"  # Linux's loopback interface
 
 
 class JobAborted(RuntimeError):
@@ -78,33 +79,38 @@ class RankHandle:
 def job_ranks(job: Job, state: RunState) -> Iterator[list[RankHandle]]:
     """Ranks of a formed process group; torn down (actors killed, group removed) on exit.
 
-    With a pool (`state.pool`, the service's), the ranks come from it when a healthy group
-    of this shape is idle, and a job that ends cleanly gives them back (reset) instead of
-    tearing them down; any other exit tears them down as without one."""
-    t = state.suite.timeouts
-    pooled = state.pool.take(job) if state.pool is not None else None
+    With a pool (`state.pool`: the service's, a sweep's), the ranks come from it when it has
+    healthy ones for this job, and a job that ends cleanly gives them back (reset) instead of
+    tearing them down; any other exit tears them down (a pool's groups stay with the pool).
+    Every wait on the way looks at the run's cancel event (`state.check_cancelled`)."""
+    t, tick = state.suite.timeouts, state.check_cancelled
+    pooled = state.pool.take(job, t) if state.pool is not None else None
     pg: PlacementGroup | None = pooled.pg if pooled else None
     ranks: list[RankHandle] = pooled.ranks if pooled else []
     clean = False
     try:
         if pooled is None:
-            pg = create_group(job, t.placement_s)
-            ranks = start_ranks(job, pg, t.rendezvous_s)
+            pg = create_group(job, t, tick)
+            ranks = start_ranks(job, pg, t, tick)
         assign(ranks, job, state.run_id, state.suite.seed)
         fingerprint_nodes(ranks, state, t.rendezvous_s)
-        rendezvous(ranks, job, state.suite, state.run_id)
+        rendezvous(ranks, job, state.suite, state.run_id, tick)
         yield ranks
         clean = True
     finally:
-        keep_node_files(ranks, state, job)
-        if clean and state.pool is not None and pg is not None:
-            state.pool.give_back(job, pg, ranks)
+        if not (state.cancel is not None and state.cancel.is_set()):
+            keep_node_files(ranks, state, job)  # NOTE: evidence, not worth delaying a cancel
+        if clean and state.pool is not None and ranks:
+            state.pool.give_back(job, pg, ranks, t)
         else:
             teardown(ranks, pg)
 
 
-def create_group(job: Job, timeout_s: float) -> PlacementGroup:
-    """A ready placement group for the job, or JobAborted (the group removed)."""
+def create_group(
+    job: Job, policy: FailurePolicy, tick: Callable[[], None] | None = None
+) -> PlacementGroup:
+    """A ready placement group for the job, or JobAborted (the group removed, as on a cancel
+    raised by `tick`)."""
     bundles = [job.bundle()] * job.world_size
     selector = job.label_selector()
     pg = placement_group(
@@ -112,24 +118,33 @@ def create_group(job: Job, timeout_s: float) -> PlacementGroup:
         strategy=job.strategy.value,
         bundle_label_selector=[selector] * job.world_size if selector else None,
     )
+    timeout_s = policy.placement_s
     try:
-        ray.get(pg.ready(), timeout=timeout_s)
-    except GetTimeoutError as err:
+        ((kind, err),) = gather(
+            [pg.ready()], time.monotonic() + timeout_s, tick=tick, poll_s=policy.poll_s
+        )
+    except BaseException:
+        remove_placement_group(pg)
+        raise
+    if kind != "ok":
         remove_placement_group(pg)
         free = ray.available_resources()
         raise JobAborted(
             f"placement group of {job.world_size} x {job.bundle()} ({job.strategy.value}) not ready "
             f"within {timeout_s:g}s; free now: {free.get('CPU', 0):g} CPU, {free.get('GPU', 0):g} GPU"
-        ) from err
+        ) from (err if isinstance(err, BaseException) else None)
     return pg
 
 
-def start_ranks(job: Job, pg: PlacementGroup, timeout_s: float) -> list[RankHandle]:
+def start_ranks(
+    job: Job, pg: PlacementGroup, policy: FailurePolicy, tick: Callable[[], None] | None = None
+) -> list[RankHandle]:
     """One actor per bundle, ordered into ranks by node name, then GPU id.
 
     An actor that cannot describe itself (dead, too slow, or its device unusable) is named
     by its bundle's node, and the job is aborted with it as the culprit.
     """
+    timeout_s = policy.rendezvous_s
     actors = [
         RemoteRank.options(
             num_cpus=job.cpus_per_rank,
@@ -141,7 +156,16 @@ def start_ranks(job: Job, pg: PlacementGroup, timeout_s: float) -> list[RankHand
         ).remote(job.gpus_per_rank)
         for i in range(job.world_size)
     ]
-    answers = gather([a.describe.remote() for a in actors], time.monotonic() + timeout_s)
+    try:
+        answers = gather(
+            [a.describe.remote() for a in actors],
+            time.monotonic() + timeout_s,
+            tick=tick,
+            poll_s=policy.poll_s,
+        )
+    except BaseException:  # a cancel: nobody else holds these actors yet
+        teardown([RankHandle(a, _unknown_placed(None)) for a in actors], None)
+        raise
     nodes = _bundle_nodes(pg)
     handles, failed = [], []
     for i, (actor, (kind, value)) in enumerate(zip(actors, answers, strict=True)):
@@ -168,19 +192,21 @@ def gather(
     grace_s: float = 0.0,
     tick: Callable[[], None] | None = None,
     on_failure: Callable[[], None] | None = None,
+    poll_s: float = 0.5,
 ) -> list[tuple[str, Any]]:
     """Wait on all refs at once until all answer or the deadline passes.
 
     Each answer is ("ok", value), ("crash", err), ("raised", err) or ("pending", None).
     With `grace_s`, the first failure shortens the deadline to now + grace_s; `on_failure`
-    is called once, right then (to take evidence before more ranks go down).
+    is called once, right then (to take evidence before more ranks go down). `tick` is
+    called at least every `poll_s` (it may raise, e.g. on a cancel, ending the wait).
     """
     failed = False
     out: list[tuple[str, Any]] = [("pending", None)] * len(refs)
     index = {ref: i for i, ref in enumerate(refs)}
     pending = list(refs)
     while pending and time.monotonic() < deadline:
-        wait_s = min(0.5, max(0.0, deadline - time.monotonic()))
+        wait_s = min(poll_s, max(0.0, deadline - time.monotonic()))
         ready, pending = ray.wait(pending, num_returns=len(pending), timeout=wait_s)
         for ref in ready:
             out[index[ref]] = _answer(ref)
@@ -318,8 +344,9 @@ def dump_dir(run_id: str, job: int) -> str:
     return os.path.join(tempfile.gettempdir(), "fleetval", run_id, f"job{job}")
 
 
-def rank_env(run_id: str, job: Job) -> dict[str, str]:
-    """Environment for every rank before the group forms: NCCL logs and Flight Recorder dumps.
+def rank_env(run_id: str, job: Job, master: str) -> dict[str, str]:
+    """Environment for every rank before the group forms: NCCL logs and Flight Recorder dumps,
+    and on a loopback node (the embedded instance) the collectives' sockets on loopback too.
 
     NOTE: the watchdog's default (TORCH_NCCL_ASYNC_ERROR_HANDLING=3) kills a rank whose
     collective timed out, which would turn the healthy peers of a hung rank into "crashes"
@@ -327,11 +354,12 @@ def rank_env(run_id: str, job: Job) -> dict[str, str]:
     Both dump variables are set: torch reads TORCH_FR_DUMP_TEMP_FILE in recent releases and
     TORCH_NCCL_DEBUG_INFO_TEMP_FILE in older ones. The user's own settings win.
     """
+    env = _loopback_env(master)
     if job.backend != "nccl":
-        return {}
+        return env
     folder = dump_dir(run_id, job.index)
     prefix = os.path.join(folder, "flight-recorder-rank-")
-    env = {
+    env |= {
         "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
         "TORCH_FR_DUMP_TEMP_FILE": prefix,
@@ -343,17 +371,32 @@ def rank_env(run_id: str, job: Job) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in os.environ}
 
 
-def rendezvous(ranks: list[RankHandle], job: Job, suite: Suite, run_id: str) -> None:
+def _loopback_env(master: str) -> dict[str, str]:
+    """Gloo and NCCL bind to the interface of the host's name unless told: on a node whose
+    address is loopback, tell them (a rank then talks to its peers over 127.0.0.1 only)."""
+    with suppress(ValueError):
+        if ipaddress.ip_address(master).is_loopback:
+            return {"GLOO_SOCKET_IFNAME": LOOPBACK_IFNAME, "NCCL_SOCKET_IFNAME": LOOPBACK_IFNAME}
+    return {}
+
+
+def rendezvous(
+    ranks: list[RankHandle],
+    job: Job,
+    suite: Suite,
+    run_id: str,
+    tick: Callable[[], None] | None = None,
+) -> None:
     """Form the process group on rank 0's node address; retry on a port clash.
 
     A rank that dies or raises on its own is the culprit; ranks still waiting for it are not.
     """
     t = suite.timeouts
-    env = rank_env(run_id, job)
     master = ranks[0].placed.node_ip
-    for attempt in range(PORT_RETRIES):
+    env = rank_env(run_id, job, master)
+    for attempt in range(t.port_retries):
         ((kind, port),) = gather(
-            [ranks[0].actor.free_port.remote()], time.monotonic() + t.rendezvous_s
+            [ranks[0].actor.free_port.remote()], time.monotonic() + t.rendezvous_s, tick=tick
         )
         if kind != "ok":
             culprit = ranks[0].culprit(
@@ -361,13 +404,13 @@ def rendezvous(ranks: list[RankHandle], job: Job, suite: Suite, run_id: str) -> 
             )
             raise JobAborted(f"process group not formed: {_names((culprit,))}", (culprit,))
         refs = [r.actor.join.remote(r.ctx, master, port, t.collective, env) for r in ranks]
-        answers = gather(refs, time.monotonic() + t.rendezvous_s, grace_s=JOIN_GRACE_S)
+        answers = gather(refs, time.monotonic() + t.rendezvous_s, grace_s=t.join_grace_s, tick=tick)
         if all(kind == "ok" for kind, _ in answers):
             return
         clash = any(
             k == "raised" and "address already in use" in str(v).lower() for k, v in answers
         )
-        if clash and attempt + 1 < PORT_RETRIES and leave(ranks, t.rendezvous_s):
+        if clash and attempt + 1 < t.port_retries and leave(ranks, t.rendezvous_s):
             continue
         culprits = join_culprits(ranks, answers, t.rendezvous_s)
         raise JobAborted(f"process group not formed: {_names(culprits)}", culprits)
@@ -408,7 +451,8 @@ def keep_node_files(ranks: list[RankHandle], state: RunState, job: Job) -> None:
     pattern = os.path.join(dump_dir(state.run_id, job.index), "*")
     by_node = {r.placed.node: r for r in ranks}
     names = list(by_node)
-    answers = gather([by_node[n].actor.files.remote(pattern) for n in names], time.monotonic() + 20)
+    deadline = time.monotonic() + state.suite.timeouts.files_s
+    answers = gather([by_node[n].actor.files.remote(pattern) for n in names], deadline)
     for node, (kind, files) in zip(names, answers, strict=True):
         if kind != "ok":
             log.warning("node %s: could not collect its NCCL logs and dumps", node)

@@ -15,7 +15,7 @@ from fleetval.vocab import EventKind
 
 if TYPE_CHECKING:  # NOTE: the suite imports the checks (torch), the store pyarrow; readers
     # of outcomes (exit statuses) need neither
-    from fleetval.run.pool import RankPool
+    from fleetval.run.pool import WarmRanks
     from fleetval.store.dataset import RunRecord, Store
     from fleetval.suite import Suite
 
@@ -68,7 +68,7 @@ class RunState:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     record: RunRecord | None = None
     cancel: threading.Event | None = None
-    pool: RankPool | None = None  # warm ranks kept between jobs (the service's), else none
+    pool: WarmRanks | None = None  # warm ranks kept between jobs (the service's, a sweep's)
     # More for the run's summary (a sweep's verdict).
     summary: dict[str, Any] = field(default_factory=dict)
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fleetval.suite import Suite
 from fleetval.vocab import Backend, Strategy
+
+if TYPE_CHECKING:  # NOTE: annotations only: the rank actor imports this module for its node
+    # label, and the suite's models (every check's parameters) would cost each rank seconds
+    from fleetval.suite import Suite
 
 NODE_LABEL = "fleetval/node"  # a Ray node label naming the node; else its hostname is used
 

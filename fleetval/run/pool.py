@@ -17,8 +17,12 @@ takes them. Safety comes first:
   group (a job never waits for resources the pool sits on), and a group idle for longer
   than `idle_s` is freed (`expire`), leaving the GPUs to other drivers.
 
+The deadlines (`ping_s`, `reset_s`, `idle_s`) are the failure policy's (`fleetval.policy`):
+each job's suite's for its ping and reset, the pool's own for its idle time.
+
 `fleetval run` passes no pool (each job tears down at its end, as always); the service keeps
-one for its process and closes it on shutdown.
+a `RankPool` for its process and closes it on shutdown; a fleet sweep keeps a `NodePool` (one
+warm rank per slot on each node) for all its jobs and rounds, and closes it at its end.
 """
 
 from __future__ import annotations
@@ -26,18 +30,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 
 from ray.util.placement_group import PlacementGroup
 
-from fleetval.run.job import RankHandle, gather, teardown
+from fleetval.policy import FailurePolicy
+from fleetval.run.job import RankHandle, create_group, gather, start_ranks, teardown
 from fleetval.run.plan import Job
 
 log = logging.getLogger(__name__)
-
-PING_S = 2.0  # a pooled rank must answer its health ping this fast to be reused
-RESET_S = 10.0  # and its reset (destroying a process group can take a moment)
-IDLE_S = 300.0  # an idle group is freed after this long (it holds GPUs other drivers may want)
 
 # What makes two jobs' ranks interchangeable: world size, bundle, strategy and node set.
 PoolKey = tuple[int, tuple[tuple[str, float], ...], str, tuple[str, ...] | None]
@@ -49,23 +53,34 @@ def pool_key(job: Job) -> PoolKey:
 
 @dataclass
 class Pooled:
-    """An idle placement group and its rank actors (driver-side handles, in rank order)."""
+    """An idle placement group and its rank actors (driver-side handles, in rank order); a
+    node pool's ranks lie in their nodes' groups, which it keeps (`pg` None)."""
 
-    pg: PlacementGroup
+    pg: PlacementGroup | None
     ranks: list[RankHandle]
     since: float = 0.0  # time.monotonic() when it became idle
+
+
+class WarmRanks(Protocol):
+    """What a job takes its ranks from, when it does not start its own (`job_ranks`)."""
+
+    def take(self, job: Job, policy: FailurePolicy) -> Pooled | None: ...
+
+    def give_back(
+        self, job: Job, pg: PlacementGroup | None, ranks: list[RankHandle], policy: FailurePolicy
+    ) -> None: ...
 
 
 class RankPool:
     """Idle groups of rank actors by job shape; thread-safe; `close` tears everything down."""
 
-    def __init__(self, idle_s: float = IDLE_S) -> None:
-        self.idle_s = idle_s
+    def __init__(self, policy: FailurePolicy | None = None) -> None:
+        self.idle_s = (policy or FailurePolicy()).idle_s
         self._idle: dict[PoolKey, Pooled] = {}
         self._lock = threading.Lock()
         self.reused = 0  # jobs that took pooled ranks (for tests and benchmarks)
 
-    def take(self, job: Job) -> Pooled | None:
+    def take(self, job: Job, policy: FailurePolicy) -> Pooled | None:
         """Healthy pooled ranks for this job's shape, or None (the caller starts fresh ones).
 
         Every idle group of another shape is torn down first, so the cold path finds the
@@ -79,7 +94,7 @@ class RankPool:
         if entry is None:
             return None
         answers = gather(
-            [r.actor.describe.remote() for r in entry.ranks], time.monotonic() + PING_S
+            [r.actor.describe.remote() for r in entry.ranks], time.monotonic() + policy.ping_s
         )
         bad = [
             r.placed.pid for r, (kind, _) in zip(entry.ranks, answers, strict=True) if kind != "ok"
@@ -93,13 +108,16 @@ class RankPool:
         self.reused += 1
         return entry
 
-    def give_back(self, job: Job, pg: PlacementGroup, ranks: list[RankHandle]) -> None:
+    def give_back(
+        self, job: Job, pg: PlacementGroup | None, ranks: list[RankHandle], policy: FailurePolicy
+    ) -> None:
         """Reset the ranks of a job that ended cleanly and keep them; on any failure (or a
         group of this shape already idle) tear them down."""
         entry = Pooled(pg, ranks, time.monotonic())
-        answers = gather([r.actor.reset.remote() for r in entry.ranks], time.monotonic() + RESET_S)
+        deadline = time.monotonic() + policy.reset_s
+        answers = gather([r.actor.reset.remote() for r in entry.ranks], deadline)
         if any(kind != "ok" for kind, _ in answers):
-            log.warning("a rank did not reset within %gs: its group is torn down", RESET_S)
+            log.warning("a rank did not reset within %gs: its group is torn down", policy.reset_s)
             teardown(entry.ranks, entry.pg)
             return
         key = pool_key(job)
@@ -130,3 +148,110 @@ class RankPool:
         """The idle actors' ids (for tests: which actors a later job reuses)."""
         with self._lock:
             return [r.actor._actor_id.hex() for e in self._idle.values() for r in e.ranks]
+
+
+class NodePool:
+    """A fleet sweep's warm ranks: one rank actor per slot on each node (its own placement
+    group, kept on it by the node's label), for all the sweep's jobs and rounds.
+
+    A job over any set of nodes takes their ranks (starting those a node does not have yet,
+    or no longer has) and forms its process group among them; a job that ends cleanly gives
+    them back reset. A rank that died or hung is replaced, never reused: a job that broke
+    tears its actors down (job_ranks), a rank that fails its health ping or its reset is torn
+    down with its node's others, and the node's next job starts fresh ones in its group.
+    Thread-safe: a round's jobs take and give back side by side (NOTE: a node is in one job
+    of a round at most, as the planner pairs them; its slots hold one rank each). `close`
+    frees everything.
+    """
+
+    def __init__(self, per_node: Callable[[str], Job]) -> None:
+        self._per_node = per_node  # the one-node job whose bundles are the node's slots
+        self._groups: dict[str, PlacementGroup] = {}
+        self._idle: dict[str, list[RankHandle]] = {}
+        self._lock = threading.Lock()
+        self.started = 0  # rank actors started (for tests and benchmarks)
+        self.reused = 0  # jobs whose ranks were all warm
+
+    def take(self, job: Job, policy: FailurePolicy) -> Pooled:
+        """The ranks of every node of `job`, in rank order; JobAborted (culprits named) if a
+        node's ranks cannot be started."""
+        assert job.nodes is not None  # NOTE: a sweep's jobs always name their nodes
+        with self._lock:
+            warm = {n: self._idle.pop(n) for n in job.nodes if n in self._idle}
+        warm = self._healthy(warm, policy)
+        cold = [n for n in job.nodes if n not in warm]
+        if not cold:
+            self.reused += 1
+        with ThreadPoolExecutor(max(1, len(cold)), thread_name_prefix="rank-start") as ex:
+            starts = {n: ex.submit(self._start, n, policy) for n in cold}
+        failed = [err for f in starts.values() if (err := f.exception()) is not None]
+        fresh = {n: f.result() for n, f in starts.items() if f.exception() is None}
+        if failed:  # JobAborted: the other nodes' ranks stay warm for their next jobs
+            with self._lock:
+                self._idle.update(warm | fresh)
+            raise failed[0]
+        ranks = [r for rs in (warm | fresh).values() for r in rs]
+        ranks.sort(key=lambda r: (r.placed.node, r.placed.gpu_ids, r.placed.node_id))
+        return Pooled(None, ranks)
+
+    def give_back(
+        self, job: Job, pg: PlacementGroup | None, ranks: list[RankHandle], policy: FailurePolicy
+    ) -> None:
+        """Reset the ranks of a job that ended cleanly and keep them, node by node; a node
+        with a rank that did not reset in time has its ranks torn down."""
+        answers = gather([r.actor.reset.remote() for r in ranks], time.monotonic() + policy.reset_s)
+        by_node: dict[str, list[RankHandle]] = {}
+        failed: set[str] = set()
+        for r, (kind, _) in zip(ranks, answers, strict=True):
+            by_node.setdefault(r.placed.node, []).append(r)
+            if kind != "ok":
+                failed.add(r.placed.node)
+        for node, mine in by_node.items():
+            if node in failed:
+                log.warning(
+                    "node %s: a rank did not reset within %gs: replaced", node, policy.reset_s
+                )
+                teardown(mine, None)
+                continue
+            for r in mine:
+                r.ctx = None
+            with self._lock:
+                self._idle[node] = mine
+
+    def close(self) -> None:
+        """Tear down every rank and placement group (the sweep's end, on every path)."""
+        with self._lock:
+            idle, self._idle = [r for rs in self._idle.values() for r in rs], {}
+            groups, self._groups = list(self._groups.values()), {}
+        teardown(idle, None)
+        for pg in groups:
+            teardown([], pg)
+
+    def _healthy(
+        self, warm: dict[str, list[RankHandle]], policy: FailurePolicy
+    ) -> dict[str, list[RankHandle]]:
+        """The nodes whose warm ranks all answer a health ping in time; the others' ranks are
+        torn down (their node then starts fresh ones)."""
+        ranks = [r for rs in warm.values() for r in rs]
+        answers = gather(
+            [r.actor.describe.remote() for r in ranks], time.monotonic() + policy.ping_s
+        )
+        bad = {r.placed.node for r, (kind, _) in zip(ranks, answers, strict=True) if kind != "ok"}
+        for node in sorted(bad):
+            log.warning("node %s: a warm rank did not answer its health ping: replaced", node)
+            teardown(warm.pop(node), None)
+        return warm
+
+    def _start(self, node: str, policy: FailurePolicy) -> list[RankHandle]:
+        """Fresh ranks in the node's placement group (made on first use, then kept); a node
+        whose ranks cannot start raises JobAborted (start_ranks tore its actors down)."""
+        job = self._per_node(node)
+        with self._lock:
+            pg = self._groups.get(node)
+        if pg is None:
+            pg = create_group(job, policy)
+            with self._lock:
+                self._groups[node] = pg
+        ranks = start_ranks(job, pg, policy)
+        self.started += len(ranks)
+        return ranks

@@ -7,13 +7,14 @@ answered from a second thread while a check blocks the first inside a collective
 from __future__ import annotations
 
 import glob
+import ipaddress
 import os
 import socket
 import time
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -21,6 +22,9 @@ from fleetval.checks import CHECKS
 from fleetval.checks.base import ActiveFault, CheckContext, Heartbeat, Progress, RankContext
 from fleetval.run.plan import NODE_LABEL
 from fleetval.store.schema import Row
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 
 @dataclass(frozen=True)
@@ -114,14 +118,34 @@ def init_process_group(ctx: RankContext, master: str, port: int, timeout_s: floa
 
     if ctx.device.startswith("cuda"):
         torch.cuda.set_device(torch.device(ctx.device))
+    timeout = timedelta(seconds=timeout_s)
     dist.init_process_group(
         backend=ctx.backend,
-        init_method=f"tcp://{master}:{port}",
+        store=rendezvous_store(ctx, master, port, timeout),
         rank=ctx.rank,
         world_size=ctx.world_size,
-        timeout=timedelta(seconds=timeout_s),
+        timeout=timeout,
         # NOTE: binds NCCL communicators to this device eagerly, so a bad GPU fails here.
         device_id=torch.device(ctx.device) if ctx.backend == "nccl" else None,
+    )
+
+
+def rendezvous_store(ctx: RankContext, master: str, port: int, timeout: timedelta) -> dist.Store:
+    """The group's TCP store, served by rank 0 on `master`:`port`.
+
+    NOTE: a TCPStore server listens on every interface; on a loopback master (the embedded
+    instance) it is handed a socket bound to loopback instead, so nothing of a local run is
+    reachable from the network. A taken port raises "Address already in use" (the driver
+    retries with another).
+    """
+    import torch.distributed as dist  # NOTE: torch only in the actor's process
+
+    serve = ctx.rank == 0
+    listen_fd = None
+    if serve and ipaddress.ip_address(master).is_loopback:
+        listen_fd = socket.create_server((master, port)).detach()  # the store owns it now
+    return dist.TCPStore(
+        master, port, ctx.world_size, serve, timeout, master_listen_fd=listen_fd, use_libuv=True
     )
 
 

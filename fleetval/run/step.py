@@ -15,6 +15,7 @@ from fleetval import status
 from fleetval.checks import synchronizing_metrics
 from fleetval.checks.base import ActiveFault, Progress, RankContext
 from fleetval.detect import lateness
+from fleetval.policy import FailurePolicy
 from fleetval.run import flightrec
 from fleetval.run.culprits import (
     DeadlineFinding,
@@ -30,11 +31,6 @@ from fleetval.suite import Suite
 from fleetval.text import short
 from fleetval.vocab import CulpritReason, EventKind, Status
 
-ERROR_GRACE_S = 5.0  # after one rank fails, how long the others get before the step is cut
-PROBE_EVERY_S = 1.0  # how often the driver asks every rank's heartbeat while a step runs
-PROBE_ANSWER_S = 5.0  # a rank whose heartbeat does not answer within this is silent
-FLIGHT_RECORDER_S = 10.0
-
 
 class StepBroke(JobAborted):
     """A step ended with culprits that make the job's ranks untrustworthy."""
@@ -49,6 +45,7 @@ class Heartbeats:
     """The latest answer of every rank's progress() and when it came; one probe in flight each."""
 
     ranks: list[RankHandle]
+    policy: FailurePolicy
     last: dict[int, Progress] = field(default_factory=dict)
     heard: dict[int, float] = field(default_factory=dict)
     dead: set[int] = field(default_factory=set)
@@ -59,7 +56,7 @@ class Heartbeats:
     def poll(self) -> None:
         """Harvest answers that arrived; ask again those that answered (never pile up calls)."""
         self.poll_answers()
-        if time.monotonic() - self.sent_at >= PROBE_EVERY_S:
+        if time.monotonic() - self.sent_at >= self.policy.probe_every_s:
             self.sent_at = time.monotonic()
             self._ask()
 
@@ -69,9 +66,10 @@ class Heartbeats:
                 self.inflight[r.rank] = r.actor.progress.remote()
                 self.asked[r.rank] = time.monotonic()
 
-    def final(self, wait_s: float = PROBE_ANSWER_S) -> set[int]:
-        """Ask every rank once more; the ranks whose probe then stays unanswered for `wait_s`
-        since it was sent (a probe already that old is not waited on again)."""
+    def final(self) -> set[int]:
+        """Ask every rank once more; the ranks whose probe then stays unanswered for
+        `probe_answer_s` since it was sent (a probe already that old is not waited on again)."""
+        wait_s = self.policy.probe_answer_s
         self._ask()
         while self.inflight:
             self.poll_answers()
@@ -121,7 +119,8 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
     started = time.monotonic()
     nodes = frozenset(r.placed.node for r in ranks)
     refs = [r.actor.run_step.remote(step, faults_for(suite, r.ctx, name, nodes)) for r in ranks]
-    beats = Heartbeats(ranks)
+    policy = suite.timeouts
+    beats = Heartbeats(ranks, policy)
 
     def tick() -> None:
         state.check_cancelled()  # NOTE: raises out of the wait; the job's context tears down
@@ -134,9 +133,16 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
 
     def snapshot() -> None:
         # NOTE: at the first failure, before the grace: the NCCL watchdog may tear ranks down.
-        traces.update(flight_recorder(ranks, state))
+        traces.update(flight_recorder(ranks, policy.flight_recorder_s))
 
-    answers = gather(refs, started + timeout, grace_s=ERROR_GRACE_S, tick=tick, on_failure=snapshot)
+    answers = gather(
+        refs,
+        started + timeout,
+        grace_s=policy.error_grace_s,
+        tick=tick,
+        on_failure=snapshot,
+        poll_s=policy.poll_s,
+    )
     rows = [row for kind, got in answers if kind == "ok" for row in got]
     culprits: list[Culprit] = []
     finding: DeadlineFinding | None = None
@@ -145,11 +151,12 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
             snapshot()
         ranks_evidence = evidence(ranks, answers, beats)
         # Every rank still moving at the deadline: the deadline was too short, nobody hung.
-        finding = progressed(ranks_evidence, timeout)
+        finding = progressed(ranks_evidence, timeout, policy=policy)
         if finding is not None:
             culprits = list(finding.slow)
         else:
-            culprits = flightrec.confirm(name_culprits(ranks_evidence), traces, ranks)
+            named = name_culprits(ranks_evidence, policy=policy)
+            culprits = flightrec.confirm(named, traces, ranks)
         keep_traces(traces, state, f"job{job.index}-{name}")
     else:
         culprits = [
@@ -208,12 +215,12 @@ def late_culprit(x: lateness.LateRank, ranks: list[RankHandle]) -> Culprit:
     return Culprit(x.rank, x.node, x.device_id, CulpritReason.LATE.value, detail, pid)
 
 
-def flight_recorder(ranks: list[RankHandle], state: RunState) -> dict[int, bytes]:
+def flight_recorder(ranks: list[RankHandle], timeout_s: float) -> dict[int, bytes]:
     """Every live rank's NCCL Flight Recorder trace, asked all at once (NCCL only)."""
     if not ranks or ranks[0].ctx is None or ranks[0].ctx.backend != "nccl":
         return {}
     answers = gather(
-        [r.actor.flight_recorder.remote() for r in ranks], time.monotonic() + FLIGHT_RECORDER_S
+        [r.actor.flight_recorder.remote() for r in ranks], time.monotonic() + timeout_s
     )
     return {r.rank: v for r, (k, v) in zip(ranks, answers, strict=True) if k == "ok" and v}
 

@@ -2,11 +2,15 @@
 
 What to run and what it means is `fleetval.fleet` (pure, unit-tested and benchmarked on a
 simulated fleet); here each planned job becomes a job of the run (`plan.node_job`: every
-rank its nodes can take, kept on them by the `fleetval/node` label selector), all jobs of
-a round run at once (one thread per job drives its placement group and rank actors
-through `execute.run_job`, each with its own deadlines), and each job's rows become its
-score (`fleet.score`). The sweep is one stored run: every job's rows, and the verdict in
-its summary (`summary["sweep"]`), which `fleetval sweep-history` reads.
+rank its nodes can take), all jobs of a round run at once (one thread per job drives its
+ranks through `execute.run_job`, each with its own deadlines), and each job's rows become
+its score (`fleet.score`). The sweep is one stored run: every job's rows, and the verdict
+in its summary (`summary["sweep"]`), which `fleetval sweep-history` reads.
+
+Warm ranks: the sweep keeps one rank actor per slot on each node (`pool.NodePool`) for all
+its jobs and rounds, and each job forms its process group among its nodes' ranks; a rank
+that died or hung is replaced, not reused. Starting a rank (a process importing torch)
+costs seconds; forming a group among warm ones, a fraction of one.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import statistics
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 
 from fleetval.analysis.baselines import BaselineError, Baselines
 from fleetval.fleet.judge import Measurement, Planned
@@ -26,6 +30,7 @@ from fleetval.fleet.verdict import BaselineLevels, FleetVerdict, run_rounds
 from fleetval.run.execute import RunState, StepOutcome, cluster_shape, connect, recording, run_job
 from fleetval.run.plan import ClusterShape, Job, PlanError, eligible_nodes, node_job
 from fleetval.run.plan import resolve_gpus_per_rank as gpus_per_rank
+from fleetval.run.pool import NodePool
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.suite import Suite
 from fleetval.vocab import Status, SweepPhase
@@ -38,20 +43,38 @@ def sweep(
     address: str | None = None,
     baseline: str | None = None,
     labels: dict[str, str] | None = None,
-) -> tuple[RunRecord, FleetVerdict]:
-    """Sweep the fleet as one stored run; bad input (PlanError, BaselineError) before it starts."""
+    cancel: threading.Event | None = None,
+) -> tuple[RunRecord, FleetVerdict | None]:
+    """Sweep the fleet as one stored run; bad input (PlanError, BaselineError) before it starts.
+    Setting `cancel` stops it within a poll: the verdict is then None, the run `cancelled`."""
     levels = baseline_levels(store, baseline) if baseline else None
     connect(address, suite.placement.cpus_per_rank)
     cluster = cluster_shape()
     names = sweep_nodes(suite, cluster)
-    with recording(suite, store, labels=labels) as state:
+    verdict = None
+    with (
+        warm_ranks(suite, cluster) as pool,
+        recording(suite, store, labels=labels, cancel=cancel) as state,
+    ):
+        state.pool = pool
         skus: dict[str, str] = {}  # filled from each node's fingerprint as jobs run
         measure = _round_runner(suite, cluster, state, skus, itertools.count())
         verdict = run_rounds(names, measure, suite.sweep, skus=skus, baseline=levels)
         state.summary["sweep"] = verdict.to_dict()
+        state.summary["ranks"] = {"started": pool.started, "jobs_all_warm": pool.reused}
         state.outcomes.append(_verdict_outcome(verdict))
     assert state.record is not None  # written by recording() on the way out
     return state.record, verdict
+
+
+@contextmanager
+def warm_ranks(suite: Suite, cluster: ClusterShape) -> Iterator[NodePool]:
+    """One warm rank per slot on each node, for the whole sweep; all torn down on every path."""
+    pool = NodePool(lambda node: node_job(suite, cluster, (node,), -1, []))
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 def sweep_nodes(suite: Suite, cluster: ClusterShape) -> list[str]:

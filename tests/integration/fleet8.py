@@ -70,6 +70,7 @@ def sweep(cluster: Any, data: Path, name: str, spec: dict[str, Any], *args: str)
         "exit_code": res.exit_code,
         "output": res.output,
         "verdict": run.summary.get("sweep"),
+        "ranks": run.summary.get("ranks"),
         "run_id": run.run_id,
         "signoff": {g["gate"]: g["status"] for g in report["gates"]} | {"": report["verdict"]},
         "history": report["sweep"]["history"]["runs"],

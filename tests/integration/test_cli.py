@@ -5,8 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,51 +93,81 @@ def test_unknown_run_exits_2(tmp_path):
         assert res.exit_code == 2, cmd
 
 
-def test_ctrl_c_tears_down_and_keeps_finished_steps(tmp_path, ray_session):
-    """SIGINT mid-step: actors killed, group removed (ray_session asserts it), the run recorded as cancelled."""
-    import signal
-    import time
-
-    suite = write_suite(
-        tmp_path,
-        """
+ENDLESS = """
 name: interrupted
 placement: {world_sizes: [2], gpus_per_rank: 0}
 steps:
   - {name: first, check: collectives, collectives: [barrier]}
   - {name: endless, check: bandwidth, sizes: {min: 4096, max: 4096}, warmup: 0, iters: 1000000}
-""",
-    )
+"""
+
+
+def start_endless_run(tmp_path: Path, address: str) -> tuple[subprocess.Popen[str], Path]:
+    """`fleetval run` of a suite whose second step never ends, once its first step is stored."""
     data = tmp_path / "data"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fleetval.cli",
-            "run",
-            suite,
-            "--data",
-            str(data),
-            "--address",
-            ray_session.address,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    cmd = [sys.executable, "-m", "fleetval.cli", "run", write_suite(tmp_path, ENDLESS),
+           "--data", str(data), "--address", address]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90
     while not list(data.glob("results/*/job0-first.parquet")):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the first step was not stored: {proc.communicate()}")
         time.sleep(0.2)
-    time.sleep(2)  # the endless step is running now
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=60)
-    assert proc.returncode != 0
+    return proc, data
+
+
+def wait_ended(proc: subprocess.Popen[str], within_s: float) -> tuple[float, str]:
+    """Seconds until the process ended (killed, so nothing leaks, if not within_s), its stderr."""
+    t0 = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"still running {within_s:g}s after Ctrl-C: {err[-2000:]}")
+    return time.monotonic() - t0, err
+
+
+def test_ctrl_c_tears_down_and_keeps_finished_steps(tmp_path, ray_session):
+    """SIGINT mid-step: the run ends within seconds, actors killed and group removed
+    (ray_session asserts it), the run recorded as cancelled with the first step's rows."""
     from fleetval.store.dataset import Store
 
+    proc, data = start_endless_run(tmp_path, ray_session.address)
+    proc.send_signal(signal.SIGINT)  # the endless step is running: its file never comes
+    seconds, err = wait_ended(proc, 30)
+    assert proc.returncode == 130 and "Ctrl-C: cancelling" in err, err[-2000:]
+    assert seconds < 15, f"cancel took {seconds:.1f}s"
     (record,) = Store(data).runs()
     assert record.status == "cancelled"
     assert Store(data).results([record.run_id]).num_rows == 2  # the first step's rows are kept
+    # A second Ctrl-C, and a cancel cut at its grace: tests/unit/test_interrupt.py.
+
+
+def test_the_embedded_instance_listens_on_loopback_only(tmp_path):
+    """`fleetval run` with no --address: Ray's servers, its workers and the ranks' collectives
+    listen on 127.0.0.1 only, as `ss -ltnp` would list them for the run's processes."""
+    from rayprocs import descendants, listening
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    cmd = [sys.executable, "-m", "fleetval.cli", "run", write_suite(tmp_path, QUICK),
+           "--data", str(tmp_path / "data")]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    seen: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen |= listening(descendants(proc.pid))  # sampled while Ray and the ranks run
+        time.sleep(0.1)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-3000:]
+    assert len({port for _, port in seen}) >= 3, seen  # GCS, raylet, workers at least
+    exposed = sorted(
+        f"{ip}:{port}" for ip, port in seen if ip not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")
+    )
+    assert not exposed, f"listening beyond loopback: {exposed}"
 
 
 def test_unreachable_address_is_bad_input_and_fails_fast(tmp_path):

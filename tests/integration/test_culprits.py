@@ -78,18 +78,18 @@ def test_lost_node_fails_the_step_naming_rank_and_node(tmp_path, ray_cluster):
     )
     events: list[str] = []
 
-    def kill_when_long_starts() -> None:
-        while "long" not in events:
+    def kill_when_long_runs() -> None:
+        deadline = time.monotonic() + 120
+        while "long" not in events and time.monotonic() < deadline:  # its ranks report progress
             time.sleep(0.1)
-        time.sleep(1.0)
         ray_cluster.remove_node(doomed)
 
-    killer = threading.Thread(target=kill_when_long_starts, daemon=True)
+    killer = threading.Thread(target=kill_when_long_runs, daemon=True)
     killer.start()
     store = Store(tmp_path)
     t0 = time.monotonic()
     record = run_suite(
-        spec, store, on_event=lambda e: e.kind == "step_start" and events.append(e.step)
+        spec, store, on_event=lambda e: e.kind == "step_progress" and events.append(e.step)
     )
     killer.join(timeout=30)
     assert time.monotonic() - t0 < 60

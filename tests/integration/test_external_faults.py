@@ -50,18 +50,20 @@ def long_bandwidth_suite(step_s: float, collective_s: float) -> Any:
 
 
 def run_with_signal(tmp_path, spec: Any, sig: signal.Signals) -> tuple[Any, int, float]:
-    """Run `spec`; 2 s into its step, send `sig` to one rank process. (record, pid, signalled at)."""
+    """Run `spec`; once its ranks report progress in the step, send `sig` to one rank process.
+    (record, pid, signalled at)"""
     hit: dict[str, Any] = {}
+    progressing = threading.Event()
 
     def strike() -> None:
-        time.sleep(2.0)
         pids = rank_pids()
         assert len(pids) == 4, pids
         hit["pid"], hit["at"] = pids[2], time.monotonic()
         os.kill(hit["pid"], sig)
 
     def on_event(e: Any) -> None:
-        if e.kind == "step_start":
+        if e.kind == "step_progress" and not progressing.is_set():
+            progressing.set()
             threading.Thread(target=strike, daemon=True).start()
 
     record = run_suite(spec, Store(tmp_path), on_event=on_event)

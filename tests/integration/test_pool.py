@@ -1,6 +1,7 @@
 """Warm rank actors (fleetval.run.pool) on real Ray and gloo: a second job reuses the pool's
-actors; a pooled rank killed or stopped from outside is replaced, never reused; nothing
-leaks once the pool is closed (the `ray_session` fixture checks)."""
+actors; a pooled rank killed or stopped from outside is replaced, never reused; a sweep's
+node pool forms each job's group among its nodes' warm ranks; nothing leaks once a pool is
+closed (the `ray_session` fixture checks)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import signal
 
 import pytest
 
-from fleetval.run.execute import run_suite
-from fleetval.run.pool import RankPool
+from fleetval.policy import FailurePolicy
+from fleetval.run.execute import cluster_shape, recording, run_job, run_suite
+from fleetval.run.plan import node_job
+from fleetval.run.pool import NodePool, RankPool
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 
@@ -64,11 +67,46 @@ def test_pooled_ranks_are_reused_and_bad_ones_replaced(ray_session, tmp_path):
 
 @pytest.mark.timeout(120)
 def test_idle_groups_expire_and_close_frees_everything(ray_session, tmp_path):
-    pool = RankPool(idle_s=0.0)
+    pool = RankPool(FailurePolicy(idle_s=0.001))
     try:
         assert run_suite(SUITE, Store(tmp_path), pool=pool).status == "pass"
         assert len(pool.actor_ids()) == 2
         pool.expire()  # idle longer than 0 s: freed (the fixture checks nothing is left)
         assert pool.actor_ids() == []
+    finally:
+        pool.close()
+
+
+SWEEP = parse_suite(
+    {
+        "name": "warm-sweep",
+        "placement": {"world_sizes": [2], "gpus_per_rank": 0, "cpus_per_rank": 2},
+        "steps": [{"check": "collectives", "collectives": ["all_reduce"], "repeats": 1}],
+    },
+    "test",
+)
+
+
+@pytest.mark.timeout(300)
+def test_a_sweeps_node_pool_reuses_each_nodes_ranks_and_replaces_a_dead_one(ray_session, tmp_path):
+    """Jobs over different node pairs (as a sweep's rounds) form their groups among the same
+    warm ranks, one per node here; a rank killed between jobs is replaced, the others reused."""
+    cluster = cluster_shape()
+    pool = NodePool(lambda node: node_job(SWEEP, cluster, (node,), -1, []))
+    pairs = [("node-a", "node-b"), ("node-b", "node-c"), ("node-a", "node-c")]
+    jobs = [node_job(SWEEP, cluster, pair, i, None) for i, pair in enumerate(pairs)]
+    try:
+        with recording(SWEEP, Store(tmp_path)) as state:
+            state.pool = pool
+            assert [o.status for o in run_job(jobs[0], state)] == ["pass"]
+            assert pool.started == 2
+            assert [o.status for o in run_job(jobs[1], state)] == ["pass"]
+            assert pool.started == 3  # node-b's rank was warm; node-c's started
+            warm = {n: [r.placed.pid for r in rs] for n, rs in pool._idle.items()}
+            os.kill(warm["node-a"][0], signal.SIGKILL)  # dies while idle
+            assert [o.status for o in run_job(jobs[2], state)] == ["pass"]
+            assert pool.started == 4  # node-a's rank replaced, node-c's reused
+            now = {n: [r.placed.pid for r in rs] for n, rs in pool._idle.items()}
+            assert now["node-c"] == warm["node-c"] and now["node-a"] != warm["node-a"]
     finally:
         pool.close()

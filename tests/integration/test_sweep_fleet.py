@@ -64,6 +64,8 @@ def test_a_clean_fleet_names_nobody_and_exits_0(scenarios):
     assert doc["exit_code"] == 0, doc["output"]
     assert named(doc) == [] and "fleet healthy: 8 nodes" in doc["output"]
     assert [n["state"] for n in doc["verdict"]["nodes"]] == ["healthy"] * 8
+    # One warm rank per node for every job of every round: started once, never again.
+    assert doc["ranks"]["started"] == 8 and doc["verdict"]["jobs"] > 8, doc["ranks"]
     gates = doc["signoff"]
     assert gates["sweep"] == "PASS" and gates["completed"] == "PASS", gates
     # NOTE: a rank made late by this loaded box is the health gate's to name, not the sweep's.
