@@ -13,6 +13,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from pydantic import BaseModel
 
 from fleetval.checks.spec import plural
+from fleetval.nodesets import SHOWN, compress, more
 from fleetval.reports import plots
 from fleetval.signoff.evaluate import Signoff
 from fleetval.signoff.sweep import SweepView
@@ -72,6 +73,7 @@ _env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S UTC") if t else "
 _env.filters["md"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
 # A node's state in one sweep as one letter (Markdown) or a cell's class (HTML); "-": not in it.
 _env.filters["plural"] = plural
+_env.filters["hosts"] = lambda nodes: compress(nodes, limit=SHOWN)  # node-[1-7,9] ...
 _env.filters["letter"] = lambda state: state.value[0].upper() if state else "-"
 
 
@@ -84,7 +86,8 @@ def _plots(s: Signoff) -> dict[str, Any]:
         if any(p.efficiency is not None for p in v.scaling)
         else None
     )
-    heat = plots.heat_map(v.heat_nodes, v.heat_checks, v.heat, "heat") if v.heat_nodes else None
+    h = v.heat_view
+    heat = plots.heat_map(h.nodes, h.checks, h.cells, "heat") if h.nodes else None
     trends = _trends(v.sweep) if v.sweep else {}
     return {"busbw": busbw, "scaling": scaling, "heat": heat, "trends": trends}
 
@@ -107,7 +110,7 @@ def _context(s: Signoff) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for g in s.gates:
         counts[g.status.value] = counts.get(g.status.value, 0) + 1
-    return {"s": s, "counts": counts, "changes": _changes(s)}
+    return {"s": s, "counts": counts, "changes": _changes(s), "shown": SHOWN, "more": more}
 
 
 def to_json(s: Signoff) -> dict[str, Any]:
@@ -131,6 +134,11 @@ def to_json(s: Signoff) -> dict[str, Any]:
         "gates_declared": s.gates_declared,
         "gates": [asdict(g) for g in s.gates],
         "incidents": [asdict(i) for i in s.views.incidents],
+        "hardware": s.views.hardware.to_dict() if s.views.hardware else None,
+        "heat": {
+            "checks": list(s.views.heat_checks),
+            "nodes": dict(zip(s.views.heat_nodes, map(list, s.views.heat), strict=True)),
+        },
         "environment": list(s.views.environment),
         "env_diff": [{"key": k, "baseline": b, "candidate": c} for k, b, c in s.views.env_diff],
         "parquet_paths": list(s.parquet_paths),

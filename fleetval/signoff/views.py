@@ -1,6 +1,9 @@
 """What a sign-off report shows beside its gates, as plain data: busbw curves with the
-baseline's spread, scaling points, the node x check status map, incidents, the environment,
-and for a fleet sweep its verdict and each node's history (`fleetval.signoff.sweep`).
+baseline's spread, scaling points, the node x check status map, incidents, the GPU hardware
+findings, the environment, and for a fleet sweep its verdict and each node's history
+(`fleetval.signoff.sweep`). What grows with the fleet is also given cut and grouped (top N,
+compressed host lists, "and N more"), so a report of 1,024 nodes reads like one of 16; the
+JSON report keeps every entry.
 
 Plain frozen dataclasses of numbers and strings, so `fleetval.reports` only formats them.
 """
@@ -8,7 +11,7 @@ Plain frozen dataclasses of numbers and strings, so `fleetval.reports` only form
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -20,11 +23,13 @@ from fleetval.analysis.baselines import Baselines
 from fleetval.analysis.compare import Comparison
 from fleetval.checks import CHECKS, bandwidth
 from fleetval.checks.ddp import scaling_efficiency, scaling_steps
-from fleetval.nodesets import EnvSummary, group_env
+from fleetval.checks.health import NODE_HW_METRIC
+from fleetval.detect.hardware import ACTION_RANK, Action
+from fleetval.nodesets import SHOWN, EnvSummary, compress, group_env, natural
 from fleetval.signoff.sweep import SWEEPS_SHOWN, SweepView, sweep_view
 from fleetval.status import severity
 from fleetval.store.dataset import RunRecord, Store
-from fleetval.store.schema import ENV_COLUMNS
+from fleetval.store.schema import ENV_COLUMNS, GPU_METRIC
 from fleetval.vocab import Status
 
 ENV_SHOWN = (
@@ -32,6 +37,7 @@ ENV_SHOWN = (
     "nccl_version", "rccl_version", "torch_version", "ray_version", "python_version", "kernel",
 )  # fmt: skip
 ENV_GROUPED = ENV_SHOWN[1:]  # the hostname names a node: never shared, never grouped on
+HEAT_SHOWN = 32  # node rows of the heat map; beyond, the worst nodes and a count of the rest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +75,90 @@ class Incident:
 
 
 @dataclass(frozen=True, kw_only=True)
+class IncidentGroup:
+    """Incidents of one kind in one step, their nodes as a compressed host list."""
+
+    kind: str
+    step: str
+    count: int
+    nodes: tuple[str, ...]
+
+    @property
+    def hosts_shown(self) -> str:
+        return compress(self.nodes, limit=SHOWN)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeatView:
+    """The heat map as drawn: every node up to HEAT_SHOWN, else the worst HEAT_SHOWN nodes;
+    the rest counted by their worst status."""
+
+    nodes: tuple[str, ...]
+    checks: tuple[str, ...]
+    cells: tuple[tuple[str | None, ...], ...]
+    left: int  # nodes not drawn
+    left_worst: dict[str, int]  # their worst status -> how many nodes
+    left_hosts: str  # compressed, cut to SHOWN ranges
+
+
+@dataclass(frozen=True, kw_only=True)
+class HwFinding:
+    """One hardware finding on one GPU (or a node's kernel event), as a report lists it."""
+
+    node: str
+    gpu: str  # "GPU 3 (0000:1b:00, GPU-...)"
+    code: str  # "row_remap_pending", "xid_79", ...
+    severity: str  # warn or fail
+    action: str  # fleetval.detect.hardware.Action
+    evidence: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HwGroup:
+    """Every occurrence of one finding with one action: how many GPUs, on which nodes."""
+
+    code: str
+    action: str
+    severity: str
+    gpus: int
+    nodes: tuple[str, ...]
+    evidence: str  # the first occurrence's, as an example
+    reason: str
+
+    @property
+    def hosts_shown(self) -> str:
+        return compress(self.nodes, limit=SHOWN)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareView:
+    """The GPU hardware the run's health steps read and judged (`gpu_hardware` rows)."""
+
+    gpus: int  # GPU rows (one per GPU, or per kernel event at an address no reading names)
+    healthy: int  # judged, no finding
+    unjudged: int  # read, but the source did not say enough to judge (never a pass)
+    findings: tuple[HwFinding, ...]  # worst action first, then node
+    groups: tuple[HwGroup, ...]  # by finding and action, worst first
+    node_actions: dict[str, tuple[str, ...]]  # node action (worst first) -> nodes
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Nodes with a finding, worst action first."""
+        return tuple(dict.fromkeys(f.node for f in self.findings))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpus": self.gpus,
+            "healthy": self.healthy,
+            "unjudged": self.unjudged,
+            "findings": [asdict(f) for f in self.findings],
+            "groups": [{**asdict(g), "hosts": compress(g.nodes)} for g in self.groups],
+            "node_actions": {a: list(n) for a, n in self.node_actions.items()},
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class Views:
     busbw: dict[str, tuple[Series, ...]]  # collective -> lines (candidate first)
     scaling: tuple[ScalingView, ...]
@@ -76,6 +166,9 @@ class Views:
     heat_checks: tuple[str, ...]
     heat: tuple[tuple[str | None, ...], ...]  # [node][check] worst status, None: not run there
     incidents: tuple[Incident, ...]
+    incident_groups: tuple[IncidentGroup, ...]  # by kind and step, most first
+    heat_view: HeatView
+    hardware: HardwareView | None  # None: no step read GPU hardware
     environment: tuple[dict[str, Any], ...]  # one per node: node + ENV_SHOWN
     env: EnvSummary  # the same, nodes grouped by identical environment (what a report prints)
     env_diff: tuple[tuple[str, str, str], ...]  # (key, baseline values, candidate values)
@@ -169,6 +262,97 @@ def _heat(rows: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...],
     return nodes, checks, tuple(tuple(worst.get((n, c)) for c in checks) for n in nodes)
 
 
+def _heat_view(
+    nodes: tuple[str, ...], checks: tuple[str, ...], heat: tuple, shown: int = HEAT_SHOWN
+) -> HeatView:
+    """All nodes when they fit; else the `shown` worst (by their row's worst status, then
+    how many cells are that bad), drawn in name order."""
+    worst = [max((severity(c) for c in row), default=0) for row in heat]
+    order = sorted(range(len(nodes)), key=lambda i: (-worst[i], -sum(
+        severity(c) == worst[i] for c in heat[i]), natural(nodes[i])))  # fmt: skip
+    keep = sorted(order[:shown], key=lambda i: natural(nodes[i]))
+    rest = order[shown:]
+    counts: dict[str, int] = defaultdict(int)
+    for i in rest:
+        counts[max((c for c in heat[i] if c), key=severity, default="not run")] += 1
+    return HeatView(
+        nodes=tuple(nodes[i] for i in keep),
+        checks=checks,
+        cells=tuple(heat[i] for i in keep),
+        left=len(rest),
+        left_worst=dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        left_hosts=compress((nodes[i] for i in rest), limit=SHOWN),
+    )
+
+
+def _incident_groups(incidents: tuple[Incident, ...]) -> tuple[IncidentGroup, ...]:
+    members: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for i in incidents:
+        members[(i.kind, i.step)].append(i.node)
+    return tuple(
+        sorted(
+            (IncidentGroup(kind=k, step=s, count=len(n),
+                           nodes=tuple(sorted(set(n), key=natural)))
+             for (k, s), n in members.items()),
+            key=lambda g: (-g.count, g.kind, g.step),
+        )
+    )  # fmt: skip
+
+
+def hardware_view(rows: list[dict[str, Any]]) -> HardwareView | None:
+    """The hardware findings of the run's `gpu_hardware` rows (details parsed), grouped."""
+    gpu_rows = [r for r in rows if r["metric"] == GPU_METRIC]
+    if not gpu_rows:
+        return None
+    findings = [
+        HwFinding(node=r["node"], gpu=r["details"].get("gpu") or r["device_id"] or "?",
+                  code=f["code"], severity=f["severity"], action=f["action"],
+                  evidence=f["evidence"], reason=f["reason"])
+        for r in gpu_rows
+        for f in r["details"].get("findings", [])
+        if f["severity"] in (Status.WARN, Status.FAIL)
+    ]  # fmt: skip
+    findings.sort(key=lambda f: (-_action_rank(f.action), -severity(f.severity),
+                                 natural(f.node), f.gpu))  # fmt: skip
+    return HardwareView(
+        gpus=len(gpu_rows),
+        healthy=sum(r["status"] == Status.PASS for r in gpu_rows),
+        unjudged=sum(r["status"] in (Status.SKIP, Status.UNJUDGED) for r in gpu_rows),
+        findings=tuple(findings),
+        groups=_hw_groups(findings),
+        node_actions=_node_actions(rows),
+    )
+
+
+def _action_rank(action: str) -> int:
+    return ACTION_RANK.get(action, 0)  # type: ignore[call-overload]  # NOTE: StrEnum keys hash as str
+
+
+def _hw_groups(findings: list[HwFinding]) -> tuple[HwGroup, ...]:
+    members: dict[tuple[str, str], list[HwFinding]] = defaultdict(list)
+    for f in findings:  # already worst first, so the groups keep that order
+        members[(f.code, f.action)].append(f)
+    return tuple(
+        HwGroup(code=code, action=action, severity=fs[0].severity, gpus=len(fs),
+                nodes=tuple(sorted({f.node for f in fs}, key=natural)),
+                evidence=fs[0].evidence, reason=fs[0].reason)
+        for (code, action), fs in members.items()
+    )  # fmt: skip
+
+
+def _node_actions(rows: list[dict[str, Any]]) -> dict[str, tuple[str, ...]]:
+    """Each node's one action (its `hw_node_action` row), worst action first; none left out."""
+    by_action: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        action = r["details"].get("action") if r["metric"] == NODE_HW_METRIC else None
+        if action and action != Action.NONE:
+            by_action[action].add(r["node"])
+    return {
+        a: tuple(sorted(n, key=natural))
+        for a, n in sorted(by_action.items(), key=lambda kv: -_action_rank(kv[0]))
+    }
+
+
 def _incidents(
     record: RunRecord, rows: list[dict[str, Any]], comparison: Comparison | None
 ) -> tuple[Incident, ...]:
@@ -227,13 +411,17 @@ def build_views(
         if c.key in ENV_COLUMNS
     )
     heat_nodes, heat_checks, heat = _heat(rows)
+    incidents = _incidents(record, rows, comparison)
     return Views(
         busbw=_busbw_views(store, record.run_id, baseline_runs),
         scaling=scaling_points(rows),
         heat_nodes=heat_nodes,
         heat_checks=heat_checks,
         heat=heat,
-        incidents=_incidents(record, rows, comparison),
+        incidents=incidents,
+        incident_groups=_incident_groups(incidents),
+        heat_view=_heat_view(heat_nodes, heat_checks, heat),
+        hardware=hardware_view(rows),
         environment=environment,
         env=group_env(environment, ENV_GROUPED),
         env_diff=diff,

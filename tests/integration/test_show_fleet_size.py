@@ -133,16 +133,26 @@ def test_report_environment_section_is_grouped(fleet: tuple, tmp_path: Path) -> 
     assert len(rows) == 4  # the header and three groups: at 1,024 nodes as at 16
 
 
-def test_html_report_environment_is_grouped(tmp_path_factory, tmp_path) -> None:
-    """The HTML template's section (at 16 nodes: the Markdown test covers 1,024, where the
-    HTML report's other sections take most of a minute on 2 shared cores)."""
-    root = tmp_path_factory.mktemp("fleet-html") / "store"
-    run_id, _ = fleet_store(root, 16)
+def test_html_report_reads_at_fleet_size(fleet: tuple, tmp_path: Path) -> None:
+    """The HTML report's environment, incidents and heat map: grouped and cut, at 1,024
+    nodes as at 16 (the heat map draws the worst nodes, so this takes seconds, not a minute)."""
+    root, n, run_id, slow = fleet
     html = tmp_path / "report.html"
     res = CliRunner().invoke(app, ["report", run_id, "-o", str(html), "--data", str(root)])
     assert res.exit_code in (0, 1), res.output
-    section = html.read_text().split('<section id="environment">', 1)[1].split("</section>", 1)[0]
-    assert "<h2>Environment of 16 nodes</h2>" in section and "node-[0-15]" in section
+    page = html.read_text()
+    section = page.split('<section id="environment">', 1)[1].split("</section>", 1)[0]
+    assert f"<h2>Environment of {n:,} nodes</h2>" in section and f"node-[0-{n - 1}]" in section
     assert section.count("<tr>") == 4  # the header and three groups
     assert '<td>2.21.5</td><td>6.8.0-60-generic</td><td class="small">node-7</td>' in section
-    assert '<td class="num">14</td><td>2.22.3</td>' in section
+    assert f'<td class="num">{n - 1 - (n + 99) // 100}</td><td>2.22.3</td>' in section
+    incidents = page.split('<section id="incidents">', 1)[1].split("</section>", 1)[0]
+    listed = incidents.split('id="incident-list"', 1)[1].count('<tr class="bad">')
+    total = len(slow)  # a late culprit per slow node (outliers need a baseline in a report)
+    assert listed == min(total, SHOWN)
+    if total > SHOWN:
+        assert f"and {total - SHOWN} more incidents: the JSON report lists every one" in incidents
+        assert '<td>late</td><td>bandwidth</td><td class="num">28</td>' in incidents
+        assert "node-[3,40,77,114,151,188,225,262,299,336...] and 18 more nodes" in incidents
+    heat = page.split('<section id="heat">', 1)[1].split("</section>", 1)[0]
+    assert ("and 992 more nodes" in heat) == (n == 1024)
