@@ -119,7 +119,7 @@ class ValueTrial:
             jitter = (1 + m.rank_sd * rng.standard_normal((n, world, m.iters))).mean(axis=1)
             t = np.median((self.base * level)[:, None] * shared * jitter, axis=1)
             value = np.where(self.busbw, self.base * 40 / t, t)  # busbw: constant / time
-            out.append((f"run-{self.count}", value))
+            out.append((f"run-{self.count:06d}", value))  # ids sort as runs start
             self.count += 1
         return out
 
@@ -170,6 +170,94 @@ def value_trial(seed: int, model: FleetModel, threshold: float) -> dict[tuple, i
     return out
 
 
+# -- a first compare at 24 identities (issue 29) ----------------------------------------------
+
+# all_reduce and all_gather at 12 sizes (1 KiB .. 2 MiB: 6 latency-bound, 6 busbw-bound),
+# 4 ranks on one node, 20 iterations: the suite of issue 29
+SMALL = FleetModel(nodes=1, ranks_per_node=4, iters=20,
+                   collectives={"all_reduce": 2.0, "all_gather": 1.0}, dtypes=("float32",),
+                   sizes=tuple(1 << e for e in range(10, 22)))  # fmt: skip
+CELLS = ((0.30, 1), (0.10, 1), (0.05, 5), (0.10, 5))  # (busbw drop, candidate runs)
+
+
+def first_compare_trial(
+    seed: int, model: FleetModel, threshold: float, history: int, run_sd: np.ndarray,
+    noisy: np.ndarray,
+) -> dict[tuple, int]:  # fmt: skip
+    """One seed of the small suite: `history` earlier clean runs (0: a first compare), 5
+    baseline runs, clean candidates (a false alarm: any regression, also per part: the
+    `noisy` identities and the rest) and one busbw drop per cell, judged by compare.judge."""
+    vt = ValueTrial(model, seed)
+    vt.run_sd = run_sd
+    settings, decls = CompareSettings(threshold_pct=threshold), merge([])
+    past, base = vt.runs(history), vt.runs(5)
+
+    def regressions(cands: list[tuple[str, np.ndarray]]) -> dict[tuple, bool]:
+        results = judge(vt.table(past + base + cands), [r for r, _ in cands], settings, decls,
+                        [r for r, _ in past])  # fmt: skip
+        return {(r.identity.collective, r.identity.dtype, r.identity.size_bytes):
+                r.verdict == Verdict.REGRESSION for r in results}  # fmt: skip
+
+    out: dict[tuple, int] = {}
+    for k in (1, 5):
+        flagged = regressions(vt.runs(k))
+        hit = np.array([flagged[ident] for ident in vt.idents])
+        out[("false_alarm", k)] = int(hit.any())
+        out[("false_alarm_noisy", k)] = int(hit[noisy].any())
+        out[("false_alarm_quiet", k)] = int(hit[~noisy].any())
+    targets = [i for i in _busbw_identities(model) if not noisy[i]]
+    for drop, k in CELLS:
+        target = targets[seed % len(targets)]
+        out[("found", drop, k)] = int(regressions(vt.runs(k, {target: drop}))[vt.idents[target]])
+    return out
+
+
+def first_compare(args: argparse.Namespace) -> None:
+    """The table of issue 29: found and false alarms with `--history` earlier runs and none."""
+    model = SMALL
+    idents = model.identities()
+    world = model.nodes * model.ranks_per_node
+    noisy = np.zeros(len(idents), bool)
+    if args.noisy == "latency":
+        noisy = np.array([s < CompareSettings().latency_cutoff_bytes for _, _, s in idents])
+    elif args.noisy:
+        noisy = np.array([c == args.noisy for c, _, _ in idents])
+    run_sd = np.where(noisy, args.noisy_sd, args.run_sd)
+    value_sd = np.hypot(args.run_sd, model.iter_sd * 1.2533 / np.sqrt(model.iters))
+    alpha, n, size = args.fdr / 2, args.trials, len(idents)
+    totals: dict[tuple, dict[tuple, int]] = {}
+    start = time.perf_counter()
+    for history in (args.history, 0):
+        tot = totals.setdefault(history, {})
+        for seed in range(args.seed, args.seed + n):
+            for key, v in first_compare_trial(seed, model, args.threshold, history, run_sd,
+                                              noisy).items():  # fmt: skip
+                tot[key] = tot.get(key, 0) + v
+    print(f"{size} identities (all_reduce, all_gather x 12 sizes 1 KiB-2 MiB, float32), {world} "
+          f"ranks, {model.iters} iterations; run sd {args.run_sd:.1%}"
+          + (f", {args.noisy} identities {args.noisy_sd:.1%}" if args.noisy else "")
+          + f", iteration sd {model.iter_sd:.1%}; 5 baseline runs; threshold {args.threshold}%, "
+          f"fdr {args.fdr}; {n} trials a cell (seeds {args.seed}..{args.seed + n - 1}); "
+          f"run values judged by compare.judge; {time.perf_counter() - start:.0f} s\n")  # fmt: skip
+    h = args.history
+    print(f"| planted busbw drop at one identity | design | known-variance bound | with {h} "
+          "earlier clean runs | with none |")
+    print("|---|---|---:|---:|---:|")
+    for drop, k in CELLS:
+        delta = -np.log1p(-drop) / (value_sd * np.sqrt(1 / 5 + 1 / k))
+        print(f"| {drop:.0%} | 5+{k} | {np_bound(delta, size, alpha):.1%} | "
+              f"{totals[h][('found', drop, k)] / n:.1%} | {totals[0][('found', drop, k)] / n:.1%} |")
+    parts = [("false_alarm", "any identity")]
+    if args.noisy:
+        parts += [("false_alarm_noisy", f"the {noisy.sum()} noisy ones"),
+                  ("false_alarm_quiet", f"the {(~noisy).sum()} others")]  # fmt: skip
+    for key, what in parts:
+        for k in (1, 5):
+            a, b = totals[h][(key, k)], totals[0][(key, k)]
+            print(f"| false alarms, clean ({what}) | 5+{k} | budget {alpha:.1%} | "
+                  f"{a}/{n} = {a / n:.1%} | {b}/{n} = {b / n:.1%} |")
+
+
 # -- the sweep over family sizes ---------------------------------------------------------------
 
 
@@ -200,9 +288,9 @@ class Cell:
         past = st.NO_HISTORY
         if history:
             past = st.history_variance(rng.standard_normal((repeats * size, history)) * sd)
-        var, df, _, _ = st.moderated(n, ss, np.repeat(np.arange(repeats), size), past)
+        mod = st.moderated(n, ss, np.repeat(np.arange(repeats), size), past)
         diff = mean[:, 1] - mean[:, 0]
-        var = var * (1 / m + 1 / k)
+        var, df = mod.var * (1 / m + 1 / k), mod.df
         p, _ = st.t_test(diff, var, df, 0.95)
         shape = (repeats, size)
         q = np.stack([st.bh_adjust(row) for row in p.reshape(shape)])
@@ -317,7 +405,14 @@ def main() -> None:
     ap.add_argument("--threshold", type=float, default=2.0, help="percent (compare --threshold)")
     ap.add_argument("--values", action="store_true", help="judge run values made here (fast)")
     ap.add_argument("--drops", type=float, nargs="+", default=list(DROPS), help="fractions")
+    ap.add_argument("--first-compare", action="store_true",
+                    help="issue 29's suite of 24 identities: with --history earlier runs and none")
+    ap.add_argument("--noisy", help="first compare: 'latency' or a collective at --noisy-sd")
+    ap.add_argument("--noisy-sd", type=float, default=0.06)
     args = ap.parse_args()
+    if args.first_compare:
+        first_compare(args)
+        return
     if args.identities:
         sweep(args)
         return
