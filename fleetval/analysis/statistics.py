@@ -50,6 +50,12 @@ MAX_DF = 1000
 # alike and unlike spreads cannot be told apart (3-12 identities of spreads 0.5-4% made
 # p <= 0.001 2-3 times too often at 5+1), so a smaller family is judged by the plain t.
 MIN_OTHERS = 15
+# Regimes of a family share its spread unless their pooled variances differ by more than
+# this many standard errors (`alike_regimes`).
+REGIME_Z = 3.0
+# Below this upper-tail probability of its own variance under its prior an identity leans on
+# the prior only in proportion (`trust`).
+TRUST_P = 0.3
 # A history needs this many runs of an identity before it says anything of its variance.
 MIN_HISTORY = 3
 # A level shift in a history is a cut where the means of w runs either side differ by
@@ -145,7 +151,7 @@ def alike_regimes(s2: np.ndarray, df: np.ndarray, regime: np.ndarray, family: np
             np.log(ss_reg / a) - digamma(a / 2) + np.log(a / 2)
             - np.log(ss_rest / b) + digamma(b / 2) - np.log(b / 2)
         ) / np.sqrt(trigamma(a / 2) + trigamma(b / 2))  # fmt: skip
-    return ~both | (np.abs(np.nan_to_num(z, nan=np.inf)) <= 2)
+    return ~both | (np.abs(np.nan_to_num(z, nan=np.inf)) <= REGIME_Z)
 
 
 def digamma(x: np.ndarray) -> np.ndarray:
@@ -378,18 +384,50 @@ def moderated(
         small = narrow.prior.others < MIN_OTHERS
         lend = shared & (np.isinf(wide.prior.df) | (small & (wide.prior.df > 0)))
         level = wide.take(lend, narrow)
-    d0, prior = level.prior.df, level.prior
+    # pooled: the prior is as sure as all the others, so it is their pooled variance on all
+    # their df (exact for alike spreads); else the fitted prior, s0^2 known to var_df
+    others = level.pooled_df - own
+    pooled = level.prior.df >= others
+    with np.errstate(invalid="ignore", divide="ignore"):
+        others_var = (level.pooled_var * level.pooled_df - own * np.nan_to_num(s2)) / others
+    d0 = np.where(pooled, others, level.prior.df)
+    s0 = np.where(pooled, others_var, level.prior.var)
+    d0 = d0 * trust(s2, own, s0, d0)
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(d0 > 0, d0 / (d0 + own), 0.0)
-        shrunk = (np.where(d0 > 0, d0 * prior.var, 0.0) + own * np.nan_to_num(s2)) / (d0 + own)
-        borrowed = np.where(share > 0, share**2 / prior.var_df, 0.0)
-        shrunk_df = 1 / (1 / (d0 + own) + borrowed)
-    pooled = d0 >= level.pooled_df - own  # the prior is as sure as all the others: pool all
-    var = np.where(pooled, level.pooled_var, shrunk)
-    df = np.floor(np.minimum(np.where(pooled, level.pooled_df, shrunk_df), MAX_DF))
-    df = np.where(np.isfinite(var), np.nan_to_num(df), 0.0)
+        var = (np.where(d0 > 0, d0 * s0, 0.0) + own * np.nan_to_num(s2)) / (d0 + own)
+        # pooled: Satterthwaite's df of the weighted sum of two independent variances (the
+        # pooled t's d0 + d at full trust, the own d at none); else 1/df = 1/(d0 + d) + B^2/var_df
+        df = np.where(
+            pooled,
+            (d0 + own) ** 2 / (d0 * d0 / others + own),
+            1 / (1 / (d0 + own) + np.where(share > 0, share**2 / level.prior.var_df, 0.0)),
+        )
+    var = np.where(own > 0, var, np.where(d0 > 0, s0, np.nan))
+    df = np.floor(np.minimum(np.nan_to_num(df), MAX_DF))
+    df = np.where(np.isfinite(var), df, 0.0)
     lent = np.maximum(df - own, 0.0)  # what the family added beyond the identity's own df
-    return Moderated(var, df, s2, own, lent, np.where(lent > 0, prior.others, 0.0))
+    return Moderated(var, df, s2, own, lent, np.where(lent > 0, level.prior.others, 0.0))
+
+
+def trust(s2: np.ndarray, df: np.ndarray, s0: np.ndarray, d0: np.ndarray) -> np.ndarray:
+    """How far an identity may lean on its prior (s0^2 on d0 df), 0..1: 1 unless its own
+    variance (s2 on df) is improbably large for it, then the upper-tail probability of
+    log s2 against the prior's (normal on Smyth's scale: trigamma(df/2) + trigamma(d0/2))
+    over TRUST_P. limma's robust prior does this for the same reason: one much noisier
+    identity in an alike family is otherwise judged on the family's spread (drowned), and
+    its clean runs fail the gate. An alike identity loses a little power and only where its
+    own spread is high (the test stays exact or conservative); with 4 df the prior cannot
+    tell a 3x noisier identity whose runs happened close, so some of those stay drowned."""
+    ok = (df > 0) & (d0 > 0) & np.isfinite(s2) & (s2 > 0) & (s0 > 0)
+    d, k = np.where(ok, df, 2.0), np.where(ok, d0, 2.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (
+            np.log(np.where(ok, s2 / s0, 1.0)) - digamma(d / 2) + np.log(d / 2)
+            + digamma(k / 2) - np.log(k / 2)
+        ) / np.sqrt(trigamma(d / 2) + trigamma(k / 2))  # fmt: skip
+    tail = 0.5 * np.array([math.erfc(x / math.sqrt(2)) for x in z.tolist()])
+    return np.where(ok, np.minimum(1.0, tail / TRUST_P), 1.0)
 
 
 def tests(
