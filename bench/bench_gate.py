@@ -240,13 +240,17 @@ def first_compare(args: argparse.Namespace) -> None:
           f"fdr {args.fdr}; {n} trials a cell (seeds {args.seed}..{args.seed + n - 1}); "
           f"run values judged by compare.judge; {time.perf_counter() - start:.0f} s\n")  # fmt: skip
     h = args.history
-    print(f"| planted busbw drop at one identity | design | known-variance bound | with {h} "
-          "earlier clean runs | with none |")
+    print(
+        f"| planted busbw drop at one identity | design | known-variance bound | with {h} "
+        "earlier clean runs | with none |"
+    )
     print("|---|---|---:|---:|---:|")
     for drop, k in CELLS:
         delta = -np.log1p(-drop) / (value_sd * np.sqrt(1 / 5 + 1 / k))
-        print(f"| {drop:.0%} | 5+{k} | {np_bound(delta, size, alpha):.1%} | "
-              f"{totals[h][('found', drop, k)] / n:.1%} | {totals[0][('found', drop, k)] / n:.1%} |")
+        print(
+            f"| {drop:.0%} | 5+{k} | {np_bound(delta, size, alpha):.1%} | "
+            f"{totals[h][('found', drop, k)] / n:.1%} | {totals[0][('found', drop, k)] / n:.1%} |"
+        )
     parts = [("false_alarm", "any identity")]
     if args.noisy:
         parts += [("false_alarm_noisy", f"the {noisy.sum()} noisy ones"),
@@ -254,8 +258,10 @@ def first_compare(args: argparse.Namespace) -> None:
     for key, what in parts:
         for k in (1, 5):
             a, b = totals[h][(key, k)], totals[0][(key, k)]
-            print(f"| false alarms, clean ({what}) | 5+{k} | budget {alpha:.1%} | "
-                  f"{a}/{n} = {a / n:.1%} | {b}/{n} = {b / n:.1%} |")
+            print(
+                f"| false alarms, clean ({what}) | 5+{k} | budget {alpha:.1%} | "
+                f"{a}/{n} = {a / n:.1%} | {b}/{n} = {b / n:.1%} |"
+            )
 
 
 # -- the sweep over family sizes ---------------------------------------------------------------
@@ -405,8 +411,11 @@ def main() -> None:
     ap.add_argument("--threshold", type=float, default=2.0, help="percent (compare --threshold)")
     ap.add_argument("--values", action="store_true", help="judge run values made here (fast)")
     ap.add_argument("--drops", type=float, nargs="+", default=list(DROPS), help="fractions")
-    ap.add_argument("--first-compare", action="store_true",
-                    help="issue 29's suite of 24 identities: with --history earlier runs and none")
+    ap.add_argument(
+        "--first-compare",
+        action="store_true",
+        help="issue 29's suite of 24 identities: with --history earlier runs and none",
+    )
     ap.add_argument("--noisy", help="first compare: 'latency' or a collective at --noisy-sd")
     ap.add_argument("--noisy-sd", type=float, default=0.06)
     args = ap.parse_args()

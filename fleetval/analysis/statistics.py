@@ -126,7 +126,9 @@ class VariancePrior:
         return cls(d0, var, var_df, count)
 
 
-def alike_regimes(s2: np.ndarray, df: np.ndarray, regime: np.ndarray, family: np.ndarray) -> np.ndarray:
+def alike_regimes(
+    s2: np.ndarray, df: np.ndarray, regime: np.ndarray, family: np.ndarray
+) -> np.ndarray:
     """Per identity: whether its regime's OTHER identities share the rest of its family's
     spread: their pooled variances (on log scale, less chi-square's bias) differ by at most
     two standard errors (trigamma(D/2) each). A regime alone in its family, or an identity
