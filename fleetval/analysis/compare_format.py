@@ -52,6 +52,12 @@ def _df(r: MetricComparison) -> str:
     return f"{r.own_df}+{r.history_df}+{r.family_df}"
 
 
+_DF_LEGEND = (
+    "df: the run sd's degrees of freedom, own runs + history + family prior; "
+    "few make a wide interval, so a large change can be noisy"
+)
+
+
 def summary_line(c: Comparison, strict: bool = False) -> str:
     counts = ", ".join(f"{n} {v.value}" for v, n in c.counts().items() if n)
     reasons = c.gate_reasons(strict)
@@ -110,6 +116,8 @@ def to_rich(
             ]
             table.add_row(*cells)
         parts.append(table)
+    if wide and any(r.df is not None for r in shown):
+        parts.append(Text(_DF_LEGEND, style="dim"))
     folded = len(c.results) - len(shown)
     if folded:
         parts.append(
