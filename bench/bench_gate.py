@@ -29,6 +29,16 @@ degrees of freedom, noncentral t), the share of 10-run-sd drops caught, and the 
 (460 identities, 7+7, a 6% drop). --history N gives every identity N earlier runs of the
 same spread (`statistics.history_variance`, as compare reads them from the store).
 
+--first-compare is issue 29's suite: all_reduce and all_gather at 12 sizes (1 KiB-2 MiB: 6
+latency-bound, 6 busbw-bound), 4 ranks, 20 iterations, run sd --run-sd, 5 baseline runs;
+per seed, with --history earlier clean runs and with none, clean candidates (5+1, 5+5) and
+busbw drops (30% and 10% at 5+1, 5% and 10% at 5+5), run values made here and judged by
+`compare.judge`, beside the known-variance bound. --noisy latency (or a collective) makes
+those identities --noisy-sd noisy and counts false alarms per part:
+
+    python bench/bench_gate.py --first-compare --history 20 --trials 200 --threshold 2
+    python bench/bench_gate.py --first-compare --history 20 --trials 200 --threshold 2 --noisy latency
+
 With --values the store is skipped: each run's value per identity is made here exactly as
 the store's summaries make it (per iteration the mean over ranks, the median over
 iterations, busbw = constant / time) and judged by `compare.judge`, the statistics

@@ -389,7 +389,7 @@ def moderated(
     # pooled: the prior is as sure as all the others, so it is their pooled variance on all
     # their df (exact for alike spreads); else the fitted prior, s0^2 known to var_df
     others = level.pooled_df - own
-    pooled = level.prior.df >= others
+    pooled = (others > 0) & (level.prior.df >= others)
     with np.errstate(invalid="ignore", divide="ignore"):
         others_var = (level.pooled_var * level.pooled_df - own * np.nan_to_num(s2)) / others
     d0 = np.where(pooled, others, level.prior.df)
@@ -480,9 +480,11 @@ def t_quantile(confidence: float, df: np.ndarray) -> np.ndarray:
     g = [(z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96,
          (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
          (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160]  # fmt: skip
-    t = z + sum(gk / nu ** (k + 1) for k, gk in enumerate(g))
-    log_norm = np.array([math.lgamma((v + 1) / 2) - math.lgamma(v / 2) for v in nu.tolist()])
-    log_norm -= 0.5 * np.log(nu * np.pi)
+    with np.errstate(divide="ignore", invalid="ignore"):  # no df (nu = 0): NaN at the end
+        t = z + sum(gk / nu ** (k + 1) for k, gk in enumerate(g))
+        log_norm = np.array([math.lgamma((v + 1) / 2) - math.lgamma(v / 2) if v > 0 else 0.0
+                             for v in nu.tolist()])  # fmt: skip
+        log_norm -= 0.5 * np.log(nu * np.pi)
     active = np.flatnonzero(nu > 2)
     for _ in range(100):
         if not len(active):
@@ -494,7 +496,7 @@ def t_quantile(confidence: float, df: np.ndarray) -> np.ndarray:
         active = active[np.abs(new - ta) > 1e-11 * new]
     t = np.where(nu == 1, np.tan(np.pi * confidence / 2), t)
     t = np.where(nu == 2, confidence * np.sqrt(2 / (1 - confidence**2)), t)
-    return t[inverse]
+    return np.where(nu >= 1, t, np.nan)[inverse]  # no df: no quantile
 
 
 def t_within(t: np.ndarray, df: np.ndarray) -> np.ndarray:
