@@ -39,6 +39,11 @@ those identities --noisy-sd noisy and counts false alarms per part:
     python bench/bench_gate.py --first-compare --history 20 --trials 200 --threshold 2
     python bench/bench_gate.py --first-compare --history 20 --trials 200 --threshold 2 --noisy latency
 
+--mixed: families of 24 with two noise levels (a noisier regime, or noisier identities
+within the regimes), `statistics.tests` as compare calls it, --repeats families a cell:
+
+    python bench/bench_gate.py --mixed --repeats 20000
+
 With --values the store is skipped: each run's value per identity is made here exactly as
 the store's summaries make it (per iteration the mean over ranks, the median over
 iterations, busbw = constant / time) and judged by `compare.judge`, the statistics
@@ -274,6 +279,52 @@ def first_compare(args: argparse.Namespace) -> None:
             )
 
 
+# -- families of two noise levels, at the statistics level ---------------------------------------
+
+_REGIMES = np.tile(np.repeat([0, 1], 6), 2)  # latency-bound, busbw-bound sizes of 2 collectives
+MIXED = {  # name: (run-value sd per identity, regime per identity); quiet sd 2.12%
+    "alike": (np.full(24, 0.0212), _REGIMES),
+    "latency 3x noisier": (np.where(_REGIMES == 0, 0.0636, 0.0212), _REGIMES),
+    "latency 2x noisier": (np.where(_REGIMES == 0, 0.0424, 0.0212), _REGIMES),
+    "latency 1.5x noisier": (np.where(_REGIMES == 0, 0.0318, 0.0212), _REGIMES),
+    "all_gather 3x noisier": (np.r_[np.full(12, 0.0212), np.full(12, 0.0636)], _REGIMES),
+    "1 identity 3x noisier": (np.r_[0.0636, np.full(23, 0.0212)], _REGIMES),
+    "4 identities 2x noisier": (np.r_[np.full(4, 0.0424), np.full(20, 0.0212)], _REGIMES),
+    "4 identities 3x noisier": (np.r_[np.full(4, 0.0636), np.full(20, 0.0212)], _REGIMES),
+}
+
+
+def mixed(args: argparse.Namespace) -> None:
+    """Per family of `MIXED` and design: P(p <= 0.001) / 0.001 and false alarms (BH at fdr,
+    a regression anywhere in the part) on the noisy and the quiet part, `statistics.tests`
+    with the regimes as compare passes them; families are the repeats of one call."""
+    print(f"{args.repeats} families of 24 a cell, seed {args.seed}, fdr {args.fdr}, "
+          f"TRUST_P {st.TRUST_P}, REGIME_Z {st.REGIME_Z}\n")  # fmt: skip
+    print("| family of 24 | design | P(p <= 0.001) / 0.001, noisy part | quiet part "
+          "| false alarms, noisy part | quiet part |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|")
+    for name, (sd24, regime24) in MIXED.items():
+        for m, k in ((5, 1), (5, 5)):
+            rng, fams = np.random.default_rng(args.seed), args.repeats
+            sd = np.tile(sd24, fams)
+            x0, x1 = (rng.standard_normal((len(sd), r)) * sd[:, None] for r in (m, k))
+            n = np.tile([float(m), float(k)], (len(sd), 1))
+            mean = np.c_[x0.mean(1), x1.mean(1)]
+            ss = np.c_[((x0 - mean[:, :1]) ** 2).sum(1), ((x1 - mean[:, 1:]) ** 2).sum(1)]
+            family = np.repeat(np.arange(fams), 24)
+            t = st.tests(n, mean, ss, family, 0.95, regime=2 * family + np.tile(regime24, fams))
+            q = np.concatenate([st.bh_adjust(p) for p in t.p.reshape(fams, 24)])
+            flagged = ((q <= args.fdr) & (t.diff < 0)).reshape(fams, 24)
+            noisy = sd24 > sd24.min()
+            cols = []
+            for part in (noisy, ~noisy):
+                cols.append(f"{np.mean(t.p.reshape(fams, 24)[:, part] <= 1e-3) / 1e-3:.2f}"
+                            if part.any() else "")  # fmt: skip
+            for part in (noisy, ~noisy):
+                cols.append(f"{flagged[:, part].any(axis=1).mean():.2%}" if part.any() else "")
+            print(f"| {name} | {m}+{k} | " + " | ".join(cols) + " |", flush=True)
+
+
 # -- the sweep over family sizes ---------------------------------------------------------------
 
 
@@ -428,7 +479,15 @@ def main() -> None:
     )
     ap.add_argument("--noisy", help="first compare: 'latency' or a collective at --noisy-sd")
     ap.add_argument("--noisy-sd", type=float, default=0.06)
+    ap.add_argument(
+        "--mixed",
+        action="store_true",
+        help="families of two noise levels: p calibration and false alarms per part",
+    )
     args = ap.parse_args()
+    if args.mixed:
+        mixed(args)
+        return
     if args.first_compare:
         first_compare(args)
         return
