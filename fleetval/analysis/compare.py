@@ -9,8 +9,9 @@ Front to back:
 3. Per identity, the log run values of each side give a difference of means, judged by
    its run-to-run variance: its own runs, its history (up to `history_runs` earlier runs
    of the candidates' suite, outside the baseline: `statistics.history_variance`) and its
-   family of identities (`statistics`); with one candidate run that is the prediction
-   interval for a new run from the baseline's spread.
+   family of identities (one check, pooled across its metrics where their spreads agree:
+   `statistics`); with one candidate run that is the prediction interval for a new run from
+   the baseline's spread. Each result says the df each source gave.
 4. Benjamini-Hochberg across identities, then `statistics.verdicts`, THE rule. Correctness
    and presence come first: wrong elements or failed rows in the candidate are FAILED, an
    identity the candidate lacks is MISSING.

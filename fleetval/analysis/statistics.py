@@ -13,6 +13,11 @@ So the evidence about a release is the spread of run values, never the iteration
   alone at the tail a gate over many identities needs; its family says what variances are
   plausible and how alike they are (d0 = inf when the spread of the others' log variances
   is within two standard errors of what chi-square sampling explains).
+- `alike_regimes`: a family (one check) may hold regimes of unlike spread (its latency-bound
+  and busbw-bound sizes, one metric each); they share its prior only where their pooled
+  variances agree, else each regime has its own.
+- `trust`: an identity whose own variance is improbable under its prior leans on it only in
+  proportion (limma's robust prior in spirit), so a much noisier one is not drowned.
 - `moderated` and `tests`: per identity the difference d of mean log values, the moderated
   variance s~^2 = (d0 s0^2 + d s^2) / (d0 + d) and Student's t (`t_test`) on d0 + d degrees
   of freedom, less for s0's own uncertainty (c = sqrt(1/m + 1/k); with one candidate run,
