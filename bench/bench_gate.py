@@ -29,6 +29,21 @@ degrees of freedom, noncentral t), the share of 10-run-sd drops caught, and the 
 (460 identities, 7+7, a 6% drop). --history N gives every identity N earlier runs of the
 same spread (`statistics.history_variance`, as compare reads them from the store).
 
+--first-compare is issue 29's suite: all_reduce and all_gather at 12 sizes (1 KiB-2 MiB: 6
+latency-bound, 6 busbw-bound), 4 ranks, 20 iterations, run sd --run-sd, 5 baseline runs;
+per seed, with --history earlier clean runs and with none, clean candidates (5+1, 5+5) and
+busbw drops (30% and 10% at 5+1, 5% and 10% at 5+5), run values made here and judged by
+`compare.judge`, beside the known-variance bound. --noisy latency (or a collective) makes
+those identities --noisy-sd noisy and counts false alarms per part:
+
+    python bench/bench_gate.py --first-compare --history 20 --trials 200 --threshold 2
+    python bench/bench_gate.py --first-compare --history 20 --trials 200 --threshold 2 --noisy latency
+
+--mixed: families of 24 with two noise levels (a noisier regime, or noisier identities
+within the regimes), `statistics.tests` as compare calls it, --repeats families a cell:
+
+    python bench/bench_gate.py --mixed --repeats 20000
+
 With --values the store is skipped: each run's value per identity is made here exactly as
 the store's summaries make it (per iteration the mean over ranks, the median over
 iterations, busbw = constant / time) and judged by `compare.judge`, the statistics
@@ -119,7 +134,7 @@ class ValueTrial:
             jitter = (1 + m.rank_sd * rng.standard_normal((n, world, m.iters))).mean(axis=1)
             t = np.median((self.base * level)[:, None] * shared * jitter, axis=1)
             value = np.where(self.busbw, self.base * 40 / t, t)  # busbw: constant / time
-            out.append((f"run-{self.count}", value))
+            out.append((f"run-{self.count:06d}", value))  # ids sort as runs start
             self.count += 1
         return out
 
@@ -170,6 +185,146 @@ def value_trial(seed: int, model: FleetModel, threshold: float) -> dict[tuple, i
     return out
 
 
+# -- a first compare at 24 identities (issue 29) ----------------------------------------------
+
+# all_reduce and all_gather at 12 sizes (1 KiB .. 2 MiB: 6 latency-bound, 6 busbw-bound),
+# 4 ranks on one node, 20 iterations: the suite of issue 29
+SMALL = FleetModel(nodes=1, ranks_per_node=4, iters=20,
+                   collectives={"all_reduce": 2.0, "all_gather": 1.0}, dtypes=("float32",),
+                   sizes=tuple(1 << e for e in range(10, 22)))  # fmt: skip
+CELLS = ((0.30, 1), (0.10, 1), (0.05, 5), (0.10, 5))  # (busbw drop, candidate runs)
+
+
+def first_compare_trial(
+    seed: int, model: FleetModel, threshold: float, history: int, run_sd: np.ndarray,
+    noisy: np.ndarray,
+) -> dict[tuple, int]:  # fmt: skip
+    """One seed of the small suite: `history` earlier clean runs (0: a first compare), 5
+    baseline runs, clean candidates (a false alarm: any regression, also per part: the
+    `noisy` identities and the rest) and one busbw drop per cell, judged by compare.judge."""
+    vt = ValueTrial(model, seed)
+    vt.run_sd = run_sd
+    settings, decls = CompareSettings(threshold_pct=threshold), merge([])
+    past, base = vt.runs(history), vt.runs(5)
+
+    def regressions(cands: list[tuple[str, np.ndarray]]) -> dict[tuple, bool]:
+        results = judge(vt.table(past + base + cands), [r for r, _ in cands], settings, decls,
+                        [r for r, _ in past])  # fmt: skip
+        return {(r.identity.collective, r.identity.dtype, r.identity.size_bytes):
+                r.verdict == Verdict.REGRESSION for r in results}  # fmt: skip
+
+    out: dict[tuple, int] = {}
+    for k in (1, 5):
+        flagged = regressions(vt.runs(k))
+        hit = np.array([flagged[ident] for ident in vt.idents])
+        out[("false_alarm", k)] = int(hit.any())
+        out[("false_alarm_noisy", k)] = int(hit[noisy].any())
+        out[("false_alarm_quiet", k)] = int(hit[~noisy].any())
+    targets = [i for i in _busbw_identities(model) if not noisy[i]]
+    for drop, k in CELLS:
+        target = targets[seed % len(targets)]
+        out[("found", drop, k)] = int(regressions(vt.runs(k, {target: drop}))[vt.idents[target]])
+    return out
+
+
+def first_compare(args: argparse.Namespace) -> None:
+    """The table of issue 29: found and false alarms with `--history` earlier runs and none."""
+    model = SMALL
+    idents = model.identities()
+    world = model.nodes * model.ranks_per_node
+    noisy = np.zeros(len(idents), bool)
+    if args.noisy == "latency":
+        noisy = np.array([s < CompareSettings().latency_cutoff_bytes for _, _, s in idents])
+    elif args.noisy:
+        noisy = np.array([c == args.noisy for c, _, _ in idents])
+    run_sd = np.where(noisy, args.noisy_sd, args.run_sd)
+    value_sd = np.hypot(args.run_sd, model.iter_sd * 1.2533 / np.sqrt(model.iters))
+    alpha, n, size = args.fdr / 2, args.trials, len(idents)
+    totals: dict[tuple, dict[tuple, int]] = {}
+    start = time.perf_counter()
+    for history in (args.history, 0):
+        tot = totals.setdefault(history, {})
+        for seed in range(args.seed, args.seed + n):
+            for key, v in first_compare_trial(seed, model, args.threshold, history, run_sd,
+                                              noisy).items():  # fmt: skip
+                tot[key] = tot.get(key, 0) + v
+    print(f"{size} identities (all_reduce, all_gather x 12 sizes 1 KiB-2 MiB, float32), {world} "
+          f"ranks, {model.iters} iterations; run sd {args.run_sd:.1%}"
+          + (f", {args.noisy} identities {args.noisy_sd:.1%}" if args.noisy else "")
+          + f", iteration sd {model.iter_sd:.1%}; 5 baseline runs; threshold {args.threshold}%, "
+          f"fdr {args.fdr}; {n} trials a cell (seeds {args.seed}..{args.seed + n - 1}); "
+          f"run values judged by compare.judge; {time.perf_counter() - start:.0f} s\n")  # fmt: skip
+    h = args.history
+    print(
+        f"| planted busbw drop at one identity | design | known-variance bound | with {h} "
+        "earlier clean runs | with none |"
+    )
+    print("|---|---|---:|---:|---:|")
+    for drop, k in CELLS:
+        delta = -np.log1p(-drop) / (value_sd * np.sqrt(1 / 5 + 1 / k))
+        print(
+            f"| {drop:.0%} | 5+{k} | {np_bound(delta, size, alpha):.1%} | "
+            f"{totals[h][('found', drop, k)] / n:.1%} | {totals[0][('found', drop, k)] / n:.1%} |"
+        )
+    parts = [("false_alarm", "any identity")]
+    if args.noisy:
+        parts += [("false_alarm_noisy", f"the {noisy.sum()} noisy ones"),
+                  ("false_alarm_quiet", f"the {(~noisy).sum()} others")]  # fmt: skip
+    for key, what in parts:
+        for k in (1, 5):
+            a, b = totals[h][(key, k)], totals[0][(key, k)]
+            print(
+                f"| false alarms, clean ({what}) | 5+{k} | budget {alpha:.1%} | "
+                f"{a}/{n} = {a / n:.1%} | {b}/{n} = {b / n:.1%} |"
+            )
+
+
+# -- families of two noise levels, at the statistics level ---------------------------------------
+
+_REGIMES = np.tile(np.repeat([0, 1], 6), 2)  # latency-bound, busbw-bound sizes of 2 collectives
+MIXED = {  # name: (run-value sd per identity, regime per identity); quiet sd 2.12%
+    "alike": (np.full(24, 0.0212), _REGIMES),
+    "latency 3x noisier": (np.where(_REGIMES == 0, 0.0636, 0.0212), _REGIMES),
+    "latency 2x noisier": (np.where(_REGIMES == 0, 0.0424, 0.0212), _REGIMES),
+    "latency 1.5x noisier": (np.where(_REGIMES == 0, 0.0318, 0.0212), _REGIMES),
+    "all_gather 3x noisier": (np.r_[np.full(12, 0.0212), np.full(12, 0.0636)], _REGIMES),
+    "1 identity 3x noisier": (np.r_[0.0636, np.full(23, 0.0212)], _REGIMES),
+    "4 identities 2x noisier": (np.r_[np.full(4, 0.0424), np.full(20, 0.0212)], _REGIMES),
+    "4 identities 3x noisier": (np.r_[np.full(4, 0.0636), np.full(20, 0.0212)], _REGIMES),
+}
+
+
+def mixed(args: argparse.Namespace) -> None:
+    """Per family of `MIXED` and design: P(p <= 0.001) / 0.001 and false alarms (BH at fdr,
+    a regression anywhere in the part) on the noisy and the quiet part, `statistics.tests`
+    with the regimes as compare passes them; families are the repeats of one call."""
+    print(f"{args.repeats} families of 24 a cell, seed {args.seed}, fdr {args.fdr}, "
+          f"TRUST_P {st.TRUST_P}, REGIME_Z {st.REGIME_Z}\n")  # fmt: skip
+    print("| family of 24 | design | P(p <= 0.001) / 0.001, noisy part | quiet part "
+          "| false alarms, noisy part | quiet part |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|")
+    for name, (sd24, regime24) in MIXED.items():
+        for m, k in ((5, 1), (5, 5)):
+            rng, fams = np.random.default_rng(args.seed), args.repeats
+            sd = np.tile(sd24, fams)
+            x0, x1 = (rng.standard_normal((len(sd), r)) * sd[:, None] for r in (m, k))
+            n = np.tile([float(m), float(k)], (len(sd), 1))
+            mean = np.c_[x0.mean(1), x1.mean(1)]
+            ss = np.c_[((x0 - mean[:, :1]) ** 2).sum(1), ((x1 - mean[:, 1:]) ** 2).sum(1)]
+            family = np.repeat(np.arange(fams), 24)
+            t = st.tests(n, mean, ss, family, 0.95, regime=2 * family + np.tile(regime24, fams))
+            q = np.concatenate([st.bh_adjust(p) for p in t.p.reshape(fams, 24)])
+            flagged = ((q <= args.fdr) & (t.diff < 0)).reshape(fams, 24)
+            noisy = sd24 > sd24.min()
+            cols = []
+            for part in (noisy, ~noisy):
+                cols.append(f"{np.mean(t.p.reshape(fams, 24)[:, part] <= 1e-3) / 1e-3:.2f}"
+                            if part.any() else "")  # fmt: skip
+            for part in (noisy, ~noisy):
+                cols.append(f"{flagged[:, part].any(axis=1).mean():.2%}" if part.any() else "")
+            print(f"| {name} | {m}+{k} | " + " | ".join(cols) + " |", flush=True)
+
+
 # -- the sweep over family sizes ---------------------------------------------------------------
 
 
@@ -200,9 +355,9 @@ class Cell:
         past = st.NO_HISTORY
         if history:
             past = st.history_variance(rng.standard_normal((repeats * size, history)) * sd)
-        var, df, _, _ = st.moderated(n, ss, np.repeat(np.arange(repeats), size), past)
+        mod = st.moderated(n, ss, np.repeat(np.arange(repeats), size), past)
         diff = mean[:, 1] - mean[:, 0]
-        var = var * (1 / m + 1 / k)
+        var, df = mod.var * (1 / m + 1 / k), mod.df
         p, _ = st.t_test(diff, var, df, 0.95)
         shape = (repeats, size)
         q = np.stack([st.bh_adjust(row) for row in p.reshape(shape)])
@@ -317,7 +472,25 @@ def main() -> None:
     ap.add_argument("--threshold", type=float, default=2.0, help="percent (compare --threshold)")
     ap.add_argument("--values", action="store_true", help="judge run values made here (fast)")
     ap.add_argument("--drops", type=float, nargs="+", default=list(DROPS), help="fractions")
+    ap.add_argument(
+        "--first-compare",
+        action="store_true",
+        help="issue 29's suite of 24 identities: with --history earlier runs and none",
+    )
+    ap.add_argument("--noisy", help="first compare: 'latency' or a collective at --noisy-sd")
+    ap.add_argument("--noisy-sd", type=float, default=0.06)
+    ap.add_argument(
+        "--mixed",
+        action="store_true",
+        help="families of two noise levels: p calibration and false alarms per part",
+    )
     args = ap.parse_args()
+    if args.mixed:
+        mixed(args)
+        return
+    if args.first_compare:
+        first_compare(args)
+        return
     if args.identities:
         sweep(args)
         return

@@ -9,8 +9,9 @@ Front to back:
 3. Per identity, the log run values of each side give a difference of means, judged by
    its run-to-run variance: its own runs, its history (up to `history_runs` earlier runs
    of the candidates' suite, outside the baseline: `statistics.history_variance`) and its
-   family of identities (`statistics`); with one candidate run that is the prediction
-   interval for a new run from the baseline's spread.
+   family of identities (one check, pooled across its metrics where their spreads agree:
+   `statistics`); with one candidate run that is the prediction interval for a new run from
+   the baseline's spread. Each result says the df each source gave.
 4. Benjamini-Hochberg across identities, then `statistics.verdicts`, THE rule. Correctness
    and presence come first: wrong elements or failed rows in the candidate are FAILED, an
    identity the candidate lacks is MISSING.
@@ -83,6 +84,14 @@ class MetricComparison:
     # what the run sd rests on beyond the runs compared: "own" (those alone), "history",
     # "family", "history+family"; None when no test was made
     variance_from: str | None = None
+    # the test's degrees of freedom and their sources: own runs + history + what the family
+    # prior was worth (statistics.Tests), from `family_size` other measurements; few df
+    # (a wide interval) is why a large change can still be `noisy`
+    df: int | None = None
+    own_df: int | None = None
+    history_df: int | None = None
+    family_df: int | None = None
+    family_size: int | None = None
     wrong: int = 0  # wrong elements in the candidate
     reason: str = ""
 
@@ -229,6 +238,7 @@ class _Judged:
     sd: np.ndarray  # run-to-run sd, percent
     history: np.ndarray  # earlier runs of the identity read for its variance
     source: np.ndarray  # index into _SOURCES
+    dfs: dict[str, np.ndarray]  # the test's df and its parts (_DFS), NaN when untested
     wrong: np.ndarray
     verdict: np.ndarray  # index into _VERDICTS
     why: np.ndarray  # _FAILED .. _TESTED
@@ -241,6 +251,7 @@ class _Judged:
 
 
 _SOURCES = [None, "own", "history", "family", "history+family"]
+_DFS = ("df", "own_df", "history_df", "family_df", "family_size")
 
 
 def _judge_values(
@@ -286,7 +297,8 @@ def _judge_values(
     n, mean, ss = st.moments(ident[ok], side[ok], np.log(v[ok]), nid)
     hist = _history(values, ident, usable & past & (ident >= 0), v, nid)
     stats = st.history_variance(hist) if hist.shape[1] else st.NO_HISTORY
-    tests = st.tests(n, mean, ss, _families(codes, names), settings.confidence, stats)
+    family, regime = _families(codes, names, directed & ~correct)
+    tests = st.tests(n, mean, ss, family, settings.confidence, stats, regime)
     p = np.where(directed, tests.p, np.nan)
     q = st.bh_adjust(p)
     change = np.expm1(tests.diff) * 100
@@ -318,7 +330,8 @@ def _judge_values(
         world=values["world_size"].take(take).to_pylist(), spec=spec, specs=specs,
         threshold=threshold, runs=runs, run_values=(v[ok], seg[ok]), change=change,
         lo=np.expm1(tests.lo) * 100, hi=np.expm1(tests.hi) * 100, p=p, q=q, sd=tests.sd * 100,
-        history=np.isfinite(hist).sum(axis=1), source=source, wrong=wrong, verdict=verdict, why=why,
+        history=np.isfinite(hist).sum(axis=1), source=source,
+        dfs={name: getattr(tests, name) for name in _DFS}, wrong=wrong, verdict=verdict, why=why,
     )  # fmt: skip
 
 
@@ -339,17 +352,15 @@ def _history(
     return out
 
 
-def _families(codes: dict[str, np.ndarray], names: dict[str, list]) -> np.ndarray:
-    """Per identity its family (one variance prior per check and metric): 0..F-1 in the
-    order of "check\x1fmetric" (the labels `statistics.tests` always had)."""
-    pair = codes["check"] * len(names["metric"]) + codes["metric"]
-    pairs, inverse = np.unique(pair, return_inverse=True)
-    labels = [
-        f"{names['check'][p // len(names['metric'])]}\x1f{names['metric'][p % len(names['metric'])]}"
-        for p in pairs.tolist()
-    ]
-    _, label_rank = np.unique(labels, return_inverse=True)
-    return label_rank[inverse]
+def _families(
+    codes: dict[str, np.ndarray], names: dict[str, list], judged: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """Per identity its family (one check: its relative spreads, log run values, may all be
+    alike) and its regime within it (one check's metric: latency-bound sizes and busbw-bound
+    ones may differ); `statistics.moderated` pools a family only where its regimes agree.
+    Metrics not `judged` (correctness, undirected) stay in a family of their own regime."""
+    regime = codes["check"] * (len(names["metric"]) + 1) + codes["metric"]
+    return np.where(judged, codes["check"], -1 - regime), regime
 
 
 def _display_order(j: _Judged) -> np.ndarray:
@@ -370,6 +381,10 @@ def _display_order(j: _Judged) -> np.ndarray:
 
 def _none_if_not_finite(x: float) -> float | None:
     return x if math.isfinite(x) else None  # NaN and inf are not JSON
+
+
+def _int_or_none(x: float) -> int | None:
+    return int(x) if math.isfinite(x) else None
 
 
 class Results(Sequence[MetricComparison]):
@@ -441,7 +456,7 @@ class Results(Sequence[MetricComparison]):
             "change_pct": j.change, "ci_low_pct": j.lo, "ci_high_pct": j.hi, "p_value": j.p,
             "q_value": j.q, "run_sd_pct": j.sd, "threshold": j.threshold, "wrong": j.wrong,
             "n_baseline": j.runs[:, 0], "n_candidate": j.runs[:, 1], "verdict": j.verdict,
-            "history": j.history, "source": j.source,
+            "history": j.history, "source": j.source, **j.dfs,
             "why": j.why, "spec": j.spec, **{c: j.codes[c] for c in _STRING_IDS},
         }  # fmt: skip
         return {name: arr.tolist() for name, arr in arrays.items()}
@@ -477,6 +492,7 @@ class Results(Sequence[MetricComparison]):
             n_candidate=py["n_candidate"][i],
             history_runs=py["history"][i],
             variance_from=_SOURCES[py["source"][i]],
+            **{name: _int_or_none(py[name][i]) for name in _DFS},
             wrong=int(py["wrong"][i]),
             reason=_reason(py, i),
         )
@@ -512,9 +528,19 @@ def _reason(py: dict[str, list], i: int) -> str:
     lo, hi, sd, q = (py[name][i] for name in ("ci_low_pct", "ci_high_pct", "run_sd_pct", "q_value"))
     past = f" and {py['history'][i]} earlier" if py["history"][i] else ""
     return (
-        f"{change} {kind} [{lo:+.2f}, {hi:+.2f}], run sd {sd:.2g}%, "
+        f"{change} {kind} [{lo:+.2f}, {hi:+.2f}], run sd {sd:.2g}% on {_df_parts(py, i)}, "
         f"q={q:.2g} ({nb}+{nc}{past} runs), threshold {t:g}%"
     )
+
+
+def _df_parts(py: dict[str, list], i: int) -> str:
+    """The test's degrees of freedom and what they rest on: "96 df (4 own, 92 from 23 others)"."""
+    parts = [f"{py['own_df'][i]:.0f} own"]
+    if py["history_df"][i]:
+        parts.append(f"{py['history_df'][i]:.0f} history")
+    if py["family_df"][i]:
+        parts.append(f"{py['family_df'][i]:.0f} from {py['family_size'][i]:.0f} others")
+    return f"{py['df'][i]:.0f} df ({', '.join(parts)})"
 
 
 def judge(

@@ -47,6 +47,19 @@ def _ci(r: MetricComparison) -> str:
     return f"[{r.ci_low_pct:+.2f}, {r.ci_high_pct:+.2f}]"
 
 
+def _df(r: MetricComparison) -> str:
+    """The test's df as own+history+family ("4+0+92"): few is why a big change is noisy."""
+    if r.df is None:
+        return ""
+    return f"{r.own_df}+{r.history_df}+{r.family_df}"
+
+
+_DF_LEGEND = (
+    "df: the run sd's degrees of freedom, own runs + history + family prior; "
+    "few make a wide interval, so a large change can be noisy"
+)
+
+
 def summary_line(c: Comparison, strict: bool = False) -> str:
     counts = ", ".join(f"{n} {v.value}" for v, n in c.counts().items() if n)
     reasons = c.gate_reasons(strict)
@@ -95,7 +108,7 @@ def to_rich(
         table = Table(title=family, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
                       pad_edge=False)  # fmt: skip
         cols = ["verdict", "size", "metric", *(["baseline", "candidate"] if wide else []),
-                "change", "interval", "q", "runs"]  # fmt: skip
+                "change", "interval", "q", "runs", *(["df"] if wide else [])]  # fmt: skip
         for col in cols:
             table.add_column(col, justify="left" if col in ("verdict", "metric") else "right",
                              no_wrap=True)  # fmt: skip
@@ -108,9 +121,12 @@ def to_rich(
                 _ci(r),
                 _num(r.q_value, ".2g"),
                 f"{r.n_baseline}+{r.n_candidate}",
+                *([_df(r)] if wide else []),
             ]
             table.add_row(*cells)
         parts.append(table)
+    if wide and any(r.df is not None for r in shown):
+        parts.append(Text(_DF_LEGEND, style="dim"))
     folded = len(c.results) - len(shown)
     if folded:
         parts.append(

@@ -238,3 +238,43 @@ def test_the_service_compares_with_the_same_history(tmp_path: Path) -> None:
     assert [r["verdict"] for r in alone.json()["results"]] == ["noisy"]
     assert found.json()["history_runs"] == earlier and alone.json()["history_runs"] == []
     assert bad.status_code == 422 and "history" in bad.text
+
+
+# -- issue 29: a first compare leans on the whole family, and says so --------------------------
+
+_SUITE_29 = dict(nodes=1, ranks_per_node=4, iters=20, dtypes=("float32",),
+                 collectives={"all_reduce": 2.0, "all_gather": 1.0},
+                 sizes=tuple(1 << e for e in range(10, 22)))  # fmt: skip
+
+
+def test_a_first_compare_of_24_identities_leans_on_all_of_them(tmp_path: Path) -> None:
+    """Issue 29's suite (6 latency and 6 busbw sizes of two collectives), no history, 5+1:
+    a 10% drop (4.5 run sds; its own 4 df find it 6% of the time) is a regression
+    judged on the other 23 measurements' df, and the JSON and reason say so."""
+    from fleetval.analysis.compare_format import to_json, to_markdown
+
+    g = _gen(tmp_path, 3, **_SUITE_29)
+    g.baseline(5)
+    target = g.model.identities().index(("all_gather", "float32", 2 << 20))
+    c = compare_runs(g.store, "base", [g.run(drop={target: 0.10})], threshold_pct=2)
+    (reg,) = c.having(Verdict.REGRESSION)
+    assert reg.identity.size_bytes == 2 << 20 and reg.identity.collective == "all_gather"
+    assert (reg.own_df, reg.history_df, reg.family_size) == (4, 0, 23) and reg.family_df > 40
+    assert reg.df == 4 + reg.family_df and "from 23 others" in reg.reason
+    (doc,) = [r for r in json.loads(to_json(c))["results"] if r["verdict"] == "regression"]
+    assert (doc["df"], doc["own_df"], doc["family_df"]) == (reg.df, 4, reg.family_df)
+    assert f"{reg.df} df (4 own, {reg.family_df} from 23 others)" in to_markdown(c)
+
+
+def test_a_noisier_regime_is_judged_on_its_own(tmp_path: Path) -> None:
+    """The same suite with its latency-bound sizes 3x noisier (6% against 2%): no identity
+    leans on the other regime, so clean candidates pass and the noisy ones say `4 own`."""
+    g = _gen(tmp_path, 4, **_SUITE_29)
+    latency = np.array([s < 64 << 10 for _, _, s in g.model.identities()])
+    g.run_sd = np.where(latency, 0.06, 0.02)
+    g.baseline(5)
+    c = compare_runs(g.store, "base", [g.run()], threshold_pct=2)
+    assert c.exit_code() == 0
+    tested = [r for r in c.results if r.df is not None]
+    assert len(tested) == 24 and all(r.family_size in (0, 11) for r in tested)
+    assert all((r.family_size == 0) == (r.family_df == 0) for r in tested)
