@@ -37,7 +37,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "checks": ("core", "formats", "detect", "store"),
     "fleet": ("core", "store"),
     "analysis": ("core", "store"),
-    "signoff": ("core", "store", "analysis", "checks", "fleet"),
+    "signoff": ("core", "store", "detect", "analysis", "checks", "fleet"),
     "suite": ("core", "checks", "fleet.settings", "signoff.gates", "analysis.compare_settings"),
     "run": ("core", "formats", "detect", "store", "checks", "fleet", "analysis", "suite"),
     "reports": ("core", "store", "analysis", "checks", "fleet", "signoff"),
