@@ -1,4 +1,5 @@
-"""Each node across the last N stored sweeps: repeat offenders, flapping, slow drift.
+"""Each node across the last N stored sweeps: repeat offenders, flapping, slow drift; and
+each link: when a sweep last measured it, and what it said (what the next sweep plans from).
 
 A sweep is a stored run whose summary holds its verdict (`summary["sweep"]`, written by
 `fleetval.run.sweep`); reading them needs the catalog only (no pyarrow, no ray).
@@ -11,6 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from fleetval.fleet.coverage import LinkSeen, Pair
 from fleetval.store.catalog import Catalog, RunRecord
 from fleetval.vocab import NodeState
 
@@ -91,3 +93,18 @@ def history(node: str, seen: list[SweepSeen]) -> NodeHistory:
         before = statistics.median(scores[:half])
         drift = statistics.median(scores[half:]) / before - 1 if before > 0 else None
     return NodeHistory(node, tuple(seen), sum(bad) >= 2, changes >= 2, drift)
+
+
+def link_history(sweeps: list[tuple[str, dict[str, Any]]]) -> dict[Pair, LinkSeen]:
+    """Per link, the newest of `sweeps` ((run id, stored verdict), oldest first) that
+    measured it; `when` is the sweep's place in the list."""
+    out: dict[Pair, LinkSeen] = {}
+    for when, (run_id, verdict) in enumerate(sweeps):
+        for c in verdict.get("coverage", ()):
+            a, b = c["nodes"]
+            out[(a, b)] = LinkSeen(when, run_id, c["verdict"], c.get("gbps"))
+    return out
+
+
+def stored_links(runs: list[RunRecord]) -> dict[Pair, LinkSeen]:
+    return link_history([(r.run_id, r.summary["sweep"]) for r in runs])

@@ -143,9 +143,15 @@ def references(
         if m.score is not None and not remeasures(m.job):
             key = (m.job.phase, sku_key(m.job.nodes, skus), m.job.round)
             groups.setdefault(key, []).append(m.score)
+    measured = [
+        _reference(*key, scores, settings, None).noise
+        for key, scores in groups.items()
+        if len(scores) >= settings.noise_jobs
+    ]
+    noise = max(measured) if measured else None
     out: dict[RefKey, Reference] = {}
     for (phase, sku, rnd), scores in sorted(groups.items(), key=lambda kv: kv[0][2]):
-        ref = _reference(phase, sku, rnd, scores, settings)
+        ref = _reference(phase, sku, rnd, scores, settings, noise)
         if len(scores) >= ROUND_REFERENCE_JOBS:
             out[(phase, sku, rnd)] = ref
         if len(scores) > out.get((phase, sku, 0), ref).count or (phase, sku, 0) not in out:
@@ -154,7 +160,12 @@ def references(
 
 
 def _reference(
-    phase: SweepPhase, sku: str, rnd: int, scores: list[float], settings: SweepSettings
+    phase: SweepPhase,
+    sku: str,
+    rnd: int,
+    scores: list[float],
+    settings: SweepSettings,
+    sweep_noise: float | None,
 ) -> Reference:
     """The healthy level from the faster half of the jobs: slowness is one-sided (a fault
     never speeds a job up), so up to half the jobs may be slow without moving it.
@@ -162,14 +173,18 @@ def _reference(
     NOTE: level and noise are the faster half's median and MAD; the MAD of a normal's upper
     half is about half the whole's, hence the factor of 2 (calibrated in the unit tests).
     The tolerance is `noise_sigmas` sigmas on a log scale (1 - e^-ks), so it never reaches
-    100%: a job at a tenth of the level is slow even where the noise is 40%.
+    100%: a job at a tenth of the level is slow even where the noise is 40%. A round too
+    small to measure its noise (fewer than `noise_jobs` jobs) takes the largest noise the
+    sweep measured where it could (`sweep_noise`); with none, the widest tolerance.
     """
     top = sorted(scores)[len(scores) // 2 :]
     med = statistics.median(top)
     mad = statistics.median(abs(s - med) for s in top)
     noise = 2 * MAD_TO_SIGMA * mad / med if med > 0 else 0.0
+    if len(scores) < settings.noise_jobs:
+        noise = max(noise, sweep_noise) if sweep_noise is not None else noise
     tol = max(settings.tolerance, 1 - math.exp(-settings.noise_sigmas * noise))
-    if len(scores) < settings.noise_jobs:  # too few jobs to measure the noise: the widest
+    if len(scores) < settings.noise_jobs and sweep_noise is None:
         tol = max(tol, settings.max_tolerance)
     return Reference(phase, sku, med, noise, tol, len(scores), rnd, settings.tolerance)
 
@@ -324,15 +339,15 @@ def trunks(
     links: Mapping[Pair, list[Judged]], topology: Topology, clean: set[str]
 ) -> dict[tuple[str, str, str], Trunk]:
     """Per level, coarsest first: pairs of groups whose crossing jobs are slow in two
-    node-disjoint pairs or more (of nodes fine alone and never slow inside their group),
-    at least two thirds of the decided crossings slow. Jobs on a trunk named at a coarser
-    level are not looked at again at a finer one."""
+    node-disjoint pairs or more, of nodes fine alone and fast in some pair (so neither end
+    is a bad node), at least two thirds of the decided crossings slow. Jobs on a trunk
+    named at a coarser level are not looked at again at a finer one."""
+    ok = clean & {n for pair, js in links.items() if any(j.fast for j in js) for n in pair}
     out: dict[tuple[str, str, str], Trunk] = {}
     taken: set[int] = set()
     for level in topology.levels:
         cross: dict[tuple[str, str], list[Judged]] = {}
         inside: dict[str, list[Judged]] = {}
-        slow_inside: set[str] = set()
         for (x, y), js in links.items():
             gx, gy = topology.group(x, level), topology.group(y, level)
             if gx is None or gy is None:
@@ -340,12 +355,9 @@ def trunks(
             for j in js:
                 if gx == gy and j.fast:
                     inside.setdefault(gx, []).append(j)
-                elif gx == gy and j.slow:
-                    slow_inside |= {x, y}
                 elif gx != gy and id(j) not in taken:
                     cross.setdefault((min(gx, gy), max(gx, gy)), []).append(j)
         for (ga, gb), js in sorted(cross.items()):
-            ok = clean - slow_inside
             slow = [j for j in js if j.slow and set(j.nodes) <= ok]
             fast = [j for j in js if j.fast]
             if not _disjoint_two(slow) or len(slow) < 2 * len(fast):
@@ -363,13 +375,14 @@ def _disjoint_two(js: Sequence[Judged]) -> bool:
 
 def _links(a: Assessment, on_trunk: set[int]) -> None:
     """Slow pairs of two good nodes: the link between them, bad once seen slow twice
-    (unclear measurements count for neither); jobs on a trunk are the trunk's."""
+    (unclear measurements are measured again, never confirm); jobs on a trunk are the
+    trunk's."""
     for pair, js in sorted(a.links.items()):
         js = [j for j in js if id(j) not in on_trunk]
-        if not all(n in a.good for n in pair) or not any(j.slow for j in js):
+        if not all(n in a.good for n in pair) or all(j.fast for j in js):
             continue
         slow = [j for j in js if j.slow]
-        # Fast elsewhere, slow together. Once slow and never fast: measure it again.
+        # Fast elsewhere, slow together. Once slow (or unclear) and never fast: again.
         if len(slow) >= 2:
             a.bad_links[pair] = [_line(j) for j in js]
         elif not any(j.fast for j in js):

@@ -77,7 +77,7 @@ def next_round(
     crossing = _crossings(refs, jobs, a, topo, rnd)
     if not jobs and not crossing:
         return []
-    return jobs + crossing + _controls(refs, jobs + crossing, rnd)
+    return jobs + crossing + _controls(refs, jobs + crossing, rnd, topo)
 
 
 def _alone_controls(
@@ -134,25 +134,42 @@ def _crossings(
     idle: list[str], jobs: list[Planned], a: Assessment, topo: Topology, rnd: int
 ) -> list[Planned]:
     """Idle proven-good nodes across the pairs of groups no job of this sweep crossed yet,
-    each level in turn (coarsest first); `idle` keeps the nodes left."""
+    each level in turn (coarsest first); `idle` keeps the nodes left.
+
+    NOTE: the groups with the most pairs left go first (a group crosses at most as many
+    others per round as it has free nodes, so these set how many rounds crossing takes).
+    Where both groups have more free nodes than pairs still to cross this round, the pair
+    is crossed twice, by other nodes: two slow crossings of two groups in one round name
+    a trunk without waiting for the next.
+    """
     busy = {n for j in jobs for n in j.nodes}
-    out = []
+    out: list[Planned] = []
     for level in topo.levels:
         pairs = [*a.links, *(j.nodes for j in jobs if len(j.nodes) == 2)]
         crossed = {_groups(topo, level, *p) for p in pairs}
         free = topo.members(level, [n for n in idle if n not in busy])
-        groups = sorted(free)
-        # Pairs by distance first, so every group gives a node to each distance in turn.
+        groups = sorted(topo.members(level, topo.groups))
         todo = [
-            (groups[i], groups[i + d])
-            for d in range(1, len(groups))
-            for i in range(len(groups) - d)
+            (ga, gb)
+            for i, ga in enumerate(groups)
+            for gb in groups[i + 1 :]
+            if (ga, gb) not in crossed
         ]
+        left = dict.fromkeys(groups, 0)
         for ga, gb in todo:
-            if (ga, gb) not in crossed and free[ga] and free[gb]:
-                x, y = free[ga].pop(), free[gb].pop()
-                out.append(Planned(rnd, SweepPhase.PAIR, _pair(x, y), f"cross {level} {ga}-{gb}"))
-                busy |= {x, y}
+            left[ga] += 1
+            left[gb] += 1
+        todo.sort(key=lambda p: (-max(left[p[0]], left[p[1]]), -min(left[p[0]], left[p[1]]), p))
+        for ga, gb in todo:
+            left[ga] -= 1
+            left[gb] -= 1
+            twice = len(free.get(ga, ())) > left[ga] + 1 and len(free.get(gb, ())) > left[gb] + 1
+            for _ in range(1 + twice):
+                if free.get(ga) and free.get(gb):
+                    x, y = free[ga].pop(), free[gb].pop()
+                    why = f"cross {level} {ga}-{gb}"
+                    out.append(Planned(rnd, SweepPhase.PAIR, _pair(x, y), why))
+                    busy |= {x, y}
     idle[:] = [n for n in idle if n not in busy]
     return out
 
@@ -162,10 +179,13 @@ def _groups(topo: Topology, level: str, x: str, y: str) -> tuple[str, str] | Non
     return None if gx is None or gy is None else (min(gx, gy), max(gx, gy))
 
 
-def _controls(idle: list[str], jobs: list[Planned], rnd: int) -> list[Planned]:
-    """Proven-good nodes with nothing to do pair up as controls: the round's own level."""
+def _controls(idle: list[str], jobs: list[Planned], rnd: int, topo: Topology) -> list[Planned]:
+    """Proven-good nodes with nothing to do pair up as controls: the round's own level.
+    Inside their own groups where they can: a fast job inside each group is what tells
+    a slow trunk from slow nodes."""
     busy = {n for j in jobs for n in j.nodes}
-    free = [g for g in idle if g not in busy]
+    where = {n: tuple(topo.group(n, lv) or "" for lv in topo.levels) for n in idle}
+    free = sorted((g for g in idle if g not in busy), key=lambda n: where[n])
     return [
         Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control")
         for x, y in zip(free[::2], free[1::2], strict=False)

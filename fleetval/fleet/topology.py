@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 # Coarsest first: a trunk is named at the first level whose groups explain the slow jobs.
 LEVELS = ("rack", "switch", "domain")
@@ -33,7 +34,7 @@ class Topology:
     def group(self, node: str, level: str) -> str | None:
         return self.groups.get(node, {}).get(level)
 
-    @property
+    @cached_property
     def levels(self) -> list[str]:
         """The levels some node is labelled with, coarsest first."""
         used = {lv for g in self.groups.values() for lv in g}
