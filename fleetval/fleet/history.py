@@ -108,3 +108,33 @@ def link_history(sweeps: list[tuple[str, dict[str, Any]]]) -> dict[Pair, LinkSee
 
 def stored_links(runs: list[RunRecord]) -> dict[Pair, LinkSeen]:
     return link_history([(r.run_id, r.summary["sweep"]) for r in runs])
+
+
+@dataclass(frozen=True)
+class LinkCoverage:
+    """The links of the nodes in the sweeps read: which were measured, when, with what."""
+
+    nodes: int
+    links: dict[Pair, LinkSeen]
+
+    @property
+    def total(self) -> int:
+        return self.nodes * (self.nodes - 1) // 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "links_total": self.total,
+            "links_measured": len(self.links),
+            "links": [
+                {"nodes": list(p), "run_id": s.run_id, "verdict": s.verdict, "gbps": s.gbps}
+                for p, s in sorted(self.links.items())
+            ],
+        }
+
+
+def link_coverage(runs: list[RunRecord]) -> LinkCoverage:
+    """Per link of the nodes these sweeps judged, the newest of them that measured it."""
+    names = {n["node"] for r in runs for n in r.summary["sweep"].get("nodes", [])}
+    seen = stored_links(runs)
+    return LinkCoverage(len(names), {p: s for p, s in seen.items() if set(p) <= names})

@@ -24,6 +24,7 @@ from fleetval.fleet.judge import Measurement, Planned
 from fleetval.fleet.score import score_rows
 from fleetval.fleet.verdict import BaselineLevels, FleetVerdict, run_rounds
 from fleetval.run.execute import RunState, StepOutcome, cluster_shape, connect, recording, run_job
+from fleetval.run.fabric import sweep_fabric
 from fleetval.run.plan import ClusterShape, Job, PlanError, eligible_nodes, node_job
 from fleetval.run.plan import resolve_gpus_per_rank as gpus_per_rank
 from fleetval.store.dataset import RunRecord, Store
@@ -44,10 +45,11 @@ def sweep(
     connect(address, suite.placement.cpus_per_rank)
     cluster = cluster_shape()
     names = sweep_nodes(suite, cluster)
+    fabric = sweep_fabric(suite, store, len(names))  # topology, and the links measured before
     with recording(suite, store, labels=labels) as state:
         skus: dict[str, str] = {}  # filled from each node's fingerprint as jobs run
         measure = _round_runner(suite, cluster, state, skus, itertools.count())
-        verdict = run_rounds(names, measure, suite.sweep, skus=skus, baseline=levels)
+        verdict = run_rounds(names, measure, suite.sweep, skus=skus, baseline=levels, fabric=fabric)
         state.summary["sweep"] = verdict.to_dict()
         state.outcomes.append(_verdict_outcome(verdict))
     assert state.record is not None  # written by recording() on the way out
@@ -143,6 +145,7 @@ def _verdict_outcome(v: FleetVerdict) -> StepOutcome:
     """The sweep's verdict as the run's last step, so `show` and exit statuses see it."""
     lines = [f"{n.state.value} {n.node}: {n.reason}" for n in v.named]
     lines += [f"slow link {' <-> '.join(link.nodes)}" for link in v.bad_links]
+    lines += [f"slow trunk {t.level} {' <-> '.join(t.groups)}" for t in v.bad_trunks]
     lines += list(v.findings)
     status = Status.FAIL.value if v.flagged else Status.PASS.value
     message = "; ".join(lines) or f"fleet healthy: {len(v.nodes)} nodes in {v.rounds} rounds"

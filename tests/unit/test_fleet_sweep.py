@@ -470,3 +470,48 @@ def test_trunks_and_coverage_are_in_the_stored_verdict_and_read_back():
     back = FleetVerdict.from_dict(doc)
     assert back.bad_trunks == v.bad_trunks and back.flagged
     assert json.loads(drain_lines(v, "json")[0])["drain"] == []  # drain formats unchanged
+
+
+def test_a_between_fault_slows_every_job_spanning_both_groups_and_no_other():
+    from fleetval.suite import Fault
+
+    trunk = Fault(kind="delay", between=["rack-a", "rack-b"], ms=20)
+    groups = {"n1": frozenset({"rack-a", "leaf-1"}), "n2": frozenset({"rack-b"}),
+              "n3": frozenset({"rack-a"})}  # fmt: skip
+    on = {"rank": 1, "node": "n3", "step": "allreduce", "groups": groups}
+    assert trunk.applies(**on, nodes=frozenset({"n1", "n2"}))  # every rank of the job
+    assert not trunk.applies(**on, nodes=frozenset({"n1", "n3"}))  # inside rack-a
+    assert trunk.applies(**on, nodes=frozenset({"n1", "n2", "n3"}))
+    assert not trunk.applies(rank=0, node="n1", step="x", nodes=frozenset({"n1", "n2"}))
+    with pytest.raises(ValidationError, match="without `rank`, `node` or `peer`"):
+        Fault(kind="delay", between=["rack-a", "rack-b"], node="n1", ms=20)
+    with pytest.raises(ValidationError, match="two different groups"):
+        Fault(kind="delay", between=["rack-a", "rack-a"], ms=20)
+    with pytest.raises(ValidationError, match="at least 2 items"):
+        Fault(kind="delay", between=["rack-a"], ms=20)
+
+
+def test_a_suite_gives_its_topology_inline_or_as_a_file(tmp_path):
+    from fleetval.run.fabric import suite_topology
+    from fleetval.run.plan import PlanError
+    from fleetval.suite import load_suite
+
+    suite = load_suite("sweep")
+    path = tmp_path / "map.yaml"
+    path.write_text("node-1: {rack: r1, switch: leaf-1}\nnode-2: {rack: r2}\n")
+    sweep = suite.sweep.model_copy(
+        update={"topology": {"node-1": {"rack": "r9"}}, "topology_file": str(path)}
+    )
+    topo = suite_topology(suite.model_copy(update={"sweep": sweep}))
+    assert topo.to_dict() == {
+        "node-1": {"rack": "r1", "switch": "leaf-1"},
+        "node-2": {"rack": "r2"},
+    }
+    path.write_text("node-1: {row: r1}\n")
+    with pytest.raises(PlanError, match=r"node-1\.row: not a level"):
+        suite_topology(suite.model_copy(update={"sweep": sweep}))
+    missing = sweep.model_copy(update={"topology_file": str(tmp_path / "none.yaml")})
+    with pytest.raises(PlanError, match=r"sweep\.topology_file: cannot read"):
+        suite_topology(suite.model_copy(update={"sweep": missing}))
+    with pytest.raises(ValidationError, match=r"topology\.node-1\.row"):
+        SweepSettings(topology={"node-1": {"row": "r1"}})

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetval.cli import app
-from fleetval.fleet.verdict import LinkVerdict
+from fleetval.fleet.verdict import LinkMeasured, LinkVerdict
 from fleetval.reports import build_signoff, render
 from fleetval.signoff.gates import GateName, GateStatus, Waiver
 from fleetval.store.dataset import RunRecord, Store
@@ -255,3 +255,27 @@ def test_the_service_report_takes_the_same_window(sweeps):
     library = json.loads(render(build_signoff(store, ids[2], sweeps=2), "json"))
     assert two | {"generated_at": None} == library | {"generated_at": None}
     assert bad.status_code == 422 and "sweeps" in bad.text
+
+
+def test_sweep_history_shows_link_coverage_measured_when_and_last_verdict(tmp_path):
+    store = Store(tmp_path)
+    ok = {n: ("healthy", 10.0) for n in NODES}
+    first = (LinkMeasured(("node-0", "node-1"), "fast", 10.0, 1),
+             LinkMeasured(("node-2", "node-3"), "slow", 4.0, 2))  # fmt: skip
+    second = (LinkMeasured(("node-0", "node-1"), "unclear", 8.0, 1),)
+    ids = [write_sweep(store, 0, ok, coverage=first), write_sweep(store, 1, ok, coverage=second)]
+    data = ["--data", str(store.root)]
+    res = runner.invoke(app, ["sweep-history", "--json", *data])
+    assert res.exit_code == 0, res.output
+    cover = json.loads(res.output)["coverage"]
+    assert cover["links_total"] == 15 and cover["links_measured"] == 2
+    assert cover["links"] == [
+        {"nodes": ["node-0", "node-1"], "run_id": ids[1], "verdict": "unclear", "gbps": 8.0},
+        {"nodes": ["node-2", "node-3"], "run_id": ids[0], "verdict": "slow", "gbps": 4.0},
+    ]
+    res = runner.invoke(app, ["sweep-history", "--links", *data])
+    assert res.exit_code == 0, res.output
+    assert "link coverage: 2 of 15 links (13%) measured in the last 2 sweep(s)" in res.output
+    assert re.search(r"node-2 <-> node-3 .*" + ids[0] + r".* slow .* 4 ", res.output)
+    res = runner.invoke(app, ["sweep-history", "--until", ids[0], "--json", *data])
+    assert json.loads(res.output)["coverage"]["links"][0]["verdict"] == "fast"
