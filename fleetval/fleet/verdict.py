@@ -7,6 +7,7 @@ the fleet as a whole shows, and a circuit breaker against draining a large share
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -113,6 +114,11 @@ class LinkMeasured:
         return {"nodes": list(self.nodes), "verdict": self.verdict, "gbps": self.gbps,
                 "jobs": self.jobs}  # fmt: skip
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LinkMeasured:
+        a, b = d["nodes"]
+        return cls((a, b), d["verdict"], d.get("gbps"), d.get("jobs", 1))
+
 
 def link_verdict(j: Judged) -> str:
     if j.m.failed:
@@ -146,6 +152,7 @@ class FleetVerdict:
     trials: tuple[Judged, ...] = field(default=(), compare=False)
     trunks: tuple[TrunkVerdict, ...] = ()
     coverage: tuple[LinkMeasured, ...] = ()  # every link this sweep measured
+    topology: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> groups
 
     @property
     def flagged(self) -> bool:
@@ -182,6 +189,7 @@ class FleetVerdict:
             "links": [link.to_dict() for link in self.links],
             "trunks": [t.to_dict() for t in self.trunks],
             "coverage": [c.to_dict() for c in self.coverage],
+            "topology": {n: dict(g) for n, g in self.topology.items()},
             "drain": [n.node for n in self.drain],
             "findings": list(self.findings),
             "notes": list(self.notes),
@@ -203,6 +211,8 @@ class FleetVerdict:
             nodes=tuple(NodeVerdict.from_dict(n) for n in d.get("nodes", ())),
             links=tuple(LinkVerdict.from_dict(x) for x in d.get("links", ())),
             trunks=tuple(TrunkVerdict.from_dict(t) for t in d.get("trunks", ())),
+            coverage=tuple(LinkMeasured.from_dict(c) for c in d.get("coverage", ())),
+            topology=d.get("topology", {}),
             findings=tuple(d.get("findings", ())),
             notes=tuple(d.get("notes", ())),
             rounds=d.get("rounds", 0),
@@ -250,7 +260,8 @@ def run_rounds(
         if not jobs:
             break
         rnd += 1
-    return verdict(nodes, found, judged, refs, settings, rounds=rnd, baseline=baseline)
+    v = verdict(nodes, found, judged, refs, settings, rounds=rnd, baseline=baseline)
+    return dataclasses.replace(v, topology=fabric.topology.to_dict())
 
 
 def verdict(
