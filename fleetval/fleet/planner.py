@@ -77,7 +77,8 @@ def next_round(
     crossing = _crossings(refs, jobs, a, topo, rnd)
     if not jobs and not crossing:
         return []
-    return jobs + crossing + _controls(refs, jobs + crossing, rnd, topo)
+    most = max(2 * settings.noise_jobs, len(jobs) + len(crossing))
+    return jobs + crossing + _controls(refs, jobs + crossing, rnd, topo, most)
 
 
 def _alone_controls(
@@ -179,17 +180,22 @@ def _groups(topo: Topology, level: str, x: str, y: str) -> tuple[str, str] | Non
     return None if gx is None or gy is None else (min(gx, gy), max(gx, gy))
 
 
-def _controls(idle: list[str], jobs: list[Planned], rnd: int, topo: Topology) -> list[Planned]:
+def _controls(
+    idle: list[str], jobs: list[Planned], rnd: int, topo: Topology, most: int
+) -> list[Planned]:
     """Proven-good nodes with nothing to do pair up as controls: the round's own level.
     Inside their own groups where they can: a fast job inside each group is what tells
-    a slow trunk from slow nodes."""
+    a slow trunk from slow nodes.
+
+    NOTE: at most `most` of them (as many as the round's other jobs, and enough to measure
+    the noise): every control is another chance of a link slow by chance, to be measured
+    again in one more round.
+    """
     busy = {n for j in jobs for n in j.nodes}
     where = {n: tuple(topo.group(n, lv) or "" for lv in topo.levels) for n in idle}
     free = sorted((g for g in idle if g not in busy), key=lambda n: where[n])
-    return [
-        Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control")
-        for x, y in zip(free[::2], free[1::2], strict=False)
-    ]
+    pairs = list(zip(free[::2], free[1::2], strict=False))[:most]
+    return [Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control") for x, y in pairs]
 
 
 def _first_matching(
