@@ -100,8 +100,8 @@ class Fault(_Model):
     step: str | None = None  # only in the step with this name (default: every step)
     # With `node`: only in jobs that also hold this node (a slow link between the two).
     peer: str | None = None
-    # Two topology groups (racks, switches, domains): every rank of every job that holds a
-    # node of each (a slow trunk between them).
+    # Two topology groups (racks, switches, domains): every job that holds a node of each
+    # is slow (its ranks in the first group late: a slow trunk between them).
     between: Annotated[list[str], Field(min_length=2, max_length=2)] | None = None
 
     @model_validator(mode="after")
@@ -131,11 +131,14 @@ class Fault(_Model):
         groups: Mapping[str, frozenset[str]] | None = None,
     ) -> bool:
         """This rank (or node) in this step, in a job over `nodes` (the peer among them);
-        a `between` fault: any rank of a job over `nodes` in both groups (node -> groups)."""
+        a `between` fault: the ranks of the first group's nodes in a job over `nodes` that
+        holds a node of each group (`groups`: node -> the groups it is in)."""
         if self.between is not None:
             a, b = ({n for n in nodes if g in (groups or {}).get(n, ())} for g in self.between)
             spans = any(x != y for x in a for y in b)
-            return spans and self.step in (None, step)
+            # NOTE: the ranks of the first group's nodes are late and the others wait in the
+            # collective, which is what timings show; every rank late alike would time as nothing.
+            return spans and node in a and self.step in (None, step)
         target = self.rank == rank if self.rank is not None else self.node == node
         linked = self.peer is None or self.peer in nodes
         return target and linked and self.step in (None, step)

@@ -478,10 +478,14 @@ def test_a_between_fault_slows_every_job_spanning_both_groups_and_no_other():
     trunk = Fault(kind="delay", between=["rack-a", "rack-b"], ms=20)
     groups = {"n1": frozenset({"rack-a", "leaf-1"}), "n2": frozenset({"rack-b"}),
               "n3": frozenset({"rack-a"})}  # fmt: skip
-    on = {"rank": 1, "node": "n3", "step": "allreduce", "groups": groups}
-    assert trunk.applies(**on, nodes=frozenset({"n1", "n2"}))  # every rank of the job
-    assert not trunk.applies(**on, nodes=frozenset({"n1", "n3"}))  # inside rack-a
-    assert trunk.applies(**on, nodes=frozenset({"n1", "n2", "n3"}))
+
+    def late(node: str, *job: str) -> bool:
+        return trunk.applies(rank=0, node=node, step="x", nodes=frozenset(job), groups=groups)
+
+    # The rack-a ranks of a job across the racks are late; the rack-b ranks wait for them.
+    assert late("n1", "n1", "n2") and late("n3", "n3", "n2") and not late("n2", "n1", "n2")
+    assert late("n1", "n1", "n2", "n3") and late("n3", "n1", "n2", "n3")
+    assert not late("n1", "n1", "n3")  # inside rack-a
     assert not trunk.applies(rank=0, node="n1", step="x", nodes=frozenset({"n1", "n2"}))
     with pytest.raises(ValidationError, match="without `rank`, `node` or `peer`"):
         Fault(kind="delay", between=["rack-a", "rack-b"], node="n1", ms=20)
