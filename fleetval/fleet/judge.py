@@ -240,6 +240,7 @@ class Trunk:
     fast: tuple[Judged, ...]  # across the same two groups
     inside_a: tuple[Judged, ...]  # fast jobs inside a
     inside_b: tuple[Judged, ...]
+    across: tuple[Judged, ...] = ()  # every slow crossing, its nodes proven or not
 
     @property
     def confirmed(self) -> bool:
@@ -295,7 +296,9 @@ def assess(
             a.paired.setdefault(y, set()).add(x)
     alone_ok = _alone(a, nodes, alone)
     a.trunks = trunks(a.links, topology, alone_ok)
-    on_trunk = {id(j) for t in a.trunks.values() for j in t.slow}
+    # NOTE: every slow crossing of a slow trunk is the trunk's, also of nodes not yet proven
+    # (a node slow only across it is not bad; a bad NIC is slow inside its group too).
+    on_trunk = {id(j) for t in a.trunks.values() for j in t.across}
     pairs: dict[str, list[tuple[str, Judged]]] = {n: [] for n in nodes}
     for (x, y), js in a.links.items():
         for j in js:
@@ -362,8 +365,8 @@ def trunks(
             fast = [j for j in js if j.fast]
             if not _disjoint_two(slow) or len(slow) < 2 * len(fast):
                 continue
-            t = Trunk(level, ga, gb, tuple(slow), tuple(fast),
-                      tuple(inside.get(ga, ())), tuple(inside.get(gb, ())))  # fmt: skip
+            t = Trunk(level, ga, gb, tuple(slow), tuple(fast), tuple(inside.get(ga, ())),
+                      tuple(inside.get(gb, ())), tuple(j for j in js if j.slow))  # fmt: skip
             out[t.key] = t
             taken |= {id(j) for j in js}
     return out

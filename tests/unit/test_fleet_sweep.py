@@ -21,7 +21,7 @@ from fleetval.fleet.coverage import (
 from fleetval.fleet.coverage import matching as coverage_matching
 from fleetval.fleet.drain import drain_lines
 from fleetval.fleet.history import link_history, node_histories
-from fleetval.fleet.judge import Measurement, Planned, assess, judge, references
+from fleetval.fleet.judge import Judged, Measurement, Planned, assess, judge, references
 from fleetval.fleet.planner import first_pairs, first_round, next_round
 from fleetval.fleet.settings import Floor, SweepSettings
 from fleetval.fleet.simulate import SimFleet, planted, racked
@@ -519,3 +519,24 @@ def test_a_suite_gives_its_topology_inline_or_as_a_file(tmp_path):
         suite_topology(suite.model_copy(update={"sweep": missing}))
     with pytest.raises(ValidationError, match=r"topology\.node-1\.row"):
         SweepSettings(topology={"node-1": {"row": "r1"}})
+
+
+def test_a_node_slow_only_across_a_slow_trunk_is_not_drained():
+    """node-6's partners inside its rack were only unclear (a loaded box), the two it was
+    slow with were across the slow trunk: the trunk's evidence, not node-6's (seen on the
+    8-node Ray fleet)."""
+    topo, ms = TWO_RACKS, []
+    rnd = {"slow": [("node-3", "node-5"), ("node-0", "node-4"), ("node-1", "node-6"),
+                    ("node-3", "node-6")],
+           "fast": [("node-0", "node-2"), ("node-4", "node-7"), ("node-1", "node-3"),
+                    ("node-5", "node-7")],
+           "unclear": [("node-4", "node-6"), ("node-6", "node-7")]}  # fmt: skip
+    for n in EIGHT:
+        ms.append(Judged(Measurement(Planned(1, SweepPhase.ALONE, (n,)), None), False, ""))
+    for kind, pairs in rnd.items():
+        for p in pairs:
+            m = Measurement(Planned(2, SweepPhase.PAIR, p), 1.0)
+            ms.append(Judged(m, kind == "slow", kind, None, kind == "unclear"))
+    a = assess(EIGHT, ms, topo)
+    assert list(a.trunks) == [("rack", "rack-a", "rack-b")]
+    assert "node-6" not in a.bad and "node-6" in a.pending_pair and not a.bad_links
