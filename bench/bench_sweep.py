@@ -8,6 +8,16 @@ the bisection the sweep used before (`fleetval.detect.bisection.isolate`) on the
 fleet, where a group scores as its slowest member.
 
     python bench/bench_sweep.py --seeds 200 --sizes 64 256 1024
+
+Fabric (`--fabric`): 1,024 nodes in 64 racks with mixed faults (bad nodes, bad links, slow
+trunks between pairs of racks), each fault scored at its level, with the sweep cut at 6
+rounds and run to its end; `--noise` sets the jobs' log-normal noise (false drains per
+1,000 healthy nodes). Coverage (`--coverage`): back-to-back sweeps that plan from the
+links the earlier ones measured, against the old fixed matching.
+
+    python bench/bench_sweep.py --fabric --seeds 20
+    python bench/bench_sweep.py --fabric --seeds 20 --noise 0.15 --disturbed 0.05
+    python bench/bench_sweep.py --coverage --nights 30
 """
 
 from __future__ import annotations
@@ -20,9 +30,12 @@ import time
 from dataclasses import dataclass, field
 
 from fleetval.detect.bisection import isolate
+from fleetval.fleet.coverage import Fabric, LinkSeen, Pair, covered
+from fleetval.fleet.history import link_history
 from fleetval.fleet.settings import SweepSettings
-from fleetval.fleet.simulate import SimFleet, planted
-from fleetval.fleet.verdict import run_rounds
+from fleetval.fleet.simulate import SimFleet, planted, racked
+from fleetval.fleet.verdict import FleetVerdict, run_rounds
+from fleetval.vocab import NodeState
 
 
 @dataclass
@@ -98,13 +111,125 @@ def row(name: str, n: int, t: Tally) -> str:
     )
 
 
+@dataclass
+class Levels:
+    """Faults found at their own level, and what was named that was not planted."""
+
+    sweeps: int = 0
+    found: dict[str, list[int]] = field(default_factory=dict)  # level -> [named, planted]
+    healthy: int = 0
+    false_drains: int = 0
+    false_named: int = 0  # suspect or unjudged, not drained
+    unjudged: int = 0
+    false_links: int = 0
+    false_trunks: int = 0
+    rounds: list[int] = field(default_factory=list)
+
+    def add(self, level: str, named: int, planted: int) -> None:
+        got = self.found.setdefault(level, [0, 0])
+        got[0] += named
+        got[1] += planted
+
+
+def score_fabric(fleet: SimFleet, v: FleetVerdict, t: Levels) -> None:
+    bad = set(fleet.compute) | set(fleet.nic)
+    drained = {n.node for n in v.drain}
+    links = {link.nodes for link in v.bad_links}
+    trunks = {t.groups for t in v.bad_trunks}
+    t.sweeps += 1
+    t.add("node", len(bad & drained), len(bad))
+    t.add("link", len(set(fleet.links) & links), len(fleet.links))
+    t.add("trunk", len(set(fleet.trunks) & trunks), len(fleet.trunks))
+    t.healthy += len(fleet.nodes) - len(bad)
+    t.false_drains += len(drained - bad)
+    t.false_named += len({n.node for n in v.named} - bad - drained)
+    t.unjudged += sum(n.state == NodeState.UNJUDGED for n in v.nodes)
+    t.false_links += len(links - set(fleet.links))
+    t.false_trunks += len(trunks - set(fleet.trunks))
+    t.rounds.append(v.rounds)
+
+
+def fabric(args: argparse.Namespace) -> None:
+    """Mixed faults in a racked fleet, each scored at its level; cut at 6 rounds and not."""
+    print(
+        "| rounds allowed | sweeps | nodes drained | links named | trunks named | healthy "
+        "drained (per 1,000) | healthy suspect or unjudged | unjudged | false links | false "
+        "trunks | rounds mean / max |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for cut in (6, 16):
+        t = Levels()
+        for seed in range(args.seeds):
+            fleet = planted(
+                args.nodes, args.bad_nodes, args.bad_links, seed, racks=args.racks,
+                bad_trunks=args.bad_trunks,
+            )  # fmt: skip
+            fleet.noise, fleet.disturbed = args.noise, args.disturbed
+            settings = SweepSettings(seed=seed, max_rounds=cut)
+            v = run_rounds(fleet.nodes, fleet.measure, settings, fabric=Fabric(fleet.topology))
+            score_fabric(fleet, v, t)
+        share = {level: f"{a}/{b}" for level, (a, b) in t.found.items()}
+        print(
+            f"| {cut} | {t.sweeps} | {share['node']} | {share['link']} | {share['trunk']} | "
+            f"{t.false_drains} of {t.healthy} ({1000 * t.false_drains / t.healthy:.2f}) | "
+            f"{t.false_named} | {t.unjudged} | {t.false_links} | {t.false_trunks} | "
+            f"{statistics.mean(t.rounds):.2f} / {max(t.rounds)} |"
+        )
+
+
+def nightly(nodes: list[str], nights: int, racks: int, history: bool) -> list[int]:
+    """Links of a clean fleet measured after each of `nights` sweeps (cumulative)."""
+    topology = racked(nodes, racks) if racks else None
+    seen: dict[Pair, LinkSeen] = {}
+    stored: list[tuple[str, dict]] = []
+    out = []
+    for night in range(nights):
+        fleet = SimFleet(list(nodes), seed=night, **({"topology": topology} if topology else {}))
+        fab = Fabric(fleet.topology, link_history(stored) if history else {})
+        v = run_rounds(nodes, fleet.measure, SweepSettings(), fabric=fab)
+        stored.append((f"night-{night}", v.to_dict()))
+        seen |= link_history(stored[-1:])
+        out.append(covered(nodes, seen)[0])
+    return out
+
+
+def coverage(args: argparse.Namespace) -> None:
+    """Links covered by back-to-back sweeps: planned from history, and the fixed matching."""
+    print("| fleet | sweeps | links in all | covered, planned from history | covered, fixed seed |")
+    print("|---|---:|---:|---:|---:|")
+    for n, racks, nights in ((8, 2, 7), (args.nodes, args.racks, args.nights)):
+        nodes = [f"node-{i:04d}" for i in range(n)]
+        total = n * (n - 1) // 2
+        ours = nightly(nodes, nights, racks, True)
+        fixed = nightly(nodes, nights, racks, False)
+        for k in sorted({1, min(7, nights), nights}):
+            print(
+                f"| {n} nodes, {racks} racks | {k} | {total} | {ours[k - 1]} "
+                f"({ours[k - 1] / total:.1%}) | {fixed[k - 1]} ({fixed[k - 1] / total:.1%}) |"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=200)
     ap.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--max-bad", type=int, default=16)
     ap.add_argument("--no-peer", action="store_true", help="skip the bisection peer")
+    ap.add_argument("--fabric", action="store_true", help="racked fleet, mixed faults")
+    ap.add_argument("--coverage", action="store_true", help="links covered by nightly sweeps")
+    ap.add_argument("--nodes", type=int, default=1024)
+    ap.add_argument("--racks", type=int, default=64)
+    ap.add_argument("--bad-nodes", type=int, default=8)
+    ap.add_argument("--bad-links", type=int, default=4)
+    ap.add_argument("--bad-trunks", type=int, default=3)
+    ap.add_argument("--noise", type=float, default=0.03)
+    ap.add_argument("--disturbed", type=float, default=0.01)
+    ap.add_argument("--nights", type=int, default=30)
     args = ap.parse_args()
+    if args.fabric:
+        return fabric(args)
+    if args.coverage:
+        return coverage(args)
     print(
         "| method | nodes | sweeps | bad nodes named | bad nodes drained | bad links named "
         "| healthy drained | healthy suspect | false bad links | rounds mean / max | jobs mean "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -69,11 +70,19 @@ class Fault(_Model):
     step: str | None = None  # only in the step with this name (default: every step)
     # With `node`: only in jobs that also hold this node (a slow link between the two).
     peer: str | None = None
+    # Two topology groups (racks, switches, domains): every job that holds a node of each
+    # is slow (its ranks in the first group late: a slow trunk between them).
+    between: Annotated[list[str], Field(min_length=2, max_length=2)] | None = None
 
     @model_validator(mode="after")
     def _target(self) -> Self:
-        if (self.rank is None) == (self.node is None):
-            raise ValueError("a fault names exactly one of `rank` or `node`")
+        if self.between is not None:
+            if self.rank is not None or self.node is not None or self.peer is not None:
+                raise ValueError("`between` names two groups, without `rank`, `node` or `peer`")
+            if self.between[0] == self.between[1]:
+                raise ValueError("`between` names two different groups")
+        elif (self.rank is None) == (self.node is None):
+            raise ValueError("a fault names exactly one of `rank`, `node` or `between`")
         if self.peer is not None and self.peer == (self.node or self.peer):
             raise ValueError("`peer` needs `node` and names another node (the link's far end)")
         if self.kind == FaultKind.DELAY and self.ms is None:
@@ -82,8 +91,24 @@ class Fault(_Model):
             raise ValueError(f"`ms` applies to delay faults only, not {self.kind.value}")
         return self
 
-    def applies(self, *, rank: int, node: str, step: str, nodes: frozenset[str]) -> bool:
-        """This rank (or node) in this step, in a job over `nodes` (the peer among them)."""
+    def applies(
+        self,
+        *,
+        rank: int,
+        node: str,
+        step: str,
+        nodes: frozenset[str],
+        groups: Mapping[str, frozenset[str]] | None = None,
+    ) -> bool:
+        """This rank (or node) in this step, in a job over `nodes` (the peer among them);
+        a `between` fault: the ranks of the first group's nodes in a job over `nodes` that
+        holds a node of each group (`groups`: node -> the groups it is in)."""
+        if self.between is not None:
+            a, b = ({n for n in nodes if g in (groups or {}).get(n, ())} for g in self.between)
+            spans = any(x != y for x in a for y in b)
+            # NOTE: the ranks of the first group's nodes are late and the others wait in the
+            # collective, which is what timings show; every rank late alike would time as nothing.
+            return spans and node in a and self.step in (None, step)
         target = self.rank == rank if self.rank is not None else self.node == node
         linked = self.peer is None or self.peer in nodes
         return target and linked and self.step in (None, step)

@@ -144,6 +144,7 @@ class NodeState(StrEnum):
     HEALTHY = "healthy"  # judged against a reference and met it
     SUSPECT = "suspect"  # slow once, or not judged to the end: look, do not drain yet
     DRAIN = "drain"  # slow or failed in two measurements (or its own job failed): take it out
+    UNJUDGED = "unjudged"  # its jobs differed from the fleet within the measured noise only
 
 
 class SweepPhase(StrEnum):

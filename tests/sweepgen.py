@@ -12,7 +12,13 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from fleetval.fleet.verdict import FleetVerdict, LinkVerdict, NodeVerdict
+from fleetval.fleet.verdict import (
+    FleetVerdict,
+    LinkMeasured,
+    LinkVerdict,
+    NodeVerdict,
+    TrunkVerdict,
+)
 from fleetval.run.outcome import StepOutcome
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.vocab import NodeState, RunStatus, Status
@@ -40,15 +46,20 @@ def write_sweep(
     links: tuple[LinkVerdict, ...] = (),
     findings: tuple[str, ...] = (),
     gates: dict[str, Any] | None = None,
+    trunks: tuple[TrunkVerdict, ...] = (),
+    coverage: tuple[LinkMeasured, ...] = (),
+    verdict: FleetVerdict | None = None,
 ) -> str:
     """A sweep stored as `fleetval.run.sweep` stores one: the verdict in the summary, the
-    verdict as the last step's outcome (FAIL when flagged), the run's status from it."""
+    verdict as the last step's outcome (FAIL when flagged), the run's status from it.
+    `verdict`: a whole verdict (e.g. from `run_rounds` on a simulated fleet) instead."""
     nodes = tuple(
         NodeVerdict(n, NodeState(s), "high" if s == "drain" else "medium", REASONS[s],
                     (f"pair {g} GB/s",), alone_gbps=None, pair_gbps=g)
         for n, (s, g) in sorted(states.items())
     )  # fmt: skip
-    v = FleetVerdict(nodes=nodes, links=links, findings=findings, rounds=3, jobs=9, drain_limit=2)
+    v = verdict or FleetVerdict(nodes=nodes, links=links, findings=findings, rounds=3, jobs=9,
+                                drain_limit=2, trunks=trunks, coverage=coverage)  # fmt: skip
     status = Status.FAIL if v.flagged else Status.PASS
     verdict_step = StepOutcome(-1, 0, "verdict", "sweep", status.value, "; ".join(findings), 0.0)
     started = datetime(2026, 1, 1, 2, tzinfo=UTC) + timedelta(days=i)

@@ -24,6 +24,7 @@ from fleetval.cli.common import (
 from fleetval.fleet.drain import FORMATS as DRAIN_FORMATS
 
 if TYPE_CHECKING:
+    from fleetval.fleet.history import LinkCoverage
     from fleetval.fleet.verdict import FleetVerdict
 
 
@@ -95,6 +96,10 @@ def _show(v: FleetVerdict, run_id: str, drain: list[str], drain_format: str) -> 
             typer.echo(f"slow link {a} <-> {b}: {link.evidence[-1]}")
         else:  # NOTE: no flag word: a link seen slow once is said, not flagged
             typer.echo(f"link {a} <-> {b} slow once, not confirmed: {link.evidence[-1]}")
+    for t in v.trunks:  # NOTE: a trunk drains nobody: the fabric between two groups
+        a, b = t.groups
+        word = "slow trunk" if t.confirmed else "trunk slow, not confirmed:"
+        typer.echo(f"{word} {t.level} {a} <-> {b}: {t.evidence[0]}")
     for line in (*v.findings, *v.notes):
         typer.echo(line)
     if drain:
@@ -116,9 +121,13 @@ def sweep_history(
         str | None, typer.Option(help="Only sweeps up to this run (default: the newest)")
     ] = None,
     as_json: JsonOpt = False,
+    links: Annotated[
+        bool, typer.Option("--links", help="Every link measured: when last, and its verdict")
+    ] = False,
 ) -> None:
-    """Each node's verdicts and busbw over the last sweeps: repeat offenders, flapping, drift."""
-    from fleetval.fleet.history import node_histories, sweep_runs
+    """Each node's verdicts and busbw over the last sweeps: repeat offenders, flapping, drift;
+    and link coverage: how many links the sweeps measured, when each last, with what verdict."""
+    from fleetval.fleet.history import link_coverage, node_histories, sweep_runs
 
     catalog = open_catalog(data)
     if until is not None:
@@ -129,10 +138,10 @@ def sweep_history(
     if node is not None and not found:
         console.print(f"[red]error:[/red] no node {node!r} in the last {len(runs)} sweep(s)")
         raise typer.Exit(Exit.BAD_INPUT)
+    cover = link_coverage(runs)
     if as_json:
-        typer.echo(
-            json.dumps({"runs": [r.run_id for r in runs], "nodes": [h.to_dict() for h in found]})
-        )
+        doc = {"runs": [r.run_id for r in runs], "nodes": [h.to_dict() for h in found]}
+        typer.echo(json.dumps(doc | {"coverage": cover.to_dict()}))
         return
     table = Table(
         title=f"{len(runs)} sweep(s): {', '.join(r.run_id for r in runs) or 'none stored'}"
@@ -143,4 +152,21 @@ def sweep_history(
         states = " ".join(s.state.value for s in h.seen)
         scores = " ".join(_num(s.score) for s in h.seen)
         table.add_row(h.node, states, scores, ", ".join(h.findings))
+    console.print(table)
+    _coverage(cover, len(runs), links)
+
+
+def _coverage(cover: LinkCoverage, sweeps: int, every: bool) -> None:
+    share = f" ({len(cover.links) / cover.total:.0%})" if cover.total else ""
+    typer.echo(
+        f"link coverage: {len(cover.links)} of {cover.total} links{share} measured "
+        f"in the last {sweeps} sweep(s)"
+    )
+    if not every:
+        return
+    table = Table(title="links, newest measurement")
+    for col in ("link", "sweep", "verdict", "GB/s"):
+        table.add_column(col, justify="right" if col == "GB/s" else "left")
+    for (a, b), s in sorted(cover.links.items()):
+        table.add_row(f"{a} <-> {b}", s.run_id, s.verdict, _num(s.gbps))
     console.print(table)

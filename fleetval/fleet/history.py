@@ -1,4 +1,5 @@
-"""Each node across the last N stored sweeps: repeat offenders, flapping, slow drift.
+"""Each node across the last N stored sweeps: repeat offenders, flapping, slow drift; and
+each link: when a sweep last measured it, and what it said (what the next sweep plans from).
 
 A sweep is a stored run whose summary holds its verdict (`summary["sweep"]`, written by
 `fleetval.run.sweep`); reading them needs the catalog only (no pyarrow, no ray).
@@ -11,6 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from fleetval.fleet.coverage import LinkSeen, Pair
 from fleetval.store.catalog import Catalog, RunRecord
 from fleetval.vocab import NodeState
 
@@ -91,3 +93,48 @@ def history(node: str, seen: list[SweepSeen]) -> NodeHistory:
         before = statistics.median(scores[:half])
         drift = statistics.median(scores[half:]) / before - 1 if before > 0 else None
     return NodeHistory(node, tuple(seen), sum(bad) >= 2, changes >= 2, drift)
+
+
+def link_history(sweeps: list[tuple[str, dict[str, Any]]]) -> dict[Pair, LinkSeen]:
+    """Per link, the newest of `sweeps` ((run id, stored verdict), oldest first) that
+    measured it; `when` is the sweep's place in the list."""
+    out: dict[Pair, LinkSeen] = {}
+    for when, (run_id, verdict) in enumerate(sweeps):
+        for c in verdict.get("coverage", ()):
+            a, b = c["nodes"]
+            out[(a, b)] = LinkSeen(when, run_id, c["verdict"], c.get("gbps"))
+    return out
+
+
+def stored_links(runs: list[RunRecord]) -> dict[Pair, LinkSeen]:
+    return link_history([(r.run_id, r.summary["sweep"]) for r in runs])
+
+
+@dataclass(frozen=True)
+class LinkCoverage:
+    """The links of the nodes in the sweeps read: which were measured, when, with what."""
+
+    nodes: int
+    links: dict[Pair, LinkSeen]
+
+    @property
+    def total(self) -> int:
+        return self.nodes * (self.nodes - 1) // 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "links_total": self.total,
+            "links_measured": len(self.links),
+            "links": [
+                {"nodes": list(p), "run_id": s.run_id, "verdict": s.verdict, "gbps": s.gbps}
+                for p, s in sorted(self.links.items())
+            ],
+        }
+
+
+def link_coverage(runs: list[RunRecord]) -> LinkCoverage:
+    """Per link of the nodes these sweeps judged, the newest of them that measured it."""
+    names = {n["node"] for r in runs for n in r.summary["sweep"].get("nodes", [])}
+    seen = stored_links(runs)
+    return LinkCoverage(len(names), {p: s for p, s in seen.items() if set(p) <= names})

@@ -1,27 +1,33 @@
 """Judge each measured job, then what the jobs say about each node and link.
 
 A job's score is GB/s (higher is better). It is slow when it failed, when it is below its
-SKU's floor, or when it is below the fleet's own median by more than the tolerance: the
-larger of the configured share and `noise_sigmas` times the spread (MAD) of the same
-phase in the same sweep, so the noise is measured where the verdict is made.
+SKU's floor, or when it is below the fleet's own median by more than the noise allows:
+`noise_sigmas` times the spread (MAD) of the same phase in the same round (log scale, so
+a large difference is still judged when the noise is large), and never less than the
+configured tolerance. A job below the tolerance but within the noise is `unclear`: neither
+slow nor fast. Nothing is drained or confirmed on an unclear job.
 
 What a node is follows from the jobs it was in (`assess`):
 - its own (alone) job failed, or was slow twice: bad;
-- slow alone once and not yet measured again: pending (measure alone again);
+- slow or unclear alone, never fast alone: pending (measure alone again);
 - in a fast pair: good (its NIC and that link carry full speed); only good nodes are
   references for re-pairing, so a node that failed its own phase never is one;
 - no fast pair, slow with two different partners, one of them good: bad;
 - otherwise, if in no fast pair: pending (re-pair with a good node).
 A slow pair of two good nodes names the link; two slow measurements of it make it bad.
+Jobs across two topology groups that are slow while jobs inside each group are fast name
+a trunk (`Trunk`): those jobs are evidence against no node and no link.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleetval.fleet.settings import Floor, SweepSettings
+from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 from fleetval.text import human_bytes
 from fleetval.vocab import SweepPhase
 
@@ -60,14 +66,20 @@ class Reference:
     phase: SweepPhase
     sku: str
     median: float
-    noise: float  # relative sigma (MAD-based) of the phase's main round
-    tolerance: float  # what "slow" means here: max(settings.tolerance, noise_sigmas * noise)
+    noise: float  # relative sigma (MAD-based) of the round's jobs
+    tolerance: float  # what "slow" means here: max(least, 1 - exp(-noise_sigmas * noise))
     count: int
     round: int
+    least: float = 0.0  # settings.tolerance: below this, unclear where not slow
 
     @property
     def threshold(self) -> float:
         return self.median * (1 - self.tolerance)
+
+    @property
+    def clear(self) -> float:
+        """At or above this, a job is fast; between `threshold` and here, unclear."""
+        return self.median * (1 - self.least)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -89,6 +101,11 @@ class Judged:
     slow: bool
     why: str
     ratio: float | None = None  # score / fleet median
+    unclear: bool = False  # below the tolerance, within the round's noise: not judged
+
+    @property
+    def fast(self) -> bool:
+        return not self.slow and not self.unclear
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -101,6 +118,12 @@ def sku_key(nodes: Iterable[str], skus: Mapping[str, str]) -> str:
 
 RefKey = tuple[SweepPhase, str, int]  # phase, SKU, round (0: the phase's main round)
 ROUND_REFERENCE_JOBS = 4  # a round with this many jobs of a kind is judged against itself
+REMEASURE = ("alone again", "confirm link", "re-pair")  # `Planned.why` of a suspect's job
+
+
+def remeasures(job: Planned) -> bool:
+    """A job that measures a suspect again: never part of the level it is judged against."""
+    return job.why.startswith(REMEASURE)
 
 
 def references(
@@ -111,16 +134,24 @@ def references(
 
     NOTE: a round's jobs run at the same time, under the same load; judging them against
     each other, not a level from minutes before, keeps a change of load from reading as a
-    slow node. Idle proven-good nodes run control pairs so re-pair rounds have peers.
+    slow node. Jobs that measure a suspect again are left out of the level (a round of
+    suspects would judge them against themselves); controls measured beside them (idle
+    proven-good pairs, nodes alone) make the round's level.
     """
     groups: dict[tuple[SweepPhase, str, int], list[float]] = {}
     for m in measurements:
-        if m.score is not None:
+        if m.score is not None and not remeasures(m.job):
             key = (m.job.phase, sku_key(m.job.nodes, skus), m.job.round)
             groups.setdefault(key, []).append(m.score)
+    measured = [
+        _reference(*key, scores, settings, None).noise
+        for key, scores in groups.items()
+        if len(scores) >= settings.noise_jobs
+    ]
+    noise = max(measured) if measured else None
     out: dict[RefKey, Reference] = {}
     for (phase, sku, rnd), scores in sorted(groups.items(), key=lambda kv: kv[0][2]):
-        ref = _reference(phase, sku, rnd, scores, settings)
+        ref = _reference(phase, sku, rnd, scores, settings, noise)
         if len(scores) >= ROUND_REFERENCE_JOBS:
             out[(phase, sku, rnd)] = ref
         if len(scores) > out.get((phase, sku, 0), ref).count or (phase, sku, 0) not in out:
@@ -129,22 +160,33 @@ def references(
 
 
 def _reference(
-    phase: SweepPhase, sku: str, rnd: int, scores: list[float], settings: SweepSettings
+    phase: SweepPhase,
+    sku: str,
+    rnd: int,
+    scores: list[float],
+    settings: SweepSettings,
+    sweep_noise: float | None,
 ) -> Reference:
     """The healthy level from the faster half of the jobs: slowness is one-sided (a fault
     never speeds a job up), so up to half the jobs may be slow without moving it.
 
     NOTE: level and noise are the faster half's median and MAD; the MAD of a normal's upper
     half is about half the whole's, hence the factor of 2 (calibrated in the unit tests).
+    The tolerance is `noise_sigmas` sigmas on a log scale (1 - e^-ks), so it never reaches
+    100%: a job at a tenth of the level is slow even where the noise is 40%. A round too
+    small to measure its noise (fewer than `noise_jobs` jobs) takes the largest noise the
+    sweep measured where it could (`sweep_noise`); with none, the widest tolerance.
     """
     top = sorted(scores)[len(scores) // 2 :]
     med = statistics.median(top)
     mad = statistics.median(abs(s - med) for s in top)
     noise = 2 * MAD_TO_SIGMA * mad / med if med > 0 else 0.0
-    tol = min(settings.max_tolerance, max(settings.tolerance, settings.noise_sigmas * noise))
-    if len(scores) < settings.noise_jobs:  # too few jobs to measure the noise: the widest
-        tol = settings.max_tolerance
-    return Reference(phase, sku, med, noise, tol, len(scores), rnd)
+    if len(scores) < settings.noise_jobs:
+        noise = max(noise, sweep_noise) if sweep_noise is not None else noise
+    tol = max(settings.tolerance, 1 - math.exp(-settings.noise_sigmas * noise))
+    if len(scores) < settings.noise_jobs and sweep_noise is None:
+        tol = max(tol, settings.max_tolerance)
+    return Reference(phase, sku, med, noise, tol, len(scores), rnd, settings.tolerance)
 
 
 def judge(
@@ -172,40 +214,75 @@ def judge(
         return Judged(m, False, f"{m.score:.4g} GB/s (no reference)")
     ratio = m.score / ref.median if ref.median > 0 else None
     slow = m.score < ref.threshold
+    unclear = not slow and m.score < ref.clear
     sign = "<" if slow else ">="
+    within = f", within the noise: unclear below {ref.clear:.4g}" if unclear else ""
     return Judged(
         m,
         slow,
         f"{m.score:.4g} GB/s {sign} {ref.threshold:.4g} (round {ref.round} level "
-        f"{ref.median:.4g} - {ref.tolerance:.0%}, noise {ref.noise:.1%} over {ref.count} jobs)",
+        f"{ref.median:.4g} - {ref.tolerance:.0%}, noise {ref.noise:.1%} over {ref.count} jobs"
+        f"{within})",
         ratio,
+        unclear,
     )
+
+
+@dataclass(frozen=True)
+class Trunk:
+    """Jobs across groups `a` and `b` (at `level`) slow in two node-disjoint pairs or more,
+    their nodes clean elsewhere; confirmed once a job inside each group is fast as well."""
+
+    level: str
+    a: str
+    b: str
+    slow: tuple[Judged, ...]
+    fast: tuple[Judged, ...]  # across the same two groups
+    inside_a: tuple[Judged, ...]  # fast jobs inside a
+    inside_b: tuple[Judged, ...]
+    across: tuple[Judged, ...] = ()  # every slow crossing, its nodes proven or not
+
+    @property
+    def confirmed(self) -> bool:
+        return bool(self.inside_a and self.inside_b)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.level, self.a, self.b)
+
+    @property
+    def evidence(self) -> list[str]:
+        return [_line(j) for j in (*self.slow, *self.fast, *self.inside_a, *self.inside_b)]
 
 
 @dataclass
 class Assessment:
-    """What the judged jobs so far say about every node and link."""
+    """What the judged jobs so far say about every node, link and trunk."""
 
     bad: dict[str, list[str]] = field(default_factory=dict)  # node -> evidence
     good: set[str] = field(default_factory=set)
     pending_alone: set[str] = field(default_factory=set)
     pending_pair: set[str] = field(default_factory=set)
+    unclear: set[str] = field(default_factory=set)  # pending on unclear jobs only
     bad_links: dict[Pair, list[str]] = field(default_factory=dict)
     pending_links: dict[Pair, list[str]] = field(default_factory=dict)
+    trunks: dict[tuple[str, str, str], Trunk] = field(default_factory=dict)
     evidence: dict[str, list[str]] = field(default_factory=dict)  # node -> every job it was in
     slow_count: dict[str, int] = field(default_factory=dict)
     paired: dict[str, set[str]] = field(default_factory=dict)  # partners measured with
+    links: dict[Pair, list[Judged]] = field(default_factory=dict)  # every pair job, by link
 
 
 def _line(j: Judged) -> str:
     return f"round {j.m.job.round} {j.m.job.phase.value} [{', '.join(j.nodes)}]: {j.why}"
 
 
-def assess(nodes: Sequence[str], judged: Sequence[Judged]) -> Assessment:
-    """Node and link states from every judged job (see the module docstring)."""
+def assess(
+    nodes: Sequence[str], judged: Sequence[Judged], topology: Topology = NO_TOPOLOGY
+) -> Assessment:
+    """Node, link and trunk states from every judged job (see the module docstring)."""
     a = Assessment()
     alone: dict[str, list[Judged]] = {n: [] for n in nodes}
-    pairs: dict[str, list[tuple[str, Judged]]] = {n: [] for n in nodes}
     for j in judged:
         for n in j.nodes:
             a.evidence.setdefault(n, []).append(_line(j))
@@ -214,42 +291,102 @@ def assess(nodes: Sequence[str], judged: Sequence[Judged]) -> Assessment:
             alone[j.nodes[0]].append(j)
         else:
             x, y = j.nodes
-            pairs[x].append((y, j))
-            pairs[y].append((x, j))
+            a.links.setdefault(_pair(x, y), []).append(j)
             a.paired.setdefault(x, set()).add(y)
             a.paired.setdefault(y, set()).add(x)
-    alone_ok = set()
-    for n in nodes:
-        slow = [j for j in alone[n] if j.slow]
-        if any(j.m.failed for j in slow) or len(slow) >= 2:
-            a.bad[n] = [_line(j) for j in slow]
-        elif slow and len(slow) == len(alone[n]):
-            a.pending_alone.add(n)
-        else:
-            alone_ok.add(n)
-    a.good = {n for n in alone_ok if any(not j.slow for _, j in pairs[n])}
+    alone_ok = _alone(a, nodes, alone)
+    a.trunks = trunks(a.links, topology, alone_ok)
+    # NOTE: every slow crossing of a slow trunk is the trunk's, also of nodes not yet proven
+    # (a node slow only across it is not bad; a bad NIC is slow inside its group too).
+    on_trunk = {id(j) for t in a.trunks.values() for j in t.across}
+    pairs: dict[str, list[tuple[str, Judged]]] = {n: [] for n in nodes}
+    for (x, y), js in a.links.items():
+        for j in js:
+            if id(j) not in on_trunk:
+                pairs[x].append((y, j))
+                pairs[y].append((x, j))
+    a.good = {n for n in alone_ok if any(j.fast for _, j in pairs[n])}
     for n in sorted(alone_ok - a.good):
         slow = [(p, j) for p, j in pairs[n] if j.slow]
         if len({p for p, _ in slow}) >= 2 and any(p in a.good for p, _ in slow):
             a.bad[n] = [_line(j) for _, j in slow]
         else:
             a.pending_pair.add(n)
-    _links(a, judged)
+            if not slow and any(j.unclear for _, j in pairs[n]):
+                a.unclear.add(n)
+    _links(a, on_trunk)
     return a
 
 
-def _links(a: Assessment, judged: Sequence[Judged]) -> None:
-    """Slow pairs of two good nodes: the link between them, bad once seen slow twice."""
-    seen: dict[Pair, list[Judged]] = {}
-    for j in judged:
-        if j.m.job.phase == SweepPhase.PAIR:
-            seen.setdefault(tuple(sorted(j.nodes)), []).append(j)  # type: ignore[arg-type]
-    for pair, js in sorted(seen.items()):
-        if not all(n in a.good for n in pair) or not any(j.slow for j in js):
+def _alone(a: Assessment, nodes: Sequence[str], alone: dict[str, list[Judged]]) -> set[str]:
+    """Bad (failed, or slow twice), pending (never fast alone) or fine on its own."""
+    ok = set()
+    for n in nodes:
+        slow = [j for j in alone[n] if j.slow]
+        if any(j.m.failed for j in slow) or len(slow) >= 2:
+            a.bad[n] = [_line(j) for j in slow]
+        elif alone[n] and not any(not j.slow and not j.unclear for j in alone[n]):
+            a.pending_alone.add(n)
+            if not slow:
+                a.unclear.add(n)
+        else:
+            ok.add(n)
+    return ok
+
+
+def _pair(x: str, y: str) -> Pair:
+    return (x, y) if x < y else (y, x)
+
+
+def trunks(
+    links: Mapping[Pair, list[Judged]], topology: Topology, clean: set[str]
+) -> dict[tuple[str, str, str], Trunk]:
+    """Per level, coarsest first: pairs of groups whose crossing jobs are slow in two
+    node-disjoint pairs or more, of nodes fine alone and fast in some pair (so neither end
+    is a bad node), at least two thirds of the decided crossings slow. Jobs on a trunk
+    named at a coarser level are not looked at again at a finer one."""
+    ok = clean & {n for pair, js in links.items() if any(j.fast for j in js) for n in pair}
+    out: dict[tuple[str, str, str], Trunk] = {}
+    taken: set[int] = set()
+    for level in topology.levels:
+        cross: dict[tuple[str, str], list[Judged]] = {}
+        inside: dict[str, list[Judged]] = {}
+        for (x, y), js in links.items():
+            gx, gy = topology.group(x, level), topology.group(y, level)
+            if gx is None or gy is None:
+                continue
+            for j in js:
+                if gx == gy and j.fast:
+                    inside.setdefault(gx, []).append(j)
+                elif gx != gy and id(j) not in taken:
+                    cross.setdefault((min(gx, gy), max(gx, gy)), []).append(j)
+        for (ga, gb), js in sorted(cross.items()):
+            slow = [j for j in js if j.slow and set(j.nodes) <= ok]
+            fast = [j for j in js if j.fast]
+            if not _disjoint_two(slow) or len(slow) < 2 * len(fast):
+                continue
+            t = Trunk(level, ga, gb, tuple(slow), tuple(fast), tuple(inside.get(ga, ())),
+                      tuple(inside.get(gb, ())), tuple(j for j in js if j.slow))  # fmt: skip
+            out[t.key] = t
+            taken |= {id(j) for j in js}
+    return out
+
+
+def _disjoint_two(js: Sequence[Judged]) -> bool:
+    return any(not set(x.nodes) & set(y.nodes) for i, x in enumerate(js) for y in js[i + 1 :])
+
+
+def _links(a: Assessment, on_trunk: set[int]) -> None:
+    """Slow pairs of two good nodes: the link between them, bad once seen slow twice
+    (unclear measurements are measured again, never confirm); jobs on a trunk are the
+    trunk's."""
+    for pair, js in sorted(a.links.items()):
+        js = [j for j in js if id(j) not in on_trunk]
+        if not all(n in a.good for n in pair) or all(j.fast for j in js):
             continue
         slow = [j for j in js if j.slow]
-        # Fast elsewhere, slow together. Once slow and never fast: measure it again.
+        # Fast elsewhere, slow together. Once slow (or unclear) and never fast: again.
         if len(slow) >= 2:
             a.bad_links[pair] = [_line(j) for j in js]
-        elif len(slow) == len(js):
+        elif not any(j.fast for j in js):
             a.pending_links[pair] = [_line(j) for j in js]

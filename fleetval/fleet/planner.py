@@ -3,12 +3,18 @@
 Round 1 runs every node alone. Every later round is planned from what the jobs so far say
 (`judge.assess`), and every node is in at most one job per round, so all jobs of a round
 run side by side:
-- nodes slow alone once are measured alone again (one disturbed job drains nobody);
-- links seen slow once between two good nodes are measured again;
-- until some node is proven good, the nodes waiting for a pair get a perfect matching;
-  after that, each is re-paired with a different proven-good node it has not been with,
-  and the proven-good nodes left idle pair up as controls, so every round is judged
-  against jobs measured at the same time.
+- nodes slow (or unclear) alone once are measured alone again (one disturbed job drains
+  nobody);
+- links seen slow once between two good nodes are measured again; where the link crosses
+  two topology groups, with another crossing of the same groups and a job inside each, at
+  the same time: a slow link and a slow trunk tell apart in that one round;
+- until some node is proven good, the nodes waiting for a pair get a perfect matching: the
+  one whose links past sweeps measured least (`coverage.least_measured`); after that, each
+  is re-paired with a different proven-good node it has not been with, inside its own
+  group first (a job inside crosses no trunk);
+- the proven-good nodes left idle cross the pairs of groups no job of this sweep crossed
+  yet, then pair up as controls, so every round is judged against jobs measured at the
+  same time and every pair of racks (switches, domains) is crossed in every sweep.
 Rounds stay flat as the fleet grows: the matching covers every node at once.
 """
 
@@ -17,8 +23,10 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
+from fleetval.fleet.coverage import NO_FABRIC, Fabric, least_measured
 from fleetval.fleet.judge import Assessment, Planned
 from fleetval.fleet.settings import SweepSettings
+from fleetval.fleet.topology import Topology
 from fleetval.vocab import SweepPhase
 
 
@@ -27,24 +35,37 @@ def first_round(nodes: Sequence[str]) -> list[Planned]:
 
 
 def next_round(
-    nodes: Sequence[str], a: Assessment, rnd: int, settings: SweepSettings
+    nodes: Sequence[str],
+    a: Assessment,
+    rnd: int,
+    settings: SweepSettings,
+    fabric: Fabric = NO_FABRIC,
 ) -> list[Planned]:
     """The jobs of round `rnd` (empty: nothing left to measure)."""
     rng = random.Random(settings.seed * 1_000_003 + rnd)
+    topo = fabric.topology
     jobs = [Planned(rnd, SweepPhase.ALONE, (n,), "alone again") for n in sorted(a.pending_alone)]
     busy = set(a.pending_alone)
     for x, y in sorted(a.pending_links):
         if x not in busy and y not in busy:
             jobs.append(Planned(rnd, SweepPhase.PAIR, (x, y), "confirm link"))
             busy |= {x, y}
+            if split := topo.split(x, y):
+                jobs += _trunk_check(*split, a, busy, rnd, topo)
+    for t in a.trunks.values():
+        if not t.confirmed:
+            jobs += _trunk_check(t.level, t.a, t.b, a, busy, rnd, topo, cross=False)
     waiting = [n for n in nodes if n in a.pending_pair and n not in busy]
+    controls = _alone_controls(waiting, a, settings, rnd)
+    jobs += controls
+    waiting = waiting[len(controls) :]
     if not a.good:  # nobody proven yet: everyone waiting is matched with everyone else
-        return jobs + _first_matching(nodes, waiting, a, rng, rnd, settings)
+        return jobs + _first_matching(nodes, waiting, a, rng, rnd, settings, fabric)
     refs = sorted(a.good - busy)
     rng.shuffle(refs)
     fresh = []
     for n in waiting:
-        partner = next((g for g in refs if g not in a.paired.get(n, ())), None)
+        partner = _partner(n, refs, a, topo)
         if partner is None:
             fresh += [] if n in a.paired else [n]  # never paired: may still pair with its like
             continue
@@ -53,17 +74,128 @@ def next_round(
             Planned(rnd, SweepPhase.PAIR, _pair(n, partner), f"re-pair with proven-good {partner}")
         )
     jobs += matching(fresh, a.paired, rng, rnd)
-    return jobs + _controls(refs, jobs, rnd) if jobs else []
+    crossing = _crossings(refs, jobs, a, topo, rnd)
+    if not jobs and not crossing:
+        return []
+    most = max(2 * settings.noise_jobs, len(jobs) + len(crossing))
+    return jobs + crossing + _controls(refs, jobs + crossing, rnd, topo, most)
 
 
-def _controls(idle: list[str], jobs: list[Planned], rnd: int) -> list[Planned]:
-    """Proven-good nodes with nothing to do pair up as controls: the round's own level."""
-    busy = {n for j in jobs for n in j.nodes}
-    free = [g for g in idle if g not in busy]
+def _alone_controls(
+    waiting: list[str], a: Assessment, settings: SweepSettings, rnd: int
+) -> list[Planned]:
+    """Nodes measured alone beside the nodes measured alone again: the level those are
+    judged against, measured at the same time. Only where the fleet can spare them (the
+    waiting nodes are paired a round later)."""
+    if not a.pending_alone or len(waiting) < 8 * settings.noise_jobs:
+        return []
     return [
-        Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control")
-        for x, y in zip(free[::2], free[1::2], strict=False)
+        Planned(rnd, SweepPhase.ALONE, (n,), "alone control")
+        for n in waiting[: settings.noise_jobs]
     ]
+
+
+def _partner(n: str, refs: list[str], a: Assessment, topo: Topology) -> str | None:
+    """A proven-good node `n` has not been with, inside its own group(s) first."""
+    fresh = [g for g in refs if g not in a.paired.get(n, ())]
+    return next((g for g in fresh if topo.same(n, g)), None) or next(iter(fresh), None)
+
+
+def _trunk_check(
+    level: str,
+    ga: str,
+    gb: str,
+    a: Assessment,
+    busy: set[str],
+    rnd: int,
+    topo: Topology,
+    *,
+    cross: bool = True,
+) -> list[Planned]:
+    """Beside a slow crossing of groups ga and gb: another crossing by other proven-good
+    nodes, and a job inside each group, all at the same time (`busy` is updated)."""
+    free = topo.members(level, sorted(a.good - busy))
+    mine, theirs = free.get(ga, []), free.get(gb, [])
+    jobs = []
+    if cross:
+        x = next((x for x in mine for y in theirs if y not in a.paired.get(x, ())), None)
+        y = next((y for y in theirs if x and y not in a.paired.get(x, ())), None)
+        if x and y:
+            jobs.append(Planned(rnd, SweepPhase.PAIR, _pair(x, y), f"cross {level} {ga}-{gb}"))
+            mine.remove(x)
+            theirs.remove(y)
+    for group, left in ((ga, mine), (gb, theirs)):
+        if len(left) >= 2:
+            jobs.append(Planned(rnd, SweepPhase.PAIR, _pair(*left[:2]), f"inside {level} {group}"))
+    busy |= {n for j in jobs for n in j.nodes}
+    return jobs
+
+
+def _crossings(
+    idle: list[str], jobs: list[Planned], a: Assessment, topo: Topology, rnd: int
+) -> list[Planned]:
+    """Idle proven-good nodes across the pairs of groups no job of this sweep crossed yet,
+    each level in turn (coarsest first); `idle` keeps the nodes left.
+
+    NOTE: the groups with the most pairs left go first (a group crosses at most as many
+    others per round as it has free nodes, so these set how many rounds crossing takes).
+    Where both groups have more free nodes than pairs still to cross this round, the pair
+    is crossed twice, by other nodes: two slow crossings of two groups in one round name
+    a trunk without waiting for the next.
+    """
+    busy = {n for j in jobs for n in j.nodes}
+    out: list[Planned] = []
+    for level in topo.levels:
+        pairs = [*a.links, *(j.nodes for j in jobs if len(j.nodes) == 2)]
+        crossed = {_groups(topo, level, *p) for p in pairs}
+        free = topo.members(level, [n for n in idle if n not in busy])
+        groups = sorted(topo.members(level, topo.groups))
+        todo = [
+            (ga, gb)
+            for i, ga in enumerate(groups)
+            for gb in groups[i + 1 :]
+            if (ga, gb) not in crossed
+        ]
+        left = dict.fromkeys(groups, 0)
+        for ga, gb in todo:
+            left[ga] += 1
+            left[gb] += 1
+        todo.sort(key=lambda p: (-max(left[p[0]], left[p[1]]), -min(left[p[0]], left[p[1]]), p))
+        for ga, gb in todo:
+            left[ga] -= 1
+            left[gb] -= 1
+            twice = len(free.get(ga, ())) > left[ga] + 1 and len(free.get(gb, ())) > left[gb] + 1
+            for _ in range(1 + twice):
+                if free.get(ga) and free.get(gb):
+                    x, y = free[ga].pop(), free[gb].pop()
+                    why = f"cross {level} {ga}-{gb}"
+                    out.append(Planned(rnd, SweepPhase.PAIR, _pair(x, y), why))
+                    busy |= {x, y}
+    idle[:] = [n for n in idle if n not in busy]
+    return out
+
+
+def _groups(topo: Topology, level: str, x: str, y: str) -> tuple[str, str] | None:
+    gx, gy = topo.group(x, level), topo.group(y, level)
+    return None if gx is None or gy is None else (min(gx, gy), max(gx, gy))
+
+
+def _controls(
+    idle: list[str], jobs: list[Planned], rnd: int, topo: Topology, most: int
+) -> list[Planned]:
+    """Proven-good nodes with nothing to do pair up as controls: the round's own level.
+    Inside their own groups where they can: a fast job inside each group is what tells
+    a slow trunk from slow nodes.
+
+    NOTE: at most `most` of them (as many as the round's other jobs, and enough to measure
+    the noise): every control is another chance of a link slow by chance, to be measured
+    again in one more round.
+    """
+    busy = {n for j in jobs for n in j.nodes}
+    where = {n: tuple(topo.group(n, lv) or "" for lv in topo.levels) for n in idle}
+    free = sorted((g for g in idle if g not in busy), key=lambda n: where[n])
+    pairs = list(zip(free[::2], free[1::2], strict=False))[:most]
+    return [Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control") for x, y in pairs]
 
 
 def _first_matching(
@@ -73,6 +205,7 @@ def _first_matching(
     rng: random.Random,
     rnd: int,
     settings: SweepSettings,
+    fabric: Fabric,
 ) -> list[Planned]:
     """The matching of the whole fleet (`first_pairs`), kept wherever both nodes wait, so a
     node measured alone again does not reshuffle everyone else's partner; the rest among
@@ -80,7 +213,7 @@ def _first_matching(
     free = set(waiting)
     kept = [
         (x, y)
-        for x, y in first_pairs(nodes, settings)
+        for x, y in first_pairs(nodes, settings, fabric)
         if x in free and y in free and y not in a.paired.get(x, ())
     ]
     rest = [n for n in waiting if not any(n in p for p in kept)]
@@ -109,8 +242,10 @@ def _pair(x: str, y: str) -> tuple[str, str]:
     return (x, y) if x < y else (y, x)
 
 
-def first_pairs(nodes: Sequence[str], settings: SweepSettings) -> list[tuple[str, str]]:
-    """The links round 2 measures when every node passes alone: what tonight's sweep covers
-    (a link no job crosses cannot be judged; a different `seed` covers others)."""
-    rng = random.Random(settings.seed * 1_000_003 + 2)
-    return [j.nodes for j in matching(list(nodes), {}, rng, 2)]  # type: ignore[misc]
+def first_pairs(
+    nodes: Sequence[str], settings: SweepSettings, fabric: Fabric = NO_FABRIC
+) -> list[tuple[str, str]]:
+    """The links round 2 measures when every node passes alone: of the round-robin
+    schedule's matchings, the one past sweeps measured least (`coverage.least_measured`;
+    `seed` rotates which one a fleet with no history starts from)."""
+    return least_measured(nodes, fabric.seen, settings.seed)

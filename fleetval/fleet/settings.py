@@ -6,6 +6,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from fleetval.fleet.topology import Topology
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -52,12 +54,22 @@ class SweepSettings(_Model):
     noise_jobs: int = Field(default=8, ge=2)
     # Never recommend draining more than this share of the fleet (at least one node).
     max_drain_share: float = Field(default=0.10, gt=0, le=1)
-    max_rounds: int = Field(default=4, ge=2, le=16)
+    # A racked fleet takes more: every pair of racks is crossed (64 racks of 16 nodes: 7).
+    max_rounds: int = Field(default=8, ge=2, le=16)
     floors: list[Floor] = Field(default_factory=lambda: list(KNOWN_FLOORS))
-    seed: int = 0  # the pair matching's shuffle: vary it (e.g. by date) to cover other links
+    seed: int = 0  # which matching a fleet with no sweep history starts from
+    # Where each node sits (node -> {rack|switch|domain: group}), beside or over the Ray
+    # node labels `fleetval/rack` etc.; a file with the same map (YAML or JSON).
+    topology: dict[str, dict[str, str]] = Field(default_factory=dict)
+    topology_file: str | None = None
     # Step names run in each phase (None: every step of the suite).
     alone_steps: list[str] | None = None
     pair_steps: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _mapped(self) -> Self:
+        Topology.from_map(self.topology, "topology")  # a bad map: its field path, at load
+        return self
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:

@@ -7,11 +7,13 @@ the fleet as a whole shows, and a circuit breaker against draining a large share
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fleetval.fleet.coverage import NO_FABRIC, Fabric
 from fleetval.fleet.judge import (
     Assessment,
     Judged,
@@ -20,6 +22,7 @@ from fleetval.fleet.judge import (
     Planned,
     Reference,
     RefKey,
+    Trunk,
     assess,
     judge,
     references,
@@ -72,6 +75,58 @@ class LinkVerdict:
 
 
 @dataclass(frozen=True)
+class TrunkVerdict:
+    """Jobs across two groups slow, jobs inside each fast: the fabric between them, no node."""
+
+    groups: Pair
+    level: str  # rack, switch, domain
+    confirmed: bool  # inside jobs of both groups fast too; else suspect (said, not flagged)
+    evidence: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "groups": list(self.groups),
+            "level": self.level,
+            "confirmed": self.confirmed,
+            "evidence": list(self.evidence),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrunkVerdict:
+        a, b = d["groups"]
+        return cls((a, b), d["level"], bool(d["confirmed"]), tuple(d.get("evidence", ())))
+
+    @classmethod
+    def of(cls, t: Trunk) -> TrunkVerdict:
+        return cls((t.a, t.b), t.level, t.confirmed, tuple(t.evidence))
+
+
+@dataclass(frozen=True)
+class LinkMeasured:
+    """A link this sweep measured: its last job's verdict (what `sweep-history` covers)."""
+
+    nodes: Pair
+    verdict: str  # fast, slow, unclear, failed
+    gbps: float | None
+    jobs: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": list(self.nodes), "verdict": self.verdict, "gbps": self.gbps,
+                "jobs": self.jobs}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LinkMeasured:
+        a, b = d["nodes"]
+        return cls((a, b), d["verdict"], d.get("gbps"), d.get("jobs", 1))
+
+
+def link_verdict(j: Judged) -> str:
+    if j.m.failed:
+        return "failed"
+    return "slow" if j.slow else "unclear" if j.unclear else "fast"
+
+
+@dataclass(frozen=True)
 class BaselineLevels:
     """A named baseline's past sweeps: median GB/s per "phase/sku" (see `level_key`)."""
 
@@ -95,11 +150,18 @@ class FleetVerdict:
     breaker: bool = False  # more would be drained than allowed: nothing is
     drain_limit: int = 0
     trials: tuple[Judged, ...] = field(default=(), compare=False)
+    trunks: tuple[TrunkVerdict, ...] = ()
+    coverage: tuple[LinkMeasured, ...] = ()  # every link this sweep measured
+    topology: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> groups
 
     @property
     def flagged(self) -> bool:
-        """Nodes named, links confirmed slow, or a finding about the fleet."""
-        return bool(self.findings or self.bad_links or self.named)
+        """Nodes named, links or trunks confirmed slow, or a finding about the fleet."""
+        return bool(self.findings or self.bad_links or self.named or self.bad_trunks)
+
+    @property
+    def bad_trunks(self) -> list[TrunkVerdict]:
+        return [t for t in self.trunks if t.confirmed]
 
     @property
     def bad_links(self) -> list[LinkVerdict]:
@@ -125,6 +187,9 @@ class FleetVerdict:
             "flagged": self.flagged,
             "nodes": [n.to_dict() for n in self.nodes],
             "links": [link.to_dict() for link in self.links],
+            "trunks": [t.to_dict() for t in self.trunks],
+            "coverage": [c.to_dict() for c in self.coverage],
+            "topology": {n: dict(g) for n, g in self.topology.items()},
             "drain": [n.node for n in self.drain],
             "findings": list(self.findings),
             "notes": list(self.notes),
@@ -145,6 +210,9 @@ class FleetVerdict:
         return cls(
             nodes=tuple(NodeVerdict.from_dict(n) for n in d.get("nodes", ())),
             links=tuple(LinkVerdict.from_dict(x) for x in d.get("links", ())),
+            trunks=tuple(TrunkVerdict.from_dict(t) for t in d.get("trunks", ())),
+            coverage=tuple(LinkMeasured.from_dict(c) for c in d.get("coverage", ())),
+            topology=d.get("topology", {}),
             findings=tuple(d.get("findings", ())),
             notes=tuple(d.get("notes", ())),
             rounds=d.get("rounds", 0),
@@ -174,6 +242,7 @@ def run_rounds(
     *,
     skus: Mapping[str, str] | None = None,
     baseline: BaselineLevels | None = None,
+    fabric: Fabric = NO_FABRIC,
 ) -> FleetVerdict:
     """The sweep: round 1 every node alone, then planned rounds until nothing is left to
     measure or `max_rounds` is reached; every round's jobs are measured together."""
@@ -184,14 +253,15 @@ def run_rounds(
         measured += measure(jobs)
         refs = references(measured, skus, settings)
         judged = [judge(m, refs, skus, settings.floors) for m in measured]
-        found = assess(nodes, judged)
+        found = assess(nodes, judged, fabric.topology)
         if rnd >= settings.max_rounds:
             break
-        jobs = next_round(nodes, found, rnd + 1, settings)
+        jobs = next_round(nodes, found, rnd + 1, settings, fabric)
         if not jobs:
             break
         rnd += 1
-    return verdict(nodes, found, judged, refs, settings, rounds=rnd, baseline=baseline)
+    v = verdict(nodes, found, judged, refs, settings, rounds=rnd, baseline=baseline)
+    return dataclasses.replace(v, topology=fabric.topology.to_dict())
 
 
 def verdict(
@@ -220,6 +290,11 @@ def verdict(
         verdicts = [_held(v) for v in verdicts]
     links = [LinkVerdict(p, True, tuple(e)) for p, e in sorted(a.bad_links.items())]
     links += [LinkVerdict(p, False, tuple(e)) for p, e in sorted(a.pending_links.items())]
+    trunks = [TrunkVerdict.of(t) for _, t in sorted(a.trunks.items())]
+    coverage = [
+        LinkMeasured(p, link_verdict(js[-1]), js[-1].m.score, len(js))
+        for p, js in sorted(a.links.items())
+    ]
     return FleetVerdict(
         nodes=tuple(verdicts),
         links=tuple(links),
@@ -233,6 +308,8 @@ def verdict(
         breaker=breaker,
         drain_limit=0 if breaker else limit,
         trials=tuple(judged),
+        trunks=tuple(sorted(trunks, key=lambda t: not t.confirmed)),
+        coverage=tuple(coverage),
     )
 
 
@@ -263,6 +340,12 @@ def _node(n: str, a: Assessment, scores: dict[SweepPhase, list[float]], rounds: 
         why = a.bad[n]
         confidence = "high" if len(why) >= 2 or "job failed" in why[0] else "medium"
         return NodeVerdict(n, NodeState.DRAIN, confidence, why[0], evidence, alone, pair)
+    if n in a.unclear:
+        reason = (
+            f"differed from the fleet only within the noise measured beside it, "
+            f"in {rounds} rounds: not judged (look, do not drain)"
+        )
+        return NodeVerdict(n, NodeState.UNJUDGED, "low", reason, evidence, alone, pair)
     if n in a.pending_alone:
         reason = f"slow alone once, not measured again within {rounds} rounds"
         return NodeVerdict(n, NodeState.SUSPECT, "low", reason, evidence, alone, pair)
@@ -286,8 +369,9 @@ def _fleet(
     baseline: BaselineLevels | None,
     judged: Sequence[Judged],
 ) -> tuple[list[str], list[str]]:
-    """Fleet-level findings: slower than the baseline's sweeps, noise too large to judge.
-    "Everything equally slow" is caught here (baseline) or by the floors, never passed."""
+    """Fleet-level findings: slower than the baseline's sweeps; notes: noise so large that
+    only large differences are judged (the nodes seen within it are `unjudged`, not
+    guessed). "Everything equally slow" is caught here (baseline) or by the floors."""
     findings, notes = [], []
     for (phase, sku, rnd), ref in sorted(refs.items()):
         if rnd != 0:
@@ -295,9 +379,10 @@ def _fleet(
         where = f"{phase.value} jobs" + (f" ({sku})" if sku else "")
         noisy = ref.tolerance >= settings.max_tolerance
         if noisy and ref.count >= settings.noise_jobs:
-            findings.append(
-                f"{where}: noise {ref.noise:.0%} measured over {ref.count} jobs is too large to "
-                f"judge against the fleet (max tolerance {settings.max_tolerance:.0%})"
+            notes.append(
+                f"{where}: noise {ref.noise:.0%} measured over {ref.count} jobs: too large to "
+                f"judge differences under {ref.tolerance:.0%} (a node seen only within it is "
+                "unjudged, not guessed)"
             )
         elif noisy:
             notes.append(

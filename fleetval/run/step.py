@@ -23,6 +23,7 @@ from fleetval.run.culprits import (
     name_culprits,
     progressed,
 )
+from fleetval.run.fabric import node_groups
 from fleetval.run.job import JobAborted, RankHandle, gather
 from fleetval.run.outcome import Culprit, RunState, StepOutcome
 from fleetval.run.plan import Job
@@ -105,10 +106,11 @@ class Heartbeats:
 def faults_for(
     suite: Suite, ctx: RankContext, step: str, nodes: frozenset[str]
 ) -> tuple[ActiveFault, ...]:
+    groups = node_groups(suite) if any(f.between for f in suite.faults) else None
     return tuple(
         ActiveFault(f.kind, f.ms or 0.0)
         for f in suite.faults
-        if f.applies(rank=ctx.rank, node=ctx.node, step=step, nodes=nodes)
+        if f.applies(rank=ctx.rank, node=ctx.node, step=step, nodes=nodes, groups=groups)
     )
 
 

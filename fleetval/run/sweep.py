@@ -28,6 +28,7 @@ from fleetval.fleet.judge import Measurement, Planned
 from fleetval.fleet.score import score_rows
 from fleetval.fleet.verdict import BaselineLevels, FleetVerdict, run_rounds
 from fleetval.run.execute import RunState, StepOutcome, cluster_shape, connect, recording, run_job
+from fleetval.run.fabric import sweep_fabric
 from fleetval.run.plan import ClusterShape, Job, PlanError, eligible_nodes, node_job
 from fleetval.run.plan import resolve_gpus_per_rank as gpus_per_rank
 from fleetval.run.pool import NodePool
@@ -51,6 +52,7 @@ def sweep(
     connect(address, suite.placement.cpus_per_rank)
     cluster = cluster_shape()
     names = sweep_nodes(suite, cluster)
+    fabric = sweep_fabric(suite, store, len(names))  # topology, and the links measured before
     verdict = None
     with (
         warm_ranks(suite, cluster) as pool,
@@ -59,7 +61,7 @@ def sweep(
         state.pool = pool
         skus: dict[str, str] = {}  # filled from each node's fingerprint as jobs run
         measure = _round_runner(suite, cluster, state, skus, itertools.count())
-        verdict = run_rounds(names, measure, suite.sweep, skus=skus, baseline=levels)
+        verdict = run_rounds(names, measure, suite.sweep, skus=skus, baseline=levels, fabric=fabric)
         state.summary["sweep"] = verdict.to_dict()
         state.summary["ranks"] = {"started": pool.started, "jobs_all_warm": pool.reused}
         state.outcomes.append(_verdict_outcome(verdict))
@@ -166,6 +168,7 @@ def _verdict_outcome(v: FleetVerdict) -> StepOutcome:
     """The sweep's verdict as the run's last step, so `show` and exit statuses see it."""
     lines = [f"{n.state.value} {n.node}: {n.reason}" for n in v.named]
     lines += [f"slow link {' <-> '.join(link.nodes)}" for link in v.bad_links]
+    lines += [f"slow trunk {t.level} {' <-> '.join(t.groups)}" for t in v.bad_trunks]
     lines += list(v.findings)
     status = Status.FAIL.value if v.flagged else Status.PASS.value
     message = "; ".join(lines) or f"fleet healthy: {len(v.nodes)} nodes in {v.rounds} rounds"

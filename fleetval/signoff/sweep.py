@@ -8,17 +8,20 @@ newer ones. Plain frozen dataclasses, so `fleetval.reports` only formats them.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from fleetval.fleet.drain import drain_lines
 from fleetval.fleet.history import DRIFT, NodeHistory, node_histories, sweep_runs
-from fleetval.fleet.verdict import FleetVerdict
+from fleetval.fleet.topology import LEVELS
+from fleetval.fleet.verdict import FleetVerdict, LinkMeasured
 from fleetval.signoff.gates import is_sweep
 from fleetval.store.catalog import Catalog, RunRecord
 from fleetval.vocab import NodeState
 
 SWEEPS_SHOWN = 10  # `fleetval report --sweeps`
+MATRIX_NODES = 48  # up to this many nodes a matrix cell is a link; beyond, a pair of groups
 DRAIN_FORMS = ("kubectl", "slurm")  # the drain list as the report prints it to paste
 
 
@@ -50,6 +53,59 @@ class NodeTrend:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MatrixCell:
+    """A link (or the worst link between two groups) in the reported sweep."""
+
+    gbps: float | None
+    ratio: float | None  # against the sweep's pair level (its reference)
+    verdict: str  # fast, slow, unclear, failed
+    change: float | None = None  # against the median of the earlier sweeps' measurements
+    links: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gbps": self.gbps, "ratio": self.ratio, "verdict": self.verdict,
+                "change": self.change, "links": self.links}  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkMatrix:
+    """Pair busbw node by node (or group by group on a large fleet), rows in racks."""
+
+    level: str  # "node", or the topology level whose groups the rows are
+    rows: tuple[str, ...]
+    blocks: tuple[tuple[str, int], ...]  # (group, rows in it), in row order; () unlabelled
+    cells: dict[tuple[str, str], MatrixCell]  # (row, column) and (column, row)
+    reference: float | None  # the pair level, GB/s
+    earlier: int  # sweeps the change is measured against
+    by: str = ""  # the topology level of the blocks ("" without topology)
+
+    def cell(self, a: str, b: str) -> MatrixCell | None:
+        return self.cells.get((a, b))
+
+    @property
+    def starts(self) -> set[int]:
+        """Row indexes that begin a block (a thicker line before them)."""
+        out, at = set(), 0
+        for _, n in self.blocks:
+            out.add(at)
+            at += n
+        return out - {0}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "rows": list(self.rows),
+            "blocks": [{"group": g, "rows": n} for g, n in self.blocks],
+            "blocks_by": self.by,
+            "reference_gbps": self.reference,
+            "earlier_sweeps": self.earlier,
+            "cells": [
+                {"a": a, "b": b, **c.to_dict()} for (a, b), c in sorted(self.cells.items()) if a < b
+            ],
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class SweepView:
     verdict: FleetVerdict  # the reported sweep's, read back from its summary
     stored: dict[str, Any]  # the same as stored (with references and trials), for JSON
@@ -57,6 +113,7 @@ class SweepView:
     last: int  # how many sweeps were asked for
     runs: tuple[str, ...]  # the sweeps shown, oldest first; the reported one last
     history: tuple[NodeTrend, ...]  # by node name
+    matrix: LinkMatrix | None = None  # None: the sweep stored no link measurements
     drift_limit: float = DRIFT  # drifting: the newer sweeps' median this much below the older
 
     def to_dict(self) -> dict[str, Any]:
@@ -68,6 +125,7 @@ class SweepView:
                 "runs": list(self.runs),
                 "nodes": [t.history.to_dict() for t in self.history],
             },
+            "matrix": self.matrix.to_dict() if self.matrix else None,
         }
 
 
@@ -87,7 +145,82 @@ def sweep_view(catalog: Catalog, record: RunRecord, last: int = SWEEPS_SHOWN) ->
         last=last,
         runs=ids,
         history=tuple(_trend(h, ids) for h in node_histories(runs)),
+        matrix=link_matrix(verdict, record.summary["sweep"], runs[:-1]),
     )
+
+
+def link_matrix(
+    v: FleetVerdict, stored: dict[str, Any], earlier: list[RunRecord]
+) -> LinkMatrix | None:
+    """The reported sweep's links as a matrix, rows grouped by the coarsest topology level;
+    each cell's change against the median of the `earlier` sweeps' measurements of it."""
+    if not v.coverage:
+        return None
+    levels = stored.get("levels", {})
+    ref = next((g for k, g in sorted(levels.items()) if k.startswith("pair/")), None)
+    past: dict[tuple[str, str], list[float]] = {}
+    for r in earlier:
+        for c in r.summary["sweep"].get("coverage", ()):
+            if c.get("gbps") is not None:
+                past.setdefault(tuple(c["nodes"]), []).append(c["gbps"])  # type: ignore[arg-type]
+    level = next((lv for lv in LEVELS if any(lv in g for g in v.topology.values())), None)
+    group = {n.node: (v.topology.get(n.node, {}).get(level, "") if level else "") for n in v.nodes}
+    cells = {c.nodes: _cell(c, ref, past.get(c.nodes, [])) for c in v.coverage}
+    if len(v.nodes) > MATRIX_NODES:
+        if level is None:
+            return None
+        return _groups(level, group, cells, ref, len(earlier))
+    rows = tuple(sorted(group, key=lambda n: (group[n], n)))
+    return LinkMatrix(
+        level="node", rows=rows, blocks=_blocks([group[n] for n in rows]) if level else (),
+        cells=_both(cells), reference=ref, earlier=len(earlier), by=level or "",
+    )  # fmt: skip
+
+
+def _cell(c: LinkMeasured, ref: float | None, past: list[float]) -> MatrixCell:
+    ratio = c.gbps / ref if c.gbps is not None and ref else None
+    before = statistics.median(past) if past else None
+    change = c.gbps / before - 1 if c.gbps is not None and before else None
+    return MatrixCell(gbps=c.gbps, ratio=ratio, verdict=c.verdict, change=change)
+
+
+WORST = ("failed", "slow", "unclear", "fast")
+
+
+def _groups(
+    level: str,
+    group: dict[str, str],
+    cells: dict[tuple[str, str], MatrixCell],
+    ref: float | None,
+    earlier: int,
+) -> LinkMatrix:
+    """A large fleet: one cell per pair of groups, its worst link (and how many were measured)."""
+    worst: dict[tuple[str, str], list[MatrixCell]] = {}
+    for (a, b), c in cells.items():
+        ga, gb = sorted((group.get(a, ""), group.get(b, "")))
+        worst.setdefault((ga, gb), []).append(c)
+    out = {}
+    for key, cs in worst.items():
+        w = min(cs, key=lambda c: (WORST.index(c.verdict), c.ratio if c.ratio is not None else 0))
+        out[key] = MatrixCell(gbps=w.gbps, ratio=w.ratio, verdict=w.verdict, change=w.change,
+                              links=len(cs))  # fmt: skip
+    rows = tuple(sorted(set(group.values())))
+    return LinkMatrix(level=level, rows=rows, blocks=(), cells=_both(out), reference=ref,
+                      earlier=earlier)  # fmt: skip
+
+
+def _both(cells: dict[tuple[str, str], MatrixCell]) -> dict[tuple[str, str], MatrixCell]:
+    return cells | {(b, a): c for (a, b), c in cells.items()}
+
+
+def _blocks(groups: list[str]) -> tuple[tuple[str, int], ...]:
+    out: list[tuple[str, int]] = []
+    for g in groups:
+        if out and out[-1][0] == g:
+            out[-1] = (g, out[-1][1] + 1)
+        else:
+            out.append((g, 1))
+    return tuple(out)
 
 
 def _trend(h: NodeHistory, runs: tuple[str, ...]) -> NodeTrend:

@@ -1,5 +1,6 @@
-"""`fleetval sweep` on eight simulated nodes (one rank each, gloo): several slow nodes, a
-slow link, a node throttled from outside fleetval, and a clean fleet.
+"""`fleetval sweep` on eight simulated nodes (one rank each, gloo) in two racks: several slow
+nodes, a slow link, a node throttled from outside fleetval, a slow trunk between the racks,
+and a clean fleet.
 
 The scenarios run in `fleet8.py`, a subprocess with its own Ray cluster (the session's
 shared cluster has another shape); it prints one JSON line per scenario. Noise on a small
@@ -32,7 +33,7 @@ def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
     data = tmp_path_factory.mktemp("fleet8")
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "fleet8.py"), str(data), "clean", "two_slow", "slow_link",
-         "throttled"],
+         "throttled", "slow_trunk"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={**os.environ, "FLEET8_DEADLINE_S": str(DEADLINE_S)},
     )  # fmt: skip
@@ -109,3 +110,13 @@ def test_a_node_throttled_from_outside_is_named(scenarios):
     ), doc["throttler"]
     assert doc["exit_code"] == 1, doc["output"]
     assert named(doc) == ["node-4"], doc["output"]
+
+
+def test_a_slow_trunk_between_two_racks_is_named_and_nobody_drained(scenarios):
+    doc = scenarios["slow_trunk"]
+    assert doc["exit_code"] == 1, doc["output"]
+    assert named(doc) == [] and doc["verdict"]["drain"] == [], doc["output"]
+    trunks = [(t["groups"], t["level"], t["confirmed"]) for t in doc["verdict"]["trunks"]]
+    assert trunks == [(["rack-a", "rack-b"], "rack", True)], doc["output"]
+    assert "slow trunk rack rack-a <-> rack-b:" in doc["output"]
+    assert not [x for x in doc["verdict"]["links"] if x["confirmed"]], doc["output"]

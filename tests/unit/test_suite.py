@@ -73,7 +73,7 @@ def test_fault_rules():
         "faults.0: a delay fault needs `ms`"
     ]
     assert problems(base(faults=[{"kind": "hang"}])) == [
-        "faults.0: a fault names exactly one of `rank` or `node`"
+        "faults.0: a fault names exactly one of `rank`, `node` or `between`"
     ]
     (msg,) = problems(base(faults=[{"kind": "crash", "rank": 9}]))
     assert "rank 9 does not exist; the largest world size is 2" in msg

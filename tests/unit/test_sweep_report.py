@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetval.cli import app
-from fleetval.fleet.verdict import LinkVerdict
+from fleetval.fleet.verdict import LinkMeasured, LinkVerdict
 from fleetval.reports import build_signoff, render
 from fleetval.signoff.gates import GateName, GateStatus, Waiver
 from fleetval.store.dataset import RunRecord, Store
@@ -255,3 +255,66 @@ def test_the_service_report_takes_the_same_window(sweeps):
     library = json.loads(render(build_signoff(store, ids[2], sweeps=2), "json"))
     assert two | {"generated_at": None} == library | {"generated_at": None}
     assert bad.status_code == 422 and "sweeps" in bad.text
+
+
+def test_sweep_history_shows_link_coverage_measured_when_and_last_verdict(tmp_path):
+    store = Store(tmp_path)
+    ok = {n: ("healthy", 10.0) for n in NODES}
+    first = (LinkMeasured(("node-0", "node-1"), "fast", 10.0, 1),
+             LinkMeasured(("node-2", "node-3"), "slow", 4.0, 2))  # fmt: skip
+    second = (LinkMeasured(("node-0", "node-1"), "unclear", 8.0, 1),)
+    ids = [write_sweep(store, 0, ok, coverage=first), write_sweep(store, 1, ok, coverage=second)]
+    data = ["--data", str(store.root)]
+    res = runner.invoke(app, ["sweep-history", "--json", *data])
+    assert res.exit_code == 0, res.output
+    cover = json.loads(res.output)["coverage"]
+    assert cover["links_total"] == 15 and cover["links_measured"] == 2
+    assert cover["links"] == [
+        {"nodes": ["node-0", "node-1"], "run_id": ids[1], "verdict": "unclear", "gbps": 8.0},
+        {"nodes": ["node-2", "node-3"], "run_id": ids[0], "verdict": "slow", "gbps": 4.0},
+    ]
+    res = runner.invoke(app, ["sweep-history", "--links", *data])
+    assert res.exit_code == 0, res.output
+    assert "link coverage: 2 of 15 links (13%) measured in the last 2 sweep(s)" in res.output
+    assert re.search(r"node-2 <-> node-3 .*" + ids[0] + r".* slow .* 4 ", res.output)
+    res = runner.invoke(app, ["sweep-history", "--until", ids[0], "--json", *data])
+    assert json.loads(res.output)["coverage"]["links"][0]["verdict"] == "fast"
+
+
+def _racked_sweep(store: Store, i: int, trunk: float) -> str:
+    """A sweep of eight simulated nodes in two racks, its trunk at `trunk` of full speed."""
+    from fleetval.fleet.coverage import Fabric
+    from fleetval.fleet.settings import SweepSettings
+    from fleetval.fleet.simulate import SimFleet, racked
+    from fleetval.fleet.verdict import run_rounds
+
+    nodes = [f"node-{k}" for k in range(8)]
+    topo = racked(nodes, 2)
+    trunks = {("rack-00", "rack-01"): trunk} if trunk < 1 else {}
+    fleet = SimFleet(nodes, noise=0.02, disturbed=0.0, seed=i, topology=topo, trunks=trunks)
+    v = run_rounds(nodes, fleet.measure, SweepSettings(max_drain_share=0.3), fabric=Fabric(topo))
+    return write_sweep(store, i, {}, verdict=v)
+
+
+def test_the_report_draws_pair_busbw_node_by_node_in_racks(tmp_path):
+    store = Store(tmp_path)
+    _racked_sweep(store, 0, 1.0)
+    run_id = _racked_sweep(store, 1, 0.3)
+    signoff = build_signoff(store, run_id)
+    html = render(signoff, "html")
+    matrix = html[html.index('<table id="sweep-matrix">') :]
+    matrix = matrix[: matrix.index("</table>")]
+    assert matrix.count('class="block') == 2 and ">rack-00<" in matrix and ">rack-01<" in matrix
+    found = re.findall(r'<td class="m (\w+)[^"]*" data-link="([^"]+)"', matrix)
+    cells = {tuple(link.split("|")): verdict for verdict, link in found}
+    assert {cells[(a, b)] for a, b in cells if (a < "node-4") != (b < "node-4")} == {"slow"}
+    assert {cells[(a, b)] for a, b in cells if (a < "node-4") == (b < "node-4")} == {"fast"}
+    assert "against the sweeps before" in matrix  # the change against the earlier sweep
+    assert 'id="sweep-trunks"' in html and "slow trunk: nobody drained" in html
+    md = render(signoff, "md")
+    assert "slow trunk rack rack-00 <-> rack-01 (nobody drained)" in md
+    rows = md[md.index("Pair busbw node by node") :].split("```")[1].strip().splitlines()
+    assert len(rows) == 8 and rows[0].startswith("node-0") and any("S" in r for r in rows)
+    doc = json.loads(render(signoff, "json"))["sweep"]["matrix"]
+    assert doc["level"] == "node" and doc["blocks_by"] == "rack"
+    assert [b["rows"] for b in doc["blocks"]] == [4, 4] and doc["earlier_sweeps"] == 1
