@@ -21,9 +21,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import tool_missing
 
 from tests.helpers.net import free_port
+from tests.helpers.tools import tool_missing
 
 pytestmark = pytest.mark.slow
 
