@@ -22,7 +22,6 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,9 @@ import time
 from pathlib import Path
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.helpers.net import free_port  # found from the repo root
 
 SUITE = {
     "name": "bench-tiny",
@@ -57,12 +59,6 @@ LONG = {  # keeps the executor busy while GET latency is measured
         }
     ],
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

@@ -1,42 +1,24 @@
 """`fleetval schedule add|list|delete`: named cron schedules kept and fired by the service.
 
-Thin: each command is one call of the service's REST API, as `fleetval submit` makes it.
+Thin: each command is one call of the service's REST API, through the one client (`cli/client.py`) `fleetval submit` uses.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from fleetval.cli.client import ServerOpt, ServiceClient, TokenOpt, suite_body
 from fleetval.cli.common import JsonOpt, bad_input_exits, console
-from fleetval.cli.serve_cmds import _call, _suite_body
 from fleetval.store.catalog import parse_pairs
 from fleetval.vocab import Catchup
-
-if TYPE_CHECKING:
-    import httpx
 
 schedule_app = typer.Typer(
     help="Named cron schedules the service fires (each firing is a submission).",
     no_args_is_help=True,
 )
-
-ServerOpt = Annotated[str, typer.Option("--server", envvar="FLEETVAL_SERVER", help="Service URL")]
-TokenOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--token", envvar="FLEETVAL_TOKEN", help="Bearer token [default: $FLEETVAL_TOKEN]"
-    ),
-]
-
-
-def _client(server: str, token: str | None) -> httpx.Client:
-    import httpx  # NOTE: here, so the other commands start without it
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=server, headers=headers, timeout=30)
 
 
 @schedule_app.command("add")
@@ -64,16 +46,16 @@ def add(
     ] = 0,
 ) -> None:
     """Create a schedule owned by the token's owner. Exit 0 created, 2 bad input."""
-    with bad_input_exits(), _client(server, token) as client:
+    with bad_input_exits(), ServiceClient(server, token) as client:
         body = {
             "name": name,
             "cron": cron,
-            "suite": _suite_body(suite),
+            "suite": suite_body(suite),
             "labels": parse_pairs(label, "--label"),
             "catchup": catchup,
             "retries": retries,
         }
-        made = _call(client, "POST", "/v1/schedules", json=body).json()
+        made = client.call("POST", "/v1/schedules", json=body).json()
     console.print(f"schedule {made['name']}: next fire {made['next_fire']}", highlight=False)
 
 
@@ -82,8 +64,8 @@ def list_(server: ServerOpt, token: TokenOpt = None, as_json: JsonOpt = False) -
     """Schedules with their cron, owner, next and last fire and counters."""
     from rich.table import Table
 
-    with bad_input_exits(), _client(server, token) as client:
-        schedules = _call(client, "GET", "/v1/schedules").json()
+    with bad_input_exits(), ServiceClient(server, token) as client:
+        schedules = client.call("GET", "/v1/schedules").json()
     if as_json:
         typer.echo(json.dumps(schedules))
         return
@@ -106,6 +88,6 @@ def delete(
     token: TokenOpt = None,
 ) -> None:
     """Delete a schedule (its owner's token or an admin's); the runs it queued stay."""
-    with bad_input_exits(), _client(server, token) as client:
-        _call(client, "DELETE", f"/v1/schedules/{name}")
+    with bad_input_exits(), ServiceClient(server, token) as client:
+        client.call("DELETE", f"/v1/schedules/{name}")
     console.print(f"deleted schedule {name}", highlight=False)

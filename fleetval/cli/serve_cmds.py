@@ -11,10 +11,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
+from fleetval.cli.client import ServerOpt, ServiceClient, TokenOpt, suite_body
 from fleetval.cli.common import (
     AddressOpt,
     DataOpt,
@@ -28,11 +29,7 @@ from fleetval.status import combined_exit, exit_status
 from fleetval.store.catalog import default_data_dir, parse_pairs
 from fleetval.vocab import EventKind
 
-if TYPE_CHECKING:
-    import httpx
-
 GRACE_S = 10  # a stopping server waits this long for open requests (event streams)
-RECONNECTS = 5  # the event stream is resumed (Last-Event-ID) this often before giving up
 
 token_app = typer.Typer(help="API tokens for the service.", no_args_is_help=True)
 
@@ -195,79 +192,12 @@ def token_revoke(
 # -- submit ----------------------------------------------------------------------------
 
 
-class _BadInput(ValueError):
-    pass
-
-
-def _suite_body(suite: str) -> str | dict[str, Any]:
-    """A local YAML file goes inline (validated here first); anything else is a shipped name."""
-    path = Path(suite)
-    if not path.is_file():
-        return suite
-    import yaml
-
-    from fleetval.suite import parse_suite  # NOTE: the checks import torch; only needed here
-
-    data = yaml.safe_load(path.read_text())
-    parse_suite(data, str(path))  # bad input exits 2 before the server is asked
-    return data
-
-
-def _detail(r: httpx.Response) -> str:
-    """A problem's detail (the service's one error shape), else the body as it came."""
-    try:
-        detail = r.json().get("detail", r.text)
-    except (ValueError, AttributeError):
-        detail = r.text
-    return str(detail)
-
-
-def _call(client: httpx.Client, method: str, url: str, **kw: Any) -> httpx.Response:
-    import httpx
-
-    try:
-        r = client.request(method, url, **kw)
-    except httpx.HTTPError as err:
-        raise _BadInput(f"{client.base_url}: {err}") from err
-    if r.status_code >= 400:
-        raise _BadInput(f"{method} {url}: {r.status_code} {_detail(r)}")
-    return r
-
-
-def _events(client: httpx.Client, run_id: str, deadline: float) -> Any:
-    """The run's events, resuming after a dropped connection, until run_end or the deadline."""
-    import httpx
-
-    last, drops = "0", 0
-    while time.monotonic() < deadline:
-        try:
-            with client.stream(
-                "GET", f"/v1/runs/{run_id}/events", headers={"Last-Event-ID": last}, timeout=60
-            ) as r:
-                if r.status_code >= 400:
-                    raise _BadInput(f"events: {r.status_code} {r.read().decode()}")
-                for line in r.iter_lines():
-                    if line.startswith("id: "):
-                        last = line[4:]
-                    elif line.startswith("data: "):
-                        event = json.loads(line[6:])
-                        yield event
-                        if event["kind"] == EventKind.RUN_END:
-                            return
-        except httpx.TransportError as err:
-            drops += 1
-            if drops > RECONNECTS:
-                raise _BadInput(f"lost the event stream: {err}") from err
-            time.sleep(1)
-    raise TimeoutError("the run did not end within the --timeout")
-
-
-def _follow(client: httpx.Client, run_id: str, timeout_s: float) -> None:
+def _follow(client: ServiceClient, run_id: str, timeout_s: float) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     deadline = time.monotonic() + timeout_s
     if not console.is_terminal:  # CI logs: one plain line per step
-        for e in _events(client, run_id, deadline):
+        for e in client.events(run_id, deadline):
             if e["kind"] == EventKind.STEP_END:
                 o = e["outcome"]
                 print(
@@ -285,7 +215,7 @@ def _follow(client: httpx.Client, run_id: str, timeout_s: float) -> None:
     )
     with Progress(*columns, console=console) as bar:
         task = bar.add_task(f"{run_id}: queued", total=100)
-        for e in _events(client, run_id, deadline):
+        for e in client.events(run_id, deadline):
             if e["kind"] == EventKind.STEP_END:
                 o = e["outcome"]
                 style = STATUS_STYLE.get(o["status"], "")
@@ -308,13 +238,8 @@ def submit(
     suite: Annotated[
         str, typer.Argument(help="A shipped suite name, or a local YAML file (sent inline)")
     ],
-    server: Annotated[str, typer.Option("--server", envvar="FLEETVAL_SERVER", help="Service URL")],
-    token: Annotated[
-        str | None,
-        typer.Option(
-            "--token", envvar="FLEETVAL_TOKEN", help="Bearer token [default: $FLEETVAL_TOKEN]"
-        ),
-    ] = None,
+    server: ServerOpt,
+    token: TokenOpt = None,
     wait: Annotated[
         bool, typer.Option("--wait", help="Follow progress; exit like `fleetval run`")
     ] = False,
@@ -338,17 +263,14 @@ def submit(
     ] = False,
 ) -> None:
     """Submit a suite to a service (what CI calls). Exit 0 pass, 1 fail, 2 bad input."""
-    import httpx  # NOTE: here, so the other commands start without it
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with bad_input_exits(), httpx.Client(base_url=server, headers=headers, timeout=30) as client:
+    with bad_input_exits(), ServiceClient(server, token) as client:
         body = {
-            "suite": _suite_body(suite),
+            "suite": suite_body(suite),
             "labels": parse_pairs(label, "--label"),
             "submission_id": submission_id,
             "retries": retries,
         }
-        run = _call(client, "POST", "/v1/runs", json=body).json()
+        run = client.call("POST", "/v1/runs", json=body).json()
         run_id = run["run_id"]
         err_console.print(f"run {run_id}: {run['status']}", highlight=False)
         if not wait and not compare:
@@ -359,12 +281,12 @@ def submit(
         except TimeoutError as err:
             err_console.print(f"[red]error:[/red] run {run_id}: {err}")
             raise typer.Exit(Exit.FAILED) from err
-        run = _call(client, "GET", f"/v1/runs/{run_id}").json()
+        run = client.call("GET", f"/v1/runs/{run_id}").json()
         _print_summary(run)
         code = Exit(exit_status(run["status"], strict=strict))
         if compare:
-            result = _call(
-                client, "POST", "/v1/compare", json={"baseline": compare, "runs": [run_id]}
+            result = client.call(
+                "POST", "/v1/compare", json={"baseline": compare, "runs": [run_id]}
             ).json()
             counts = ", ".join(f"{n} {v}" for v, n in result["summary"].items() if n)
             console.print(f"compare with {compare}: {counts}")

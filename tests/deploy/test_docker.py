@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-from conftest import tool_missing
 from packaging.requirements import Requirement
 
 from fleetval.cli import app
+from tests.helpers.tools import tool_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "deploy" / "docker"

@@ -18,10 +18,10 @@ import kubernetes_validate
 import pytest
 import typer
 import yaml
-from conftest import tool_missing
 
 from fleetval.cli import app
 from fleetval.run.plan import NODE_LABEL
+from tests.helpers.tools import tool_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "kubernetes"

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import tool_missing
+
+from tests.helpers.net import free_port
+from tests.helpers.tools import tool_missing
 
 pytestmark = pytest.mark.slow
 
@@ -41,16 +43,10 @@ def _require_slurm() -> None:
                      f" root={root}, missing={missing}")  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ray_port() -> str:
     """A free port whose next two are free too: the script's GCS, client and agent ports."""
     while True:
-        port = _free_port()
+        port = free_port()
         try:
             for p in (port + 1, port + 2):
                 with socket.socket() as s:
@@ -110,8 +106,8 @@ class Slurm:
 def _conf(d: Path) -> str:
     return f"""ClusterName=fvtest
 SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={d}/munge.sock

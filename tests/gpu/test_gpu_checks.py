@@ -6,7 +6,6 @@ Most tests run the checks in this process on cuda:0, exactly as a rank actor cal
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -24,17 +23,12 @@ from fleetval.checks.ddp.rank import (
 )
 from fleetval.checks.microbench.rank import MicrobenchParams, expectations_for, run_microbench
 from fleetval.store.schema import Row
+from tests.helpers.net import free_port
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

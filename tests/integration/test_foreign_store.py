@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import httpx
 import pytest
 
 from tests.foreignstore import write_foreign_store
+from tests.helpers.net import free_port
 
 # NOTE: slow: the store of the size is written (10,000 files), then indexed three
 # times (each test starts without index/); ~35 s on 2 quiet cores
@@ -74,12 +74,6 @@ def test_compare_against_a_baseline_with_history(unindexed):
     # history: earlier runs of the suite, found by the run index, the baseline left out
     history = out["history_runs"]
     assert history and max(history) < ids[-1] and not set(history) & set(ids[-12:-7])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

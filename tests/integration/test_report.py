@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import assert_no_leaks, tool_missing
+from conftest import assert_no_leaks
 from typer.testing import CliRunner
 
 from fleetval.analysis.baselines import Baselines
@@ -22,6 +22,7 @@ from fleetval.run.execute import run_suite
 from fleetval.signoff.gates import GateName, GateStatus
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
+from tests.helpers.tools import tool_missing
 
 pytestmark = [pytest.mark.slow]
 runner = CliRunner()

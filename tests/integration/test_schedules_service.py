@@ -15,7 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_service import BARRIER, Server, cli, free_port, make_server, wait_for
+from test_service import BARRIER, Server, cli, make_server, wait_for
+
+from tests.helpers.net import free_port
 
 EVERY_3S = "* * * * * */3"  # seconds resolution: a sixth field, written last
 

@@ -11,7 +11,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ import pytest
 from conftest import assert_no_leaks, leftovers
 
 from fleetval.vocab import CulpritReason, Status
+from tests.helpers.net import free_port
 
 CPU = {"world_sizes": [2], "gpus_per_rank": 0}
 BARRIER = {
@@ -65,12 +65,6 @@ HANG = {  # rank 1 stops participating: the step runs until cancelled (or its 60
     "faults": [{"kind": "hang", "rank": 1}],
 }
 FINISHED = ("pass", "fail", "unjudged", "cancelled", "error", "interrupted")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cli(*args: str, data: Path, **kw: Any) -> subprocess.CompletedProcess:

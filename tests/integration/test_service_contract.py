@@ -16,6 +16,7 @@ import pytest
 from fleetval.api.db import ServiceDB
 from fleetval.api.executor import CLUSTER_KEY
 from fleetval.store.dataset import RunRecord, Store
+from tests.helpers.net import free_port
 
 TINY = {
     "name": "tiny",
@@ -35,14 +36,6 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "409", "422", "429"]
 include-operation-id = "create_schedule"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "409", "422", "429"]
 """
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fleetval(*args: str) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 
 from fleetval.api import Settings, create_app
@@ -49,6 +50,7 @@ ROUTES = [
     ("PUT", "/v1/baselines/b", {"runs": ["x"]}, "admin"),
     ("DELETE", "/v1/baselines/b", None, "admin"),
     ("POST", "/v1/compare", {"baseline": "b", "runs": ["x"]}, "read"),
+    ("POST", "/v1/attribute", {"where": {"cluster": "x"}}, "read"),
     ("GET", "/metrics", None, "read"),
     ("GET", "/v1/tokens", None, "admin"),
     ("POST", "/v1/tokens", {"scope": "read", "name": "x"}, "admin"),
@@ -59,6 +61,22 @@ ROUTES = [
     ("DELETE", "/v1/schedules/s", None, "submit"),
 ]
 RANK = {"read": 0, "submit": 1, "admin": 2}
+PUBLIC = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+
+
+def test_the_route_table_is_every_route_of_the_app(tmp_path):
+    """Each route of the app (but the public ones) is in ROUTES once, and ROUTES names no other:
+    a new route cannot skip the token tests below."""
+    app = create_app(Settings(data_dir=tmp_path, run_executor=False))
+    served = [c for c in iter_route_contexts(app.routes) if c.path not in PUBLIC]
+    tested = {(method, path) for method, path, _, _ in ROUTES}
+    covered = {
+        (method, c.path): [p for m, p in tested if m == method and c.route.path_regex.match(p)]
+        for c in served
+        for method in c.methods
+    }
+    assert {k: v for k, v in covered.items() if len(v) != 1} == {}, "untested or ambiguous"
+    assert tested - {(m, p) for (m, _), [p] in covered.items()} == set(), "not a route"
 
 
 @pytest.mark.parametrize(("method", "path", "body", "least"), ROUTES)

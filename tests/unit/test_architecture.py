@@ -178,14 +178,14 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from fleetval.suite import load_suite, shipped_suites
 from fleetval.cli.checks_cmd import checks
-from fleetval.cli.serve_cmds import _suite_body
+from fleetval.cli.client import suite_body
 
 for name, path in shipped_suites().items():
     load_suite(name)
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / "suite.yaml"
         local.write_text(path.read_text())
-        _suite_body(str(local))  # what `fleetval submit` validates before it sends
+        suite_body(str(local))  # what `fleetval submit` validates before it sends
 checks()  # `fleetval checks`: every check's parameters and defaults
 submit_side = sorted(m for m in ("torch", "ray") if m in sys.modules)
 from fleetval.api import Settings, create_app

@@ -17,6 +17,7 @@ from fleetval.checks.health import rank as h
 from fleetval.formats.nccllog import read_nccl_log
 from fleetval.suite import parse_suite
 from fleetval.vocab import Status
+from tests.helpers.net import free_port
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GOLDEN = DATA / "golden" / "h100"
@@ -374,10 +375,9 @@ def test_meminfo() -> None:
 
 @pytest.fixture
 def gloo_group() -> Iterator[None]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
     try:
         yield
     finally:
