@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import signal
-import time
 from collections.abc import Iterator
-from contextlib import suppress
-from typing import NoReturn
 
 import pytest
+
+from tests.helpers.ray import assert_no_leaks, clean_up, leftovers
 
 # Rank actors import torch; keep their thread pools small on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -35,7 +33,7 @@ def ray_cluster() -> Iterator[object]:
         head_node_args={
             "num_cpus": 4,
             "labels": {"fleetval/node": HEAD},
-            "include_dashboard": False,  # the leak checks ask the GCS (see `leftovers`)
+            "include_dashboard": False,  # the leak checks ask the GCS (tests/helpers/ray.py)
         },
     )
     for name in WORKERS:
@@ -47,58 +45,6 @@ def ray_cluster() -> Iterator[object]:
     finally:
         ray.shutdown()
         cluster.shutdown()
-
-
-def leftovers() -> tuple[list[str], list[str]]:
-    """Actors still alive and placement groups not removed, asked of the connected cluster.
-
-    NOTE: from its GCS, not the state API: that one, without an address, asks the newest Ray
-    instance on the machine, which on a shared machine may be someone else's."""
-    from ray._private.state import actors
-    from ray.util import placement_group_table
-
-    alive = [a for a, info in actors().items() if info["State"] != "DEAD"]
-    groups = [g for g, info in placement_group_table().items() if info["state"] != "REMOVED"]
-    return alive, groups
-
-
-def assert_no_leaks(
-    timeout_s: float = 45.0, *, besides: tuple[list[str], list[str]] = ([], [])
-) -> None:
-    """Every actor dead and every placement group removed (kills are asynchronous and slow on a
-    loaded 2-core box: poll; a clean end returns at once),
-    `besides` those (actor ids, group ids) some other live owner holds, e.g. a running
-    service's warm pool."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        actors, groups = leftovers()
-        actors = [a for a in actors if a not in besides[0]]
-        groups = [g for g in groups if g not in besides[1]]
-        if not actors and not groups:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"leaked after the test: actors {actors}, placement groups {groups}"
-            )
-        time.sleep(0.2)
-
-
-def clean_up(actors: list[str], groups: list[str]) -> None:
-    """Kill leftover actors (by their process: the driver that owns them may be gone or
-    another process) and remove leftover placement groups, so the next test starts clean."""
-    from ray._private.state import actors as actor_table
-    from ray._raylet import PlacementGroupID
-    from ray.util.placement_group import PlacementGroup, remove_placement_group
-
-    table = actor_table()  # NOTE: this cluster's GCS: never a pid of another Ray instance
-    for actor_id in actors:
-        pid = table.get(actor_id, {}).get("Pid")
-        if pid:
-            with suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-    for group_id in groups:
-        with suppress(Exception):  # already removed meanwhile
-            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group_id))))
 
 
 @pytest.fixture
@@ -118,11 +64,3 @@ def ray_session(ray_cluster: object) -> Iterator[object]:
     except AssertionError:
         clean_up(*leftovers())
         raise
-
-
-def tool_missing(reason: str) -> NoReturn:
-    """A test's tool is absent: skipped on a developer's machine, a failure in CI, which
-    installs every tool (`scripts/setup.sh test`), so that a skip there never hides a test."""
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)

@@ -280,8 +280,9 @@ def test_pack_and_spread_strategies(tmp_path, strategy, nodes_used):
 def test_the_leak_check_sees_a_live_actor_and_group():
     """The no-leak assertion every integration test ends with is not vacuous."""
     import ray
-    from conftest import assert_no_leaks, clean_up, leftovers
     from ray.util import placement_group, remove_placement_group
+
+    from tests.helpers.ray import assert_no_leaks, clean_up, leftovers
 
     @ray.remote(num_cpus=0)
     class Idle:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import assert_no_leaks
 from typer.testing import CliRunner
 
 from fleetval.analysis.baselines import Baselines
@@ -22,6 +21,7 @@ from fleetval.run.execute import run_suite
 from fleetval.signoff.gates import GateName, GateStatus
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
+from tests.helpers.ray import assert_no_leaks
 from tests.helpers.tools import tool_missing
 
 pytestmark = [pytest.mark.slow]

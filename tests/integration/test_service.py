@@ -23,10 +23,10 @@ from typing import Any
 import httpx
 import pandas as pd
 import pytest
-from conftest import assert_no_leaks, leftovers
 
 from fleetval.vocab import CulpritReason, Status
 from tests.helpers.net import free_port
+from tests.helpers.ray import assert_no_leaks, leftovers
 
 CPU = {"world_sizes": [2], "gpus_per_rank": 0}
 BARRIER = {
