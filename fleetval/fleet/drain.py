@@ -58,6 +58,9 @@ def as_json(verdict: FleetVerdict, run_id: str = "") -> list[str]:
                 "reason": _reason(v, run_id),
                 "confidence": v.confidence,
                 "evidence": list(v.evidence),
+                "hardware": {"finding": v.hardware, "action": v.hardware_action}
+                if v.hardware
+                else None,
             }
             for v in verdict.drain
         ],

@@ -46,6 +46,18 @@ class Planned:
 
 
 @dataclass(frozen=True)
+class HwNote:
+    """What a node's GPU hardware said in a job (the health check's rows): the action and why."""
+
+    action: str  # fleetval.detect.hardware.Action's value: watch, reset GPU, reboot node, ...
+    finding: str  # "Xid 79 (GPU has fallen off the bus) on GPU 3 (0000:1b:00)"
+    drain: bool  # the action takes the node out of service
+
+    def text(self) -> str:
+        return f"hardware: {self.finding} -> {self.action}"
+
+
+@dataclass(frozen=True)
 class Measurement:
     """A measured job: its score (GB/s; None: failed, or nothing to score) and busbw per size."""
 
@@ -53,6 +65,7 @@ class Measurement:
     score: float | None
     by_size: Mapping[int, float] = field(default_factory=dict)
     detail: str = ""  # why the job failed
+    hardware: Mapping[str, HwNote] = field(default_factory=dict)  # node -> what its GPUs said
 
     @property
     def failed(self) -> bool:

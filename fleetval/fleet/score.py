@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from fleetval.fleet.judge import HwNote, Measurement, Planned
+from fleetval.store.schema import GPU_METRIC, NODE_HW_METRIC
 from fleetval.vocab import Collective, Status
 
 REPEATS = 4  # a job's calls of one size, cut into this many runs of consecutive calls
@@ -35,13 +38,13 @@ def _speed(r: dict[str, Any]) -> float | None:
 def score_rows(rows: Sequence[dict[str, Any]]) -> tuple[float | None, dict[int, float], str]:
     """(score, speed per size, what failed). A failed row fails the job; a job with nothing
     to score (no timed rows, or one rank's collectives: no peer, no link) has score None
-    and no failure.
+    and no failure. Hardware rows are no failure here: `hardware_notes` carries them.
 
     Per size the slowest rank's reading: a late rank waits least in its own collectives (the
     others wait for it), so only the slowest reading shows the delay. The score is the
     largest size's (the most bandwidth-bound); all_reduce where the job measured it.
     """
-    failed = [r for r in rows if r["status"] == Status.FAIL.value]
+    failed = [r for r in rows if r["status"] == Status.FAIL.value and not is_hardware(r)]
     if failed:
         return None, {}, failed[0]["message"] or f"{failed[0]['check']} failed"
     timed = [
@@ -58,3 +61,65 @@ def score_rows(rows: Sequence[dict[str, Any]]) -> tuple[float | None, dict[int, 
     if not by_size:
         return None, {}, ""
     return by_size[max(by_size)], by_size, ""
+
+
+def measurement(
+    p: Planned, rows: Sequence[dict[str, Any]], failed: Sequence[tuple[str, str]]
+) -> Measurement:
+    """A job's measurement from its rows and its failed steps (step, message).
+
+    NOTE: a step failed only by its hardware rows (the health check's drain line) fails no
+    job: the node's busbw is still judged, and the hardware finding rides beside it
+    (`Measurement.hardware`), so the drain list says both.
+    """
+    hw = hardware_notes(rows)
+    broke = [(step, msg) for step, msg in failed if not _hardware_only(step, rows)]
+    if broke:
+        return Measurement(p, None, detail=f"{broke[0][0]}: {broke[0][1]}", hardware=hw)
+    return Measurement(p, *score_rows(rows), hardware=hw)
+
+
+def _hardware_only(step: str, rows: Sequence[dict[str, Any]]) -> bool:
+    fails = [r for r in rows if r.get("step") == step and r["status"] == Status.FAIL.value]
+    return bool(fails) and all(is_hardware(r) for r in fails)
+
+
+def is_hardware(r: dict[str, Any]) -> bool:
+    """A row of the health check's GPU hardware reading (a node's action, or one GPU's)."""
+    return r.get("metric") in (GPU_METRIC, NODE_HW_METRIC)
+
+
+def hardware_notes(rows: Sequence[dict[str, Any]]) -> dict[str, HwNote]:
+    """Per node, what its hardware rows found (warn or fail): the node row's action, said
+    with the GPU finding that set it. Nodes whose hardware found nothing are left out."""
+    out = {}
+    for node_row in rows:
+        if node_row.get("metric") != NODE_HW_METRIC or node_row["status"] not in _FOUND:
+            continue
+        d = _details(node_row)
+        node = node_row["node"]
+        gpus = [r for r in rows if r.get("metric") == GPU_METRIC and r["node"] == node]
+        finding = _finding(gpus, d.get("action", "")) or d.get("reason") or node_row["message"]
+        out[node] = HwNote(d.get("action", ""), finding, bool(d.get("drain")))
+    return out
+
+
+_FOUND = (Status.WARN.value, Status.FAIL.value)
+
+
+def _details(r: dict[str, Any]) -> dict[str, Any]:
+    d = r.get("details") or {}
+    return json.loads(d) if isinstance(d, str) else dict(d)
+
+
+def _finding(gpus: Sequence[dict[str, Any]], action: str) -> str:
+    """The first finding that calls for the node's action, in words: "Xid 79 (GPU has fallen
+    off the bus) on GPU 3 (0000:1b:00)"; "" where none does (a kernel event with no GPU)."""
+    for r in gpus:
+        d = _details(r)
+        for f in d.get("findings", ()):
+            if f.get("action") == action and f.get("severity") in _FOUND:
+                code = f["code"]
+                name = f"Xid {code.removeprefix('xid_')}" if code.startswith("xid_") else code
+                return f"{name} ({f['reason']}) on {d.get('gpu') or r.get('device_id')}"
+    return ""

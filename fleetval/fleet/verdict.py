@@ -16,6 +16,7 @@ from typing import Any
 from fleetval.fleet.coverage import NO_FABRIC, Fabric
 from fleetval.fleet.judge import (
     Assessment,
+    HwNote,
     Judged,
     Measurement,
     Pair,
@@ -43,6 +44,8 @@ class NodeVerdict:
     evidence: tuple[str, ...] = ()
     alone_gbps: float | None = None  # its last alone job
     pair_gbps: float | None = None  # median of its pair jobs
+    hardware: str = ""  # what its GPUs said in its last alone job with a hardware finding
+    hardware_action: str = ""  # and the action for it (detect.hardware.Action's value)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "state": self.state.value, "evidence": list(self.evidence)}
@@ -52,6 +55,7 @@ class NodeVerdict:
         return cls(
             d["node"], NodeState(d["state"]), d.get("confidence", ""), d.get("reason", ""),
             tuple(d.get("evidence", ())), d.get("alone_gbps"), d.get("pair_gbps"),
+            d.get("hardware", ""), d.get("hardware_action", ""),
         )  # fmt: skip
 
 
@@ -288,6 +292,10 @@ def verdict(
             "is suspect, not each node; nothing is drained"
         )
         verdicts = [_held(v) for v in verdicts]
+    # NOTE: after the breaker: it guards against a suspect fabric or reference, and a GPU's
+    # own fault report is neither
+    hardware = _hardware(judged)
+    verdicts = [_with_hardware(v, hardware.get(v.node)) for v in verdicts]
     links = [LinkVerdict(p, True, tuple(e)) for p, e in sorted(a.bad_links.items())]
     links += [LinkVerdict(p, False, tuple(e)) for p, e in sorted(a.pending_links.items())]
     trunks = [TrunkVerdict.of(t) for _, t in sorted(a.trunks.items())]
@@ -319,6 +327,33 @@ def _held(v: NodeVerdict) -> NodeVerdict:
     return NodeVerdict(
         v.node, NodeState.SUSPECT, v.confidence, "held by the circuit breaker: " + v.reason,
         v.evidence, v.alone_gbps, v.pair_gbps,
+    )  # fmt: skip
+
+
+def _hardware(judged: Sequence[Judged]) -> dict[str, HwNote]:
+    """Per node, what its hardware said in its last job that said anything."""
+    out: dict[str, HwNote] = {}
+    for j in sorted(judged, key=lambda j: j.m.job.round):
+        out.update(j.m.hardware)
+    return out
+
+
+def _with_hardware(v: NodeVerdict, hw: HwNote | None) -> NodeVerdict:
+    """The node's verdict with its hardware finding beside the performance evidence; a node
+    whose hardware calls for taking it out is drained whatever its busbw said."""
+    if hw is None:
+        return v
+    words = hw.text()
+    state, confidence, evidence = v.state, v.confidence, (*v.evidence, words)
+    if hw.drain and v.state != NodeState.DRAIN:
+        state, confidence = NodeState.DRAIN, "high"
+        evidence += (
+            f"drained on its hardware finding alone: on performance it was "
+            f"{v.state.value} ({v.reason})",
+        )
+    return dataclasses.replace(
+        v, state=state, confidence=confidence, reason=f"{v.reason}; {words}",
+        evidence=evidence, hardware=hw.finding, hardware_action=hw.action,
     )  # fmt: skip
 
 

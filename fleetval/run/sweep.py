@@ -25,7 +25,7 @@ from contextlib import contextmanager, suppress
 
 from fleetval.analysis.baselines import BaselineError, Baselines
 from fleetval.fleet.judge import Measurement, Planned
-from fleetval.fleet.score import score_rows
+from fleetval.fleet.score import measurement
 from fleetval.fleet.verdict import BaselineLevels, FleetVerdict, run_rounds
 from fleetval.run.execute import RunState, StepOutcome, cluster_shape, connect, recording, run_job
 from fleetval.run.fabric import sweep_fabric
@@ -158,10 +158,9 @@ def _child(state: RunState) -> RunState:
 
 
 def _measurement(p: Planned, rows: list[dict], outcomes: list[StepOutcome]) -> Measurement:
-    broke = [o for o in outcomes if o.status == Status.FAIL.value]
-    if broke:
-        return Measurement(p, None, detail=f"{broke[0].step}: {broke[0].message}")
-    return Measurement(p, *score_rows(rows))
+    return measurement(
+        p, rows, [(o.step, o.message) for o in outcomes if o.status == Status.FAIL.value]
+    )
 
 
 def _verdict_outcome(v: FleetVerdict) -> StepOutcome:

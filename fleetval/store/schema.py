@@ -208,6 +208,7 @@ DICT_COLS = ("run_id", "check", "collective", "op", "dtype", "node", "device_id"
 # reading is in their details), written beside each results part that has any. Counters are
 # as the source printed them; null where it printed nothing (see docs/schema.md).
 GPU_METRIC = "gpu_hardware"
+NODE_HW_METRIC = "hw_node_action"  # the node's row beside its GPUs': its action, its drain line
 _GPU_INTS = ("index", "ecc_volatile_corrected", "ecc_volatile_uncorrected",
              "ecc_aggregate_corrected", "ecc_aggregate_uncorrected", "ecc_deferred",
              "retired_sbe", "retired_dbe", "remap_corrected", "remap_uncorrected", "pcie_gen",

@@ -25,7 +25,7 @@ from fleetval.checks.spec import (
     row_evidence,
     where,
 )
-from fleetval.store.schema import GPU_METRIC
+from fleetval.store.schema import GPU_METRIC, NODE_HW_METRIC
 from fleetval.vocab import Status
 
 
@@ -91,9 +91,6 @@ GATE = Gate(
     ),
     order=50,
 )
-
-# The node row `checks/health/hardware.py` writes beside its GPUs' rows (its drain line).
-NODE_HW_METRIC = "hw_node_action"
 
 
 def _tables(rows: Sequence[Mapping[str, Any]]) -> list[ResultTable]:
