@@ -24,6 +24,9 @@ from fleetval.cli.common import (
 from fleetval.fleet.drain import FORMATS as DRAIN_FORMATS
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from fleetval.detect.hardware import WatchItem
     from fleetval.fleet.history import LinkCoverage
     from fleetval.fleet.verdict import FleetVerdict
 
@@ -139,9 +142,11 @@ def sweep_history(
         console.print(f"[red]error:[/red] no node {node!r} in the last {len(runs)} sweep(s)")
         raise typer.Exit(Exit.BAD_INPUT)
     cover = link_coverage(runs)
+    watch = _hardware_watch(data, [r.run_id for r in runs], node)
     if as_json:
         doc = {"runs": [r.run_id for r in runs], "nodes": [h.to_dict() for h in found]}
-        typer.echo(json.dumps(doc | {"coverage": cover.to_dict()}))
+        hw = {"hardware_watch": [i._asdict() for i in watch]}
+        typer.echo(json.dumps(doc | {"coverage": cover.to_dict()} | hw))
         return
     table = Table(
         title=f"{len(runs)} sweep(s): {', '.join(r.run_id for r in runs) or 'none stored'}"
@@ -154,6 +159,18 @@ def sweep_history(
         table.add_row(h.node, states, scores, ", ".join(h.findings))
     console.print(table)
     _coverage(cover, len(runs), links)
+    typer.echo(f"hardware watch: {len(watch)} counter(s) or finding(s) grew over these sweeps")
+    for i in watch:
+        typer.echo(f"watch {i.node} {i.device_id}: {i.what} {i.evidence}")
+
+
+def _hardware_watch(data: Path | None, run_ids: list[str], node: str | None) -> list[WatchItem]:
+    """GPUs whose counters grew over these sweeps (the health check's `gpus` rows): the
+    `gpu-watch` list, cut to the sweeps shown."""
+    from fleetval.detect.hardware import watch_list
+
+    items = watch_list(open_store(data).gpus(run_ids).to_pylist()) if run_ids else []
+    return [i for i in items if node is None or i.node == node]
 
 
 def _coverage(cover: LinkCoverage, sweeps: int, every: bool) -> None:

@@ -122,3 +122,38 @@ def test_hardware_drains_a_node_whose_busbw_is_fine_and_says_so() -> None:
     n6 = next(n for n in v.nodes if n.node == "node-6")  # watch: said, stays in service
     assert n6.state == NodeState.HEALTHY and n6.reason.endswith("-> watch")
     assert n6.hardware_action == "watch"
+
+
+def test_sweep_history_lists_gpus_whose_counters_grow_over_the_sweeps(tmp_path: Path) -> None:
+    """Two stored sweeps, each with node-1's health rows from the real 8x H100 capture; in
+    the second, GPU 0's PCIe replays grew from the 120 it printed to 150."""
+    from typer.testing import CliRunner
+
+    from fleetval.cli import app
+    from fleetval.store.dataset import Store
+    from tests.sweepgen import write_sweep
+
+    store = Store(tmp_path)
+    ok = {n: ("healthy", 10.0) for n in ("node-0", "node-1")}
+    ids = [write_sweep(store, i, ok) for i in range(2)]
+    first = health_rows("node-1", "nvsmi-q-535-h100x8-replays.txt")
+    later = health_rows("node-1", "nvsmi-q-535-h100x8-replays.txt", pcie_replays=150)
+    for run_id, rows in zip(ids, (first, later), strict=True):
+        recs = [{**r, "run_id": run_id, "details": json.loads(r["details"])} for r in rows]
+        store.write_results(run_id, "job0-health", [Row(**r) for r in recs])
+    uuid = json.loads(first[1]["details"])["reading"]["uuid"]  # GPU 0, after the node row
+    data = ["--data", str(tmp_path)]
+    res = CliRunner().invoke(app, ["sweep-history", "--json", *data])
+    assert res.exit_code == 0, res.output
+    watch = json.loads(res.output)["hardware_watch"]
+    grew = [w for w in watch if w["what"] == "pcie_replays"]
+    assert grew == [{"node": "node-1", "device_id": uuid, "what": "pcie_replays", "runs": 2,
+                     "evidence": f"+30: 120 ({ids[0]}) -> 150 ({ids[1]})"}]  # fmt: skip
+    assert ("node-1", "finding hw_slowdown") in {(w["node"], w["what"]) for w in watch}
+    res = CliRunner().invoke(app, ["sweep-history", *data])
+    assert res.exit_code == 0, res.output
+    assert f"watch node-1 {uuid}: pcie_replays +30: 120 ({ids[0]}) -> 150" in res.output
+    assert f"hardware watch: {len(watch)} counter(s) or finding(s)" in res.output
+    for cut in (["--last", "1"], ["--node", "node-0"]):  # one sweep grows nothing; no GPUs read
+        res = CliRunner().invoke(app, ["sweep-history", "--json", *cut, *data])
+        assert res.exit_code == 0 and json.loads(res.output)["hardware_watch"] == []
