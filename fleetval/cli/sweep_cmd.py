@@ -129,7 +129,8 @@ def sweep_history(
     ] = False,
 ) -> None:
     """Each node's verdicts and busbw over the last sweeps: repeat offenders, flapping, drift;
-    and link coverage: how many links the sweeps measured, when each last, with what verdict."""
+    link coverage: how many links the sweeps measured, when each last, with what verdict; and
+    the GPUs to watch: hardware counters that grew over these sweeps (as `gpu-watch`)."""
     from fleetval.fleet.history import link_coverage, node_histories, sweep_runs
 
     catalog = open_catalog(data)
