@@ -44,7 +44,7 @@ class NodeVerdict:
     evidence: tuple[str, ...] = ()
     alone_gbps: float | None = None  # its last alone job
     pair_gbps: float | None = None  # median of its pair jobs
-    hardware: str = ""  # what its GPUs said in its last alone job with a hardware finding
+    hardware: str = ""  # what its GPUs said in its last job with a hardware finding
     hardware_action: str = ""  # and the action for it (detect.hardware.Action's value)
 
     def to_dict(self) -> dict[str, Any]:
