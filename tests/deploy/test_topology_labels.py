@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 import yaml
-from test_kubernetes import K8S, _kustomize, validate
 
 from fleetval.fleet.topology import Topology
 from fleetval.run.plan import NODE_LABEL
+from tests.helpers.k8s import K8S, kustomize, validate
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    cmd = _kustomize()
+    cmd = kustomize()
     if cmd is None:
         pytest.skip("no kustomize or kubectl on PATH")
     here = tmp_path_factory.mktemp("overlay")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_service import BARRIER, Server, cli, make_server, wait_for
 
 from tests.helpers.net import free_port
+from tests.helpers.service import BARRIER, Server, cli, make_server, wait_for
 
 EVERY_3S = "* * * * * */3"  # seconds resolution: a sixth field, written last
 

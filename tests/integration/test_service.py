@@ -9,33 +9,19 @@ from __future__ import annotations
 import io
 import itertools
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pandas as pd
 import pytest
 
 from fleetval.vocab import CulpritReason, Status
-from tests.helpers.net import free_port
 from tests.helpers.ray import assert_no_leaks, leftovers
+from tests.helpers.service import BARRIER, CPU, HANG, Server, cli, make_server, wait_for
 
-CPU = {"world_sizes": [2], "gpus_per_rank": 0}
-BARRIER = {
-    "name": "tiny",
-    "placement": CPU,
-    "steps": [
-        {"check": "collectives", "collectives": ["barrier"], "dtypes": ["float32"], "repeats": 1}
-    ],
-}
 BANDWIDTH = {
     "name": "bw",
     "placement": CPU,
@@ -55,96 +41,6 @@ BANDWIDTH = {
         },
     ],
 }
-HANG = {  # rank 1 stops participating: the step runs until cancelled (or its 60 s deadline)
-    "name": "hang",
-    "placement": CPU,
-    "timeouts": {"step_s": 60},
-    "steps": [
-        {"check": "collectives", "collectives": ["all_reduce"], "dtypes": ["float32"], "repeats": 1}
-    ],
-    "faults": [{"kind": "hang", "rank": 1}],
-}
-FINISHED = ("pass", "fail", "unjudged", "cancelled", "error", "interrupted")
-
-
-def cli(*args: str, data: Path, **kw: Any) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "fleetval.cli", *args, "--data", str(data)]
-        if "--server" not in args
-        else [sys.executable, "-m", "fleetval.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=kw.get("timeout", 120),
-    )
-
-
-@dataclass
-class Server:
-    data: Path
-    address: str
-    url: str = ""
-    proc: subprocess.Popen | None = None
-    tokens: dict[str, str] | None = None
-    args: tuple[str, ...] = ()  # more `fleetval serve` options
-
-    def start(self) -> Server:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "PYTHONPATH": os.getcwd()}
-        log = (self.data / "server.log").open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fleetval.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--data",
-                str(self.data),
-                "--address",
-                self.address,
-                *self.args,
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).json()["executor"]:
-                    return self
-            except (httpx.HTTPError, ValueError):
-                pass
-            assert self.proc.poll() is None, (self.data / "server.log").read_text()
-            time.sleep(0.3)
-        raise AssertionError(
-            "server did not become ready: " + (self.data / "server.log").read_text()
-        )
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=60)
-
-    def client(self, scope: str = "admin") -> httpx.Client:
-        assert self.tokens is not None
-        return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {self.tokens[scope]}"}, timeout=30
-        )
-
-
-def make_server(tmp: Path, cluster: Any) -> Server:
-    tmp.mkdir(parents=True, exist_ok=True)
-    tokens = {}
-    for scope in ("read", "submit", "admin"):
-        res = cli("token", "create", "--scope", scope, "--name", f"ci-{scope}", data=tmp)
-        assert res.returncode == 0, res.stderr
-        tokens[scope] = res.stdout.strip()
-    return Server(tmp, cluster.address, tokens=tokens)
 
 
 @pytest.fixture(scope="module")
@@ -155,18 +51,6 @@ def server(ray_cluster, tmp_path_factory) -> Iterator[Server]:
     finally:
         srv.stop()
     assert_no_leaks(30)
-
-
-def wait_for(
-    client: httpx.Client, run_id: str, statuses: tuple[str, ...] = FINISHED, timeout_s: float = 120
-) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run = client.get(f"/v1/runs/{run_id}").json()
-        if run["status"] in statuses:
-            return run
-        time.sleep(0.2)
-    raise AssertionError(f"run {run_id} still {run['status']} after {timeout_s}s")
 
 
 def events_of(client: httpx.Client, run_id: str) -> list[dict]:

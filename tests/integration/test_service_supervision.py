@@ -18,13 +18,13 @@ from contextlib import contextmanager
 import httpx
 import pytest
 import uvicorn
-from test_service import BARRIER, HANG, wait_for
 
 from fleetval.api.app import create_app
 from fleetval.api.db import Scope
 from fleetval.api.settings import Settings
 from tests.helpers.net import free_port
 from tests.helpers.ray import assert_no_leaks
+from tests.helpers.service import BARRIER, HANG, wait_for
 
 
 @contextmanager

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from fleetval.api import Settings, create_app
 from fleetval.api.db import DB_NAME, Scope
+from tests.helpers.stores import planted_regression
 
 TINY = {
     "name": "tiny",
@@ -237,8 +238,6 @@ def test_metrics_show_the_queue(api):
 
 def test_report_is_html_by_default_markdown_or_json_by_accept(tmp_path):
     """The sign-off report over REST is the library's report (a planted 30% regression)."""
-    from test_signoff import planted_regression  # NOTE: a sibling test module (rootdir import)
-
     store_dir = tmp_path / "store"
     planted_regression(store_dir)
     app = create_app(Settings(data_dir=store_dir, run_executor=False))

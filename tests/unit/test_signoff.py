@@ -4,7 +4,6 @@ and WAIVED paths, the evidence they name, and the three report formats."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,6 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fleetval.analysis.baselines import Baselines
 from fleetval.cli import app
 from fleetval.reports import (
     build_signoff,
@@ -22,98 +20,21 @@ from fleetval.reports import (
     render_for_accept,
 )
 from fleetval.signoff.gates import GateName, GateStatus, Waiver, parse_waiver
-from fleetval.store.dataset import RunRecord, Store
-from fleetval.store.schema import Row
+from fleetval.store.dataset import Store
 from fleetval.suite import SuiteError, parse_suite
+from tests.helpers.stores import (
+    ALL_GATES,
+    GiB,
+    bw_rows,
+    correct_rows,
+    healthy,
+    micro_rows,
+    planted_regression,
+    straggler_rows,
+    write_run,
+)
 
-H100 = "NVIDIA H100 80GB HBM3"
-GiB = 1 << 30
-SIZES = [1 * GiB, 4 * GiB, 16 * GiB]
 runner = CliRunner()
-
-
-def _bw_rows(run_id: str, busbw: float, rng: np.random.Generator, *, slow_rank: int | None = None,
-             world: int = 8, node: str = "gpu-1") -> list[Row]:  # fmt: skip
-    rows = []
-    factor = 2 * (world - 1) / world
-    for size in SIZES:
-        for rank in range(world):
-            bw = busbw * (0.8 if rank == slow_rank else 1.0) * (0.9 + 0.1 * size / SIZES[-1])
-            t_us = size / (bw / factor * 1e3)
-            samples = tuple(float(t_us * (1 + 0.01 * rng.standard_normal())) for _ in range(20))
-            med = float(np.median(samples))
-            algbw = size / (med * 1e-6) / 1e9
-            rows.append(Row(run_id=run_id, step="bw", check="bandwidth", collective="all_reduce",
-                            op="sum", dtype="bfloat16", size_bytes=size, world_size=world,
-                            rank=rank, node=node, device=f"cuda:{rank}", device_id=f"GPU-{rank}",
-                            iters=20, time_us_median=med, algbw_gbps=algbw,
-                            busbw_gbps=algbw * factor, samples_us=samples))  # fmt: skip
-    return rows
-
-
-def _correct_rows(run_id: str, *, wrong_rank: int | None = None) -> list[Row]:
-    return [
-        Row(run_id=run_id, step="correct", check="collectives", collective="all_gather",
-            dtype="float32", size_bytes=1 << 20, world_size=8, rank=r, node="gpu-1",
-            device_id=f"GPU-{r}", wrong=12 if r == wrong_rank else 0,
-            status="fail" if r == wrong_rank else "pass",
-            message="12 of 262144 elements wrong" if r == wrong_rank else "")
-        for r in range(8)
-    ]  # fmt: skip
-
-
-def _straggler_rows(run_id: str, *, late: int | None = None) -> list[Row]:
-    return [
-        Row(run_id=run_id, step="straggler", check="straggler", collective="all_reduce",
-            world_size=8, rank=r, node="gpu-1", device_id=f"GPU-{r}",
-            metric="straggler_last_fraction", value=1.0 if r == late else 0.1, unit="fraction",
-            status="fail" if r == late else "pass",
-            message=f"straggler: rank {r} on gpu-1 arrives last in 100% of iterations, 30.0 ms behind the median rank" if r == late else "")
-        for r in range(8)
-    ]  # fmt: skip
-
-
-def _micro_rows(run_id: str, *, tflops: float = 700.0) -> list[Row]:
-    exp = {"peak": 989.0, "pass_at": 593.4, "fail_below": 296.7}
-    return [
-        Row(run_id=run_id, step="microbench", check="microbench", metric="gemm_tflops",
-            unit="TFLOP/s", dtype="bfloat16", world_size=8, rank=r, node="gpu-1",
-            device_id=f"GPU-{r}", value=tflops if r else 900.0,
-            details={"expectation": exp, "device_name": H100})
-        for r in range(8)
-    ]  # fmt: skip
-
-
-def write_run(store: Store, run_id: str, rows: list[Row], *, gates: dict | None = None,
-              labels: dict[str, str] | None = None, status: str = "pass",
-              gpu_model: str | None = H100, steps: list[dict] | None = None,
-              faults: list[dict] | None = None, nccl: str = "2.21.5") -> str:  # fmt: skip
-    store.write_results(run_id, "part-0", rows)
-    store.write_nodes(run_id, [{"node": "gpu-1", "hostname": "gpu-1", "gpu_model": gpu_model,
-                                "gpu_count": 8 if gpu_model else 0, "nccl_version": nccl,
-                                "torch_version": "2.13.0"}])  # fmt: skip
-    suite: dict[str, Any] = {"name": "release", "compare": {"threshold_pct": 5}}
-    if gates is not None:
-        suite["gates"] = gates
-    started = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(minutes=len(store.runs()))
-    store.write_run(RunRecord(run_id=run_id, suite="release", status=status, started_at=started,
-                              finished_at=started + timedelta(minutes=5), labels=labels or {},
-                              backend="nccl", suite_json=json.dumps(suite), faults=faults or [],
-                              summary={"steps": steps or []}))  # fmt: skip
-    return run_id
-
-
-ALL_GATES = {
-    "correctness": {},
-    "busbw": {},
-    "health": {"checks": ["straggler"]},
-    "microbench": {},
-}
-
-
-def healthy(run_id: str, rng: np.random.Generator, busbw: float = 470.0) -> list[Row]:
-    return [*_bw_rows(run_id, busbw, rng), *_correct_rows(run_id), *_straggler_rows(run_id),
-            *_micro_rows(run_id)]  # fmt: skip
 
 
 def gate(signoff: Any, name: GateName) -> Any:
@@ -135,7 +56,7 @@ def test_healthy_h100_run_passes_every_gate(tmp_path):
 
 def test_busbw_below_the_sku_minimum_fails_naming_the_slowest_rank(tmp_path):
     store = Store(tmp_path)
-    rows = [*_bw_rows("r1", 470.0, np.random.default_rng(2), slow_rank=5), *_correct_rows("r1")]
+    rows = [*bw_rows("r1", 470.0, np.random.default_rng(2), slow_rank=5), *correct_rows("r1")]
     run = write_run(store, "r1", rows, gates={"busbw": {}})
     g = gate(build_signoff(store, run), GateName.BUSBW)
     assert g.status == GateStatus.FAIL and not g.no_evidence
@@ -152,7 +73,7 @@ def test_busbw_below_the_sku_minimum_fails_naming_the_slowest_rank(tmp_path):
 
 def test_cpu_run_has_no_busbw_evidence_and_fails_unless_waived(tmp_path):
     store = Store(tmp_path)
-    rows = _bw_rows("r1", 5.0, np.random.default_rng(3), world=2)
+    rows = bw_rows("r1", 5.0, np.random.default_rng(3), world=2)
     run = write_run(store, "r1", rows, gates={"busbw": {}, "microbench": {}}, gpu_model=None)
     s = build_signoff(store, run)
     g = gate(s, GateName.BUSBW)
@@ -169,7 +90,7 @@ def test_cpu_run_has_no_busbw_evidence_and_fails_unless_waived(tmp_path):
     # The same waiver declared in the suite; one for a gate that is not evaluated is a note.
     waivers = [{"gate": "busbw", "by": "ci", "reason": "CPU runners"},
                {"gate": "scaling", "by": "ci", "reason": "no DDP step"}]  # fmt: skip
-    rows = [*_bw_rows("r2", 5.0, np.random.default_rng(4), world=2), *_correct_rows("r2")]
+    rows = [*bw_rows("r2", 5.0, np.random.default_rng(4), world=2), *correct_rows("r2")]
     run = write_run(store, "r2", rows,
                     gates={"busbw": {}, "waivers": waivers}, gpu_model=None)  # fmt: skip
     s = build_signoff(store, run)
@@ -179,7 +100,7 @@ def test_cpu_run_has_no_busbw_evidence_and_fails_unless_waived(tmp_path):
 
 def test_suite_minimum_for_cpu_is_checked(tmp_path):
     store = Store(tmp_path)
-    rows = _bw_rows("r1", 5.0, np.random.default_rng(3), world=2)
+    rows = bw_rows("r1", 5.0, np.random.default_rng(3), world=2)
     mins = [
         {"gpu_model": "cpu", "collective": "all_reduce", "min_busbw_gbps": 50, "min_size": "1GiB"}
     ]
@@ -194,7 +115,7 @@ def test_correctness_and_health_name_rank_and_node(tmp_path):
               "message": "timed out", "seconds": 5.0,
               "culprits": [{"rank": 3, "node": "gpu-1", "device_id": "GPU-3", "reason": "hang",
                             "detail": "did not finish; last reached in bw all_reduce iteration 4"}]}]  # fmt: skip
-    rows = [*_correct_rows("r1", wrong_rank=2), *_straggler_rows("r1", late=6)]
+    rows = [*correct_rows("r1", wrong_rank=2), *straggler_rows("r1", late=6)]
     run = write_run(store, "r1", rows, gates=ALL_GATES, steps=steps, status="fail")
     s = build_signoff(store, run)
     assert s.verdict == GateStatus.FAIL and s.exit_code == 1
@@ -209,7 +130,7 @@ def test_correctness_and_health_name_rank_and_node(tmp_path):
 
 def test_microbench_below_expected_fraction(tmp_path):
     store = Store(tmp_path)
-    run = write_run(store, "r1", _micro_rows("r1", tflops=400.0), gates={"microbench": {}})
+    run = write_run(store, "r1", micro_rows("r1", tflops=400.0), gates={"microbench": {}})
     g = gate(build_signoff(store, run), GateName.MICROBENCH)
     assert g.status == GateStatus.FAIL and len(g.failing) == 7  # rank 0 is at 900
     assert g.failing[0].expected == pytest.approx(593.4)
@@ -218,19 +139,6 @@ def test_microbench_below_expected_fraction(tmp_path):
 @pytest.fixture
 def regression_store(tmp_path: Path) -> Store:
     return planted_regression(tmp_path)
-
-
-def planted_regression(path: Path) -> Store:
-    """Three baseline runs at 470 GB/s; a candidate 30% slower, with a newer NCCL."""
-    store = Store(path)
-    rng = np.random.default_rng(7)
-    for i in range(3):
-        write_run(store, f"base{i}", healthy(f"base{i}", rng), gates=ALL_GATES,
-                  labels={"stack": "old"})  # fmt: skip
-    write_run(store, "cand", healthy("cand", rng, busbw=330.0), gates=ALL_GATES,
-              labels={"stack": "new"}, nccl="2.23.4")  # fmt: skip
-    Baselines(store).set("old", where={"stack": "old"})
-    return store
 
 
 def test_planted_regression_fails_the_regression_gate(regression_store):
@@ -264,7 +172,7 @@ def test_unknown_run_or_baseline_is_bad_input(regression_store):
 
 def test_suite_without_gates_gets_the_defaults_and_says_so(tmp_path):
     store = Store(tmp_path)
-    run = write_run(store, "r1", _correct_rows("r1"), gates=None)
+    run = write_run(store, "r1", correct_rows("r1"), gates=None)
     s = build_signoff(store, run)
     assert [g.gate for g in s.gates] == [GateName.COMPLETED, GateName.CORRECTNESS, GateName.HEALTH]
     assert s.verdict == GateStatus.PASS and not s.gates_declared
@@ -273,7 +181,7 @@ def test_suite_without_gates_gets_the_defaults_and_says_so(tmp_path):
 
 def test_cancelled_run_fails_completed(tmp_path):
     store = Store(tmp_path)
-    run = write_run(store, "r1", _correct_rows("r1"), status="cancelled")
+    run = write_run(store, "r1", correct_rows("r1"), status="cancelled")
     g = gate(build_signoff(store, run), GateName.COMPLETED)
     assert g.status == GateStatus.FAIL and "cancelled" in g.summary
 
@@ -281,7 +189,7 @@ def test_cancelled_run_fails_completed(tmp_path):
 def test_a_run_that_warned_completed(tmp_path):
     """Warnings (late ranks) are the health gate's to judge, not a run cut short."""
     store = Store(tmp_path)
-    run = write_run(store, "r1", _correct_rows("r1"), status="warn")
+    run = write_run(store, "r1", correct_rows("r1"), status="warn")
     assert gate(build_signoff(store, run), GateName.COMPLETED).status == GateStatus.PASS
 
 

@@ -1,0 +1,124 @@
+"""Schedules: cron entries that queue runs, each firing claimed by exactly one scheduler."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from fleetval.api.db.connection import Connection, now
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    name: str
+    cron: str
+    suite: str | dict[str, Any]
+    labels: dict[str, str]
+    retries: int
+    catchup: str
+    owner: str
+    created_at: str
+    next_fire: str
+    last_fire: str | None
+    last_run_id: str | None
+    last_error: str
+    fired: int
+    refused: int
+    skipped: int
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Schedule:
+        rec = dict(row)
+        rec["suite"] = json.loads(rec["suite"])
+        rec["labels"] = json.loads(rec["labels"])
+        return cls(**rec)
+
+
+class FireOutcome(StrEnum):
+    """What a claimed look at a due schedule did; each has its counter."""
+
+    FIRED = "fired"
+    REFUSED = "refused"
+    SKIPPED = "skipped"
+
+
+class ScheduleTable(Connection):
+    """The `schedules` table."""
+
+    def add_schedule(
+        self,
+        *,
+        name: str,
+        cron: str,
+        suite: str | dict[str, Any],
+        labels: dict[str, str],
+        retries: int,
+        catchup: str,
+        owner: str,
+        next_fire: str,
+    ) -> Schedule | None:
+        """A new schedule (committed on return); None when the name is taken."""
+        try:
+            with self._lock:
+                self._conn.execute(
+                    "INSERT INTO schedules (name, cron, suite, labels, retries, catchup, owner,"
+                    " created_at, next_fire) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (name, cron, json.dumps(suite), json.dumps(labels), retries, catchup, owner,
+                     now(), next_fire),
+                )  # fmt: skip
+        except sqlite3.IntegrityError:
+            return None
+        return self.schedule(name)
+
+    def schedule(self, name: str) -> Schedule | None:
+        rows = self._query("SELECT * FROM schedules WHERE name = ?", (name,))
+        return Schedule.from_row(rows[0]) if rows else None
+
+    def schedules(self) -> list[Schedule]:
+        return [Schedule.from_row(r) for r in self._query("SELECT * FROM schedules ORDER BY name")]
+
+    def owner_schedules(self, owner: str) -> int:
+        return int(self._query("SELECT COUNT(*) FROM schedules WHERE owner = ?", (owner,))[0][0])
+
+    def delete_schedule(self, name: str) -> bool:
+        with self._lock:
+            cur = self._conn.execute("DELETE FROM schedules WHERE name = ?", (name,))
+        return cur.rowcount == 1
+
+    def due_schedules(self, at: str) -> list[Schedule]:
+        rows = self._query("SELECT * FROM schedules WHERE next_fire <= ? ORDER BY next_fire", (at,))
+        return [Schedule.from_row(r) for r in rows]
+
+    def next_due(self) -> str | None:
+        """The earliest next fire time of any schedule (how long the scheduler may sleep)."""
+        return self._query("SELECT MIN(next_fire) FROM schedules")[0][0]
+
+    def claim_firing(
+        self,
+        name: str,
+        *,
+        due: str,
+        next_fire: str,
+        outcome: FireOutcome,
+        fired_at: str | None = None,
+        run_id: str | None = None,
+        error: str = "",
+    ) -> bool:
+        """Move a schedule from `due` to `next_fire` and count what the look did, in one
+        statement: of two schedulers that looked at the same `due` (two processes, or one
+        before and one after a restart), exactly one gets True."""
+        counter = outcome.value  # NOTE: each outcome's counter column has its name
+        sets = f"next_fire = ?, {counter} = {counter} + 1, last_error = ?"
+        args: list[Any] = [next_fire, error]
+        if fired_at is not None:
+            sets += ", last_fire = ?, last_run_id = COALESCE(?, last_run_id)"
+            args += [fired_at, run_id]
+        with self._lock:
+            cur = self._conn.execute(
+                f"UPDATE schedules SET {sets} WHERE name = ? AND next_fire = ?",
+                (*args, name, due),
+            )
+        return cur.rowcount == 1
