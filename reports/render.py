@@ -18,7 +18,7 @@ from fleetval.reports import plots
 from fleetval.signoff.evaluate import Signoff
 from fleetval.signoff.sweep import SweepView
 from fleetval.text import human_bytes
-from fleetval.vocab import Verdict
+from fleetval.vocab import Status, Verdict
 
 JSON_SCHEMA = "fleetval.signoff/1"
 
@@ -73,6 +73,7 @@ _env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S UTC") if t else "
 _env.filters["md"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
 # A node's state in one sweep as one letter (Markdown) or a cell's class (HTML); "-": not in it.
 _env.filters["plural"] = plural
+_env.tests["failing"] = lambda status: str(status) == Status.FAIL.value  # a row status, named once
 _env.filters["hosts"] = lambda nodes: compress(nodes, limit=SHOWN)  # node-[1-7,9] ...
 _env.filters["letter"] = lambda state: state.value[0].upper() if state else "-"
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import date
-
 from fastapi import APIRouter, Response
 
 from fleetval.analysis.attribute import attribute_store
@@ -27,7 +25,7 @@ def attribute(body: AttributeRequest, _: ReadToken, store: StoreDep) -> Response
     result = attribute_store(
         store,
         where=body.where,
-        since=date.fromisoformat(body.since) if body.since else None,
+        since=body.since,
         metric=body.metric,
     )
     return Response(result.to_json(), media_type="application/json")

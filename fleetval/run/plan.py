@@ -29,10 +29,19 @@ class NodeShape:
 
     def bundles(self, cpus_per_rank: float, gpus_per_rank: float) -> int:
         """How many rank bundles fit on this node."""
-        fit = math.floor(self.cpus / cpus_per_rank + 1e-9)
+        fit = _fit(self.cpus, cpus_per_rank)
         if gpus_per_rank > 0:
-            fit = min(fit, math.floor(self.gpus / gpus_per_rank + 1e-9))
+            fit = min(fit, _fit(self.gpus, gpus_per_rank))
         return fit
+
+
+# NOTE: a fraction as small as 5e-324 is a valid float; it fits "infinitely" many ranks, which
+# math.floor cannot hold: more than this many bundles on a node is no different
+MAX_BUNDLES = 1 << 30
+
+
+def _fit(have: float, per_rank: float) -> int:
+    return math.floor(min(have / per_rank + 1e-9, MAX_BUNDLES))
 
 
 @dataclass(frozen=True)
