@@ -96,9 +96,11 @@ def _install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(UnknownFilterKey)
     async def _bad_filter(_: Any, err: UnknownFilterKey) -> Any:
-        # NOTE: a key nothing in the store has: the request names no column or label (422)
+        # NOTE: a key nothing in the store has yet: any key is well-formed (the schema admits
+        # it, and a label may appear with the next run), so a conflict with the store's state
+        # (409), naming the field; 422 would reject a schema-valid request
         field = {"loc": ["body", "where", err.key], "msg": str(err), "type": "unknown_key"}
-        return problem(422, str(err), [field])
+        return problem(409, str(err), [field])
 
 
 def publish_inputs(spec: dict[str, Any], limits: Limits) -> dict[str, Any]:

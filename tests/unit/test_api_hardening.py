@@ -216,13 +216,13 @@ def test_concurrent_submissions_never_pass_the_quota_together(tmp_path):
 # -- 9. one error shape, and the status the contract says ---------------------------------
 
 
-def test_a_baseline_filter_on_a_key_nothing_has_is_422(api):
+def test_a_baseline_filter_on_a_key_nothing_has_is_409_naming_the_key(api):
     client, h = api
     Store(client.app.state.store.root).write_run(
         RunRecord(run_id="20260101-000000-aaaaaa", suite="s", status="pass", started_at=_t())
     )
     r = client.put("/v1/baselines/x", json={"where": {"nosuchkey": "v"}}, headers=h["root"])
-    assert r.status_code == 422, r.text
+    assert r.status_code == 409, r.text
     assert r.json()["errors"][0]["loc"] == ["body", "where", "nosuchkey"]
     r = client.put("/v1/baselines/x", json={"where": {"suite": "nothing*"}}, headers=h["root"])
     assert r.status_code == 409  # a known key that matches no run: a conflict with the store
