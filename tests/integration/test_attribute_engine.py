@@ -40,7 +40,8 @@ def test_real_runs_are_read_per_node_and_a_one_node_change_is_confounded(tmp_pat
     values = run_values(store.summaries(runs), models=None, cutoff_bytes=64 << 10)
     values = values.rename_columns(["node" if c == "group" else c for c in values.column_names])
     nodes = store.nodes(runs)
-    (node,) = set(nodes["node"].to_pylist())
+    # NOTE: the ranks land on one node or two of the shared cluster, whichever has room
+    measured = set(nodes["node"].to_pylist())
     new = pc.if_else(pc.equal(nodes["run_id"], runs[1]), "9.9.9", nodes["torch_version"])
     nodes = nodes.set_column(nodes.schema.get_field_index("torch_version"), "torch_version", new)
     nights = {r: f"2026-01-0{k + 1}" for k, r in enumerate(runs)}
@@ -51,6 +52,7 @@ def test_real_runs_are_read_per_node_and_a_one_node_change_is_confounded(tmp_pat
     (c,) = a.confounded
     assert c.components == ("torch",) and "same night" in c.why
     assert (
-        c.plan["groups"][0]["nodes"] == [node]
+        c.plan["groups"][0]["nodes"]
+        and set(c.plan["groups"][0]["nodes"]) <= measured
         and c.plan["groups"][0]["pin"]["torch_version"] != "9.9.9"
     )
