@@ -76,6 +76,11 @@ class CulpritReason(StrEnum):
     NOT_JOINED = "not joined"  # did not join the process group
 
 
+# The `metric` of a culprit's own row (`run.step.culprit_row`): who broke or slowed a step,
+# not a measurement; compare and trend judge measurements only.
+CULPRIT_METRIC = "step_outcome"
+
+
 class Status(StrEnum):
     """Outcome of one measurement row or one step (fleetval.status derives one from the other).
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fleetval.analysis.compare_settings import IDENTITY_FIELDS
 from fleetval.arrays import (
@@ -17,6 +18,7 @@ from fleetval.arrays import (
 )
 from fleetval.store.summaries import KIND_CORRECT, KIND_TIMED
 from fleetval.text import human_bytes
+from fleetval.vocab import CULPRIT_METRIC
 
 ID_COLS = list(IDENTITY_FIELDS)
 
@@ -102,6 +104,11 @@ def run_values(summaries: pa.Table, *, models: pa.Table | None, cutoff_bytes: in
     NOTE: a group-by on the dictionary codes with numpy: the summaries' strings arrive
     dictionary-encoded, and a hash group-by on them cost several times as much.
     """
+    # A culprit's row says who was late or broke a step: not a measurement, and its
+    # absence from a candidate is no missing measurement (the run's status carries it).
+    summaries = summaries.filter(
+        pc.fill_null(pc.not_equal(summaries["metric"], CULPRIT_METRIC), True)
+    )
     metric, metric_names, busbw = _metrics(summaries, cutoff_bytes)
     group, group_names = _groups(summaries, models)
     key_cols = ["run_id", *ID_COLS[:-2]]

@@ -30,7 +30,7 @@ from fleetval.run.plan import Job
 from fleetval.store.schema import Row
 from fleetval.suite import Suite
 from fleetval.text import short
-from fleetval.vocab import CulpritReason, EventKind, Status
+from fleetval.vocab import CULPRIT_METRIC, CulpritReason, EventKind, Status
 
 
 class StepBroke(JobAborted):
@@ -247,7 +247,7 @@ def culprit_row(c: Culprit, job: Job, step: Any, run_id: str, ranks: list[RankHa
         device=ctx.device if ctx else "",
         device_id=c.device_id,
         backend=job.backend,
-        metric="step_outcome",
+        metric=CULPRIT_METRIC,
         status=(Status.FAIL if status.aborts(c) else Status.WARN).value,
         message=f"{c.reason}: {c.detail}",
         details={"reason": c.reason},

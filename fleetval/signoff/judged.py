@@ -17,7 +17,7 @@ from fleetval.checks import CHECKS
 from fleetval.checks.spec import FigureContext, gpu_label, worst_rows
 from fleetval.signoff.gates import gates_from_suite_json
 from fleetval.store.dataset import RunRecord, Store
-from fleetval.vocab import Status
+from fleetval.vocab import CULPRIT_METRIC, Status
 
 _COLUMNS = [
     "job", "step", "check", "collective", "op", "dtype", "size_bytes", "world_size", "rank",
@@ -50,7 +50,7 @@ def judged_steps(store: Store, record: RunRecord) -> list[StepJudged]:
     context = FigureContext(models, gates)
     by_step: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        if r["metric"] != "step_outcome":  # a culprit: the step's own line names it
+        if r["metric"] != CULPRIT_METRIC:  # a culprit: the step's own line names it
             r["details"] = json.loads(r["details"] or "{}")
             by_step[(r["job"], r["step"])].append(r)
     out = []

@@ -30,7 +30,7 @@ from fleetval.signoff.sweep import SWEEPS_SHOWN, SweepView, sweep_view
 from fleetval.status import severity
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import ENV_COLUMNS, GPU_METRIC
-from fleetval.vocab import Status
+from fleetval.vocab import CULPRIT_METRIC, Status
 
 ENV_SHOWN = (
     "hostname", "gpu_model", "gpu_count", "driver_version", "cuda_version", "rocm_version",
@@ -364,7 +364,7 @@ def _incidents(
     ]  # fmt: skip
     for r in rows:
         kind = CHECKS[r["check"]].incident if r["check"] in CHECKS else None
-        if kind and r["status"] == Status.FAIL and r["metric"] != "step_outcome":
+        if kind and r["status"] == Status.FAIL and r["metric"] != CULPRIT_METRIC:
             out.append(Incident(kind=kind, step=r["step"], rank=r["rank"], node=r["node"],
                                 device_id=r["device_id"], detail=r["message"]))  # fmt: skip
     for o in comparison.outliers if comparison else ():

@@ -13,7 +13,7 @@ from fleetval.analysis.baselines import Baselines, UnknownBaseline
 from fleetval.analysis.compare import CompareError, compare_runs, fleet_outliers
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import Row
-from fleetval.vocab import Verdict
+from fleetval.vocab import CULPRIT_METRIC, Verdict
 
 SIZES = (1024, 16384, 262144, 4 << 20)  # two latency-bound, two bandwidth-bound
 DROP_SIZE = 262144
@@ -158,6 +158,17 @@ def test_rows_on_one_side_are_missing_or_new(tmp_path: Path) -> None:
     assert _by_size(c) == {1024: Verdict.MISSING, 16384: Verdict.UNCHANGED, 4 << 20: Verdict.NEW}
     assert c.exit_code() == 1  # missing fails the gate: a job that did not run is no pass
     assert c.gate_reasons() == ["1 missing"]
+
+
+def test_a_late_rank_in_the_baseline_is_no_missing_measurement(tmp_path: Path) -> None:
+    """A culprit's row (who was late) is not a measurement: a candidate without a late rank
+    lacks nothing (it failed the gate in CI when the baseline run had been late)."""
+    fleet = Fleet(tmp_path, seed=12)
+    late = Row(step="bandwidth", check="bandwidth", world_size=4, rank=2, node="node-1",
+               metric=CULPRIT_METRIC, status="warn", message="late: 40 ms behind")  # fmt: skip
+    _baseline(fleet, sizes=(16384,), extra_rows=[late])
+    c = compare_runs(fleet.store, "rocm6.1", [fleet.run(sizes=(16384,))])
+    assert [r.verdict for r in c.results] == [Verdict.UNCHANGED] and c.exit_code() == 0
 
 
 def test_per_node_matching_and_nothing_in_common_is_explained(tmp_path: Path) -> None:

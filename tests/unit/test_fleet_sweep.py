@@ -173,6 +173,19 @@ def test_noise_sets_the_tolerance_and_too_much_noise_is_said():
     assert not v.drain and {n.state for n in v.named} <= {NodeState.UNJUDGED, NodeState.SUSPECT}
 
 
+def test_too_few_jobs_to_measure_the_noise_are_judged_with_max_tolerance():
+    """Four pair jobs (eight one-rank nodes, alone jobs time nothing): their faster half is
+    two jobs, too few to say the noise; a 2x spread of healthy pairs must not widen the
+    tolerance past `max_tolerance` and hide a twentyfold slow link (CI, 2 loaded cores)."""
+    pairs = [Planned(2, SweepPhase.PAIR, (EIGHT[i], EIGHT[i + 4])) for i in range(4)]
+    ms = [Measurement(j, s) for j, s in zip(pairs, [0.030, 0.031, 0.029, 0.088], strict=True)]
+    settings = SweepSettings(tolerance=0.6, max_tolerance=0.8)
+    ref = references(ms, {}, settings)[(SweepPhase.PAIR, "", 2)]
+    assert ref.tolerance == 0.8 and ref.noise > 0.5  # the spread is shown, not used
+    slow = Measurement(Planned(3, SweepPhase.PAIR, ("node-2", "node-3")), 0.00245)
+    assert judge(slow, {(SweepPhase.PAIR, "", 0): ref}, {}, []).slow
+
+
 def test_planner_never_puts_a_node_in_two_jobs_of_a_round():
     fleet = planted(101, 6, 6, seed=3)
     v = run_rounds(fleet.nodes, fleet.measure, SweepSettings(seed=3))  # SimFleet raises otherwise

@@ -26,7 +26,7 @@ from fleetval.checks.spec import (
     where,
 )
 from fleetval.store.schema import GPU_METRIC, NODE_HW_METRIC
-from fleetval.vocab import Status
+from fleetval.vocab import CULPRIT_METRIC, Status
 
 
 class HealthGate(BaseModel):
@@ -51,7 +51,7 @@ def _health(inp: GateInputs, cfg: HealthGate) -> Outcome:
                                      device_id=c.get("device_id")))  # fmt: skip
     bad = {Status.FAIL.value, *([Status.WARN.value] if cfg.fail_on_warn else [])}
     for r in inp.rows:
-        if r["metric"] == "step_outcome":  # a culprit's own row: named above from the summary
+        if r["metric"] == CULPRIT_METRIC:  # a culprit's own row: named above from the summary
             continue
         if r["check"] == "straggler" and r["status"] == Status.FAIL:
             evidence.append(
@@ -60,7 +60,7 @@ def _health(inp: GateInputs, cfg: HealthGate) -> Outcome:
         elif r["check"] == "health" and r["status"] in bad:
             text = f"unhealthy: {where(r)}: {r['metric']}: {r['message']}"
             evidence.append(row_evidence(r, False, text))
-    ran = {r["check"] for r in inp.rows if r.get("metric") != "step_outcome"}
+    ran = {r["check"] for r in inp.rows if r.get("metric") != CULPRIT_METRIC}
     missing = [c for c in cfg.checks if c not in ran]
     if evidence:
         return Outcome(
