@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fleetval.analysis.compare_settings import IDENTITY_FIELDS
 from fleetval.arrays import (
@@ -92,6 +91,15 @@ def _metrics(summaries: pa.Table, cutoff_bytes: int) -> tuple[np.ndarray, list[s
     return code, names, busbw
 
 
+def _measurements(summaries: pa.Table) -> pa.Table:
+    """Without culprits' rows (`CULPRIT_METRIC`). NOTE: through codes and `take`: a
+    pyarrow filter or compute kernel with a Python scalar would import pandas."""
+    own, owns = dict_codes(summaries["metric"])
+    if CULPRIT_METRIC not in owns:
+        return summaries
+    return summaries.take(arrow(np.flatnonzero(own != owns.index(CULPRIT_METRIC))))
+
+
 def run_values(summaries: pa.Table, *, models: pa.Table | None, cutoff_bytes: int) -> pa.Table:
     """Per (run, identity): the run's value in its metric's units, with the group.
 
@@ -106,9 +114,7 @@ def run_values(summaries: pa.Table, *, models: pa.Table | None, cutoff_bytes: in
     """
     # A culprit's row says who was late or broke a step: not a measurement, and its
     # absence from a candidate is no missing measurement (the run's status carries it).
-    summaries = summaries.filter(
-        pc.fill_null(pc.not_equal(summaries["metric"], CULPRIT_METRIC), True)
-    )
+    summaries = _measurements(summaries)
     metric, metric_names, busbw = _metrics(summaries, cutoff_bytes)
     group, group_names = _groups(summaries, models)
     key_cols = ["run_id", *ID_COLS[:-2]]
