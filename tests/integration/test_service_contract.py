@@ -136,7 +136,8 @@ def fleetval_tokens(data: Path) -> list[dict]:
 @pytest.mark.timeout(600)
 def test_schemathesis_finds_nothing(replica, tmp_path):
     """Every check, every phase (stateful included: submit -> get / cancel / results /
-    events by the OpenAPI links), a bounded number of examples per operation."""
+    events by the OpenAPI links, and the links schemathesis infers, such as a stored
+    baseline fed back into PUT), a bounded number of examples per operation (~70 s)."""
     url, data, tokens = replica
     # a stored run, so that baselines resolve and the stateful phase feeds a stored one back
     Store(data).write_run(
