@@ -69,6 +69,16 @@ class Limits(BaseModel):
     max_streams: PositiveInt = Field(
         256, description="server-sent event streams open in one process, all tokens (429)"
     )
+    max_parquet_rows: PositiveInt = Field(
+        100_000,
+        description="result rows in one Parquet download; X-Fleetval-Next-Cursor says where "
+        "the rest starts (pass it as `cursor`)",
+    )
+    max_parquet_samples: PositiveInt = Field(
+        10_000_000,
+        description="per-iteration samples in one Parquet download (80 MB of doubles), at "
+        "least one row's; the file stops at the row before, as with max_parquet_rows",
+    )
     retain_finished_s: PositiveFloat = Field(
         30 * 24 * 3600.0,
         description="finished submissions and their events are pruned this long after their "

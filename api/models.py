@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -76,6 +77,21 @@ def suite_components() -> dict[str, Any]:
     return out
 
 
+def _whole_number(value: object) -> object:
+    """`2.0` as 2: JSON has one number type, JSON Schema's `integer` admits `2.0`, and a
+    client's serializer (or one reading our own responses as doubles) may write it so."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# NOTE: the integer request fields: strict (`"3"`, `true` and `2.5` are refused) but a whole
+# JSON number in either spelling, so what the schema admits the server admits. The bounds
+# sit inside, before the validator: outside it pydantic publishes no `minimum`/`maximum`.
+_WHOLE = BeforeValidator(_whole_number)
+Retries = Annotated[int, Field(ge=0, le=10), _WHOLE]
+Last = Annotated[int, Field(ge=1), _WHOLE]
+History = Annotated[int, Field(ge=0, le=1000), _WHOLE]
+
+
 class _In(BaseModel):
     # NOTE: strict: `"retries": false` or `"3"` is not a number, as the schema says
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -91,8 +107,8 @@ class SubmitRequest(_In):
     submission_id: Name | None = Field(
         default=None, description="Client-chosen: submitting the same id again returns the same run"
     )
-    retries: int = Field(
-        default=0, ge=0, le=10, description="Requeue this often if the service dies mid-run"
+    retries: Retries = Field(
+        default=0, description="Requeue this often if the service dies mid-run"
     )
 
 
@@ -100,14 +116,15 @@ class ScheduleRequest(_In):
     """A named cron schedule: each firing submits `suite` with `labels`, as its creator."""
 
     name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-    cron: Annotated[str, StringConstraints(pattern=cron_pattern(), max_length=256)] = Field(
+    cron: Annotated[str, StringConstraints(pattern=cron_pattern())] = Field(
         description="UTC. Five fields (minute hour day month weekday), @daily and the like, or "
-        "a sixth field for seconds written last (`* * * * * */30`)"
+        "a sixth field for seconds written last (`* * * * * */30`)",
+        examples=["@daily", "*/15 * * * *", "0 2 * * mon-fri"],
     )
     suite: SuiteSpec = Field(description="A shipped suite name or an inline suite, as submit")
     # NOTE: two fewer than a submission's: every firing adds `schedule` and `fire_time`
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=62)
-    retries: int = Field(default=0, ge=0, le=10, description="As a submission's retries")
+    retries: Retries = Field(default=0, description="As a submission's retries")
     catchup: Catchup = Field(
         default=Catchup.ONCE,
         strict=False,  # NOTE: the enum from its JSON string; strict takes only members
@@ -117,6 +134,7 @@ class ScheduleRequest(_In):
 
 
 Description = Annotated[str, StringConstraints(max_length=1024)]
+LAST = "Only the newest N matching runs"
 
 
 class BaselineRuns(_In):
@@ -130,7 +148,7 @@ class BaselineWhere(_In):
     """Filters (labels, run and environment columns; globs) resolved at compare time."""
 
     where: dict[LabelKey, LabelValue] = Field(min_length=1, max_length=64)
-    last: int | None = Field(default=None, ge=1, description="Only the newest N matching runs")
+    last: Last | None = Field(default=None, description=LAST)
     description: Description = ""
 
 
@@ -142,10 +160,8 @@ class CompareRequest(_In):
     runs: list[RunId] = Field(min_length=1, max_length=1000)
     threshold_pct: float | None = Field(default=None, gt=0, le=1000)
     per: Literal["sku", "node"] = "sku"
-    history: int | None = Field(
+    history: History | None = Field(
         default=None,
-        ge=0,
-        le=1000,
         description="Earlier runs of the suite that inform each run-to-run spread "
         "(default: the suite's history_runs, else 30; 0: none), as `compare --history`",
     )
@@ -219,10 +235,15 @@ class ScheduleOut(_Out):
 
 
 class BaselineOut(_Out):
+    """A baseline as stored. NOTE: its request fields say what a request accepts (`last` >= 1,
+    as `BaselineWhere`), so a client that GETs a baseline and PUTs back its `where`, `last`
+    and `description` (or `runs` and `description`) is never refused for a value the service
+    itself wrote: the natural way to edit one over REST. The form not used is empty."""
+
     name: str
     runs: list[str]
     where: dict[str, str]
-    last: int | None
+    last: Annotated[int, Field(ge=1)] | None = Field(description=LAST)
     description: str
     created_at: str
     resolves_to: list[str] | None = None

@@ -35,10 +35,16 @@ _FIELDS = (
 )
 
 
+# NOTE: a field lists at most 60 items (every minute or second); the bound is the pattern's,
+# not a maxLength: a schema-driven client (schemathesis) draws from a pattern with a
+# maxLength ~10x slower, and the pattern alone then bounds the text (~4 KB).
+MAX_ITEMS = 60
+
+
 def _field(values: str) -> str:
     """A cron field: `*` or values and ranges, each with an optional step, comma-separated."""
     item = f"(?:\\*|(?:{values})(?:-(?:{values}))?)(?:/[1-9][0-9]?)?"
-    return f"{item}(?:,{item})*"
+    return f"{item}(?:,{item}){{0,{MAX_ITEMS - 1}}}"
 
 
 def cron_pattern(*, seconds_list: bool = True) -> str:

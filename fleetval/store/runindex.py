@@ -86,11 +86,7 @@ class RunIndex:
         self._generation: tuple[int, ...] | None = None
         self._lock = threading.Lock()  # the connection
         self._syncing = threading.Lock()  # one sync at a time
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        with contextlib.suppress(sqlite3.OperationalError):  # another process set it already
-            self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.executescript(SCHEMA)
+        self._conn = _connect(path)
         self._add_listings()
 
     @classmethod
@@ -129,16 +125,34 @@ class RunIndex:
         if not self._syncing.acquire(blocking=wait):
             return
         try:
-            seen = generation(root)  # NOTE: before the scan: a change during it moves it again
-            files = scan(root)
-            have = self.states()
-            self.remove([r for r in have if r not in files and not _exists(root, r)])
-            todo = sorted(r for r, record in files.items() if have.get(r) != record)
-            for i in range(0, len(todo), BATCH):
-                self.put_rows(self._read(root, todo[i : i + BATCH], files))
-            self._generation = seen
+            self._sync(root)
+        except (OSError, sqlite3.Error) as err:
+            if self.path == ":memory:":
+                raise
+            # NOTE: a disk index that cannot take the rows (full disk, EFBIG, I/O error): this
+            # process goes on from memory, built from the files, rather than answer its
+            # readers with the error or without the runs; the next open repairs the file.
+            log.warning("run index of %s not written (%s): kept in memory", root, err)
+            self._to_memory()
+            self._sync(root)
         finally:
             self._syncing.release()
+
+    def _to_memory(self) -> None:
+        with self._lock:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self.path, self._conn = ":memory:", _connect(":memory:")
+
+    def _sync(self, root: Path) -> None:
+        seen = generation(root)  # NOTE: before the scan: a change during it moves it again
+        files = scan(root)
+        have = self.states()
+        self.remove([r for r in have if r not in files and not _exists(root, r)])
+        todo = sorted(r for r, record in files.items() if have.get(r) != record)
+        for i in range(0, len(todo), BATCH):
+            self.put_rows(self._read(root, todo[i : i + BATCH], files))
+        self._generation = seen
 
     def _read(self, root: Path, run_ids: list[str], files: dict[str, bool]) -> list[dict]:
         """The runs' rows: records from the files, cut-off runs made from their results."""
@@ -436,6 +450,15 @@ def _entries(folder: Path) -> list[os.DirEntry]:
 def _exists(root: Path, run_id: str) -> bool:
     """Checked again before a run leaves the index: a writer may have added it since the scan."""
     return (root / "runs" / f"{run_id}.parquet").exists() or (root / "results" / run_id).is_dir()
+
+
+def _connect(path: Path | str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    with contextlib.suppress(sqlite3.OperationalError):  # another process set it already
+        conn.execute("PRAGMA journal_mode=WAL")
+    conn.executescript(SCHEMA)
+    return conn
 
 
 def _record(text: str) -> RunRecord:

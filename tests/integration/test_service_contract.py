@@ -27,7 +27,15 @@ TINY = {
 # step_s, fault ranks), the service's limits and the cluster's capacity cannot be said in
 # JSON Schema, so a schema-valid suite may still be refused with 422 naming the field.
 # POST /v1/schedules: the same suite, and a cron expression (a string in the schema).
+# The stateful phase: scenarios of at most 6 calls, linked by the OpenAPI links and the ones
+# schemathesis infers (e.g. GET /v1/baselines -> PUT /v1/baselines/{name} with the returned
+# fields), `--max-examples` scenarios per starting operation: it keeps the test near 2 min.
+# GET /v1/runs/{id}/events: a queued run's stream lasts until the run ends, never here (no
+# executor); schemathesis reads a stream for the request timeout (10 s by default), so 1 s.
 SCHEMATHESIS_CONFIG = """
+[phases.stateful]
+max-steps = 6
+
 [[operations]]
 include-operation-id = "submit_run"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "409", "422", "429"]
@@ -35,6 +43,10 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "409", "422", "429"]
 [[operations]]
 include-operation-id = "create_schedule"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "409", "422", "429"]
+
+[[operations]]
+include-operation-id = "get_events"
+request-timeout = 1.0
 """
 
 
@@ -124,12 +136,18 @@ def fleetval_tokens(data: Path) -> list[dict]:
 @pytest.mark.timeout(600)
 def test_schemathesis_finds_nothing(replica, tmp_path):
     """Every check, every phase (stateful included: submit -> get / cancel / results /
-    events by the OpenAPI links), a bounded number of examples per operation."""
-    url, _, tokens = replica
+    events by the OpenAPI links, and the links schemathesis infers, such as a stored
+    baseline fed back into PUT), a bounded number of examples per operation (~70 s)."""
+    url, data, tokens = replica
+    # a stored run, so that baselines resolve and the stateful phase feeds a stored one back
+    Store(data).write_run(
+        RunRecord(run_id="20240101-000000-feed00", suite="nightly", status="pass",
+                  started_at=_now(), labels={"nightly": "true"})
+    )  # fmt: skip
     (tmp_path / "schemathesis.toml").write_text(SCHEMATHESIS_CONFIG)
     cmd = [
-        str(Path(sys.executable).with_name("schemathesis")), "run", f"{url}/openapi.json",
-        "--checks", "all", "--phases", "examples,coverage,fuzzing",
+        sys.executable, "-m", "schemathesis.cli", "run", f"{url}/openapi.json",
+        "--checks", "all", "--phases", "examples,coverage,fuzzing,stateful",
         "--max-examples", "25", "--workers", "1", "--seed", "1",
         "-H", f"Authorization: Bearer {tokens['root']}",
         # NOTE: revoking tokens would revoke the run's own credentials; tested above
