@@ -11,9 +11,8 @@ run side by side:
 - until some node is proven good, the nodes waiting for a pair get a perfect matching: the
   one whose links past sweeps measured least (`coverage.least_measured`), with jobs
   inside any group that more than half of it would cross out of (`with_controls`); after
-  that, each
-  is re-paired with a different proven-good node it has not been with, inside its own
-  group first (a job inside crosses no trunk);
+  that, each is re-paired with a different proven-good node it has not been with, inside
+  its own group first (a job inside crosses no trunk);
 - the links of that matching a control took out of round 2 are measured once both ends
   are proven good, so a sweep measures all of its matching;
 - the proven-good nodes left idle cross the pairs of groups no job of this sweep crossed
@@ -296,14 +295,14 @@ def with_controls(pairs: Sequence[Pair], topo: Topology) -> list[Pair]:
     level, a slow crossing is a slow link to measure again, and `_trunk_check` measures
     inside each group beside it: a control inside every group crossed would only delay
     crossings (measured at 1,024 nodes in 64 racks: 54 of 60 trunks named within 6 rounds,
-    against 59 of 60). Only pairs inside no group are broken,
-    so a swap never takes a control away; the links broken are measured later in the
-    sweep (`_deferred`).
+    against 59 of 60). Only pairs inside no group are broken, so a swap never takes a
+    control away; the links broken are measured later in the sweep (`_deferred`). A group
+    needs two pairs crossing out of it to swap (`max(..., 3)`).
     """
     out = list(pairs)
     for level in topo.levels:
         for g in sorted(topo.members(level, [n for p in out for n in p])):
-            while len(ends := _crossing_out(out, topo, level, g)) * 2 > len(out):
+            while 2 * len(ends := _crossing_out(out, topo, level, g)) > max(len(out), 3):
                 (x1, y1), rest = ends[0], ends[1:]
                 far = topo.group(y1, level)
                 x2, y2 = next((e for e in rest if topo.group(e[1], level) == far), rest[0])

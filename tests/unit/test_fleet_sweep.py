@@ -22,7 +22,7 @@ from fleetval.fleet.coverage import matching as coverage_matching
 from fleetval.fleet.drain import drain_lines
 from fleetval.fleet.history import link_history, node_histories
 from fleetval.fleet.judge import Judged, Measurement, Planned, assess, judge, references
-from fleetval.fleet.planner import first_pairs, first_round, next_round
+from fleetval.fleet.planner import first_pairs, first_round, next_round, with_controls
 from fleetval.fleet.settings import Floor, SweepSettings
 from fleetval.fleet.simulate import SimFleet, planted, racked
 from fleetval.fleet.topology import Topology, TopologyError
@@ -582,5 +582,7 @@ def test_a_slow_trunk_is_confirmed_when_history_makes_the_first_matching_all_cro
         assert not v.named and not v.links and not v.drain
         measured = {c.nodes for c in v.coverage}
         assert set(tonight) <= measured  # tonight's matching is still measured in full
+    two = Topology({"a": {"rack": "r1"}, "b": {"rack": "r2"}, "c": {"rack": "r1"}})
+    assert with_controls([("a", "b")], two) == [("a", "b")]  # one node a rack: no control
     big = planted(1024, 0, 0, seed=2, racks=64)  # no rack holds half a round: unchanged
     assert first_pairs(big.nodes, LOOSE, Fabric(big.topology)) == least_measured(big.nodes, {})
