@@ -107,7 +107,7 @@ class Fault(_Model):
             a, b = ({n for n in nodes if g in (groups or {}).get(n, ())} for g in self.between)
             spans = any(x != y for x in a for y in b)
             # NOTE: the ranks of the first group's nodes are late and the others wait in the
-            # collective, which is what timings show; every rank late alike would time as nothing.
+            # collective: late arrival shows in the samples, and time per call on every rank.
             return spans and node in a and self.step in (None, step)
         target = self.rank == rank if self.rank is not None else self.node == node
         linked = self.peer is None or self.peer in nodes

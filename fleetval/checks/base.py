@@ -94,6 +94,18 @@ class Timing:
     samples_us: list[float]  # device time of each call (events on GPU, perf_counter on CPU)
     enter_unix_us: list[float]  # wall clock right before each timed call
     exit_unix_us: list[float]  # and right after it
+    held_us: list[float]  # the injected delay right before each call (0.0 without one)
+
+    @property
+    def per_call_us(self) -> list[float]:
+        """Each call as the job lives it: this rank's injected delay, then the call.
+
+        NOTE: a delay is injected before the call so that it shows as late arrival (the
+        rank waits least inside the collective: `samples_us`, what `fleetval.detect.lateness`
+        reads). Time per call counts it as a slow device's time: otherwise two delayed ranks
+        together, neither waiting for the other, would time as healthy.
+        """
+        return [s + h for s, h in zip(self.samples_us, self.held_us, strict=True)]
 
 
 class CheckContext:
@@ -135,15 +147,19 @@ class CheckContext:
             **fields,
         )
 
-    def enter(self, collective: str, iteration: int) -> None:
-        """Call right before each collective: applies this rank's faults, then reports progress.
+    def enter(self, collective: str, iteration: int) -> float:
+        """Call right before each collective: applies this rank's faults, then reports progress;
+        returns the microseconds an injected delay held the rank (0.0 without one).
 
         Faults come first so that a delayed or hung rank's progress stays behind the ranks
         already waiting inside the collective: that gap is how the driver names it.
         """
+        held = 0.0
         for fault in self.faults:
             if fault.kind == FaultKind.DELAY:
+                t0 = time.perf_counter()
                 time.sleep(fault.ms / 1000)
+                held += (time.perf_counter() - t0) * 1e6
             elif fault.kind == FaultKind.HANG:
                 while True:  # stop participating; only the driver's deadline ends this
                     time.sleep(3600)
@@ -158,6 +174,7 @@ class CheckContext:
             seq=last.seq + 1,
             calls=last.calls + 1,
         )
+        return held
 
     def plan(self, calls: int) -> None:
         """Say how many `enter` calls this step will make, so a deadline that runs out while
@@ -177,20 +194,20 @@ class CheckContext:
         """The one warm-up-and-time loop of every timed check.
 
         Each call, warm-up included, is announced with `enter` (faults, progress) outside
-        the timed region, so an injected delay shows as late arrival, as a real one would.
-        Entry and exit are read on this host's wall clock around each timed call: ranks
+        the timed region, so an injected delay shows as late arrival, as a real one would;
+        `Timing.per_call_us` adds it back where time per call is what counts. Entry and exit are read on this host's wall clock around each timed call: ranks
         on one host can be lined up by them; across hosts only the samples compare.
         """
         for i in range(warmup):
             self.enter(name, -1 - i)
             fn()
-        samples, enters, exits = [], [], []
+        samples, enters, exits, held = [], [], [], []
         for i in range(iters):
-            self.enter(name, i)
+            held.append(self.enter(name, i))
             enters.append(time.time() * 1e6)
             samples.append(self.time_us(fn))
             exits.append(time.time() * 1e6)
-        return Timing(samples, enters, exits)
+        return Timing(samples, enters, exits, held)
 
     def time_us(self, fn: Callable[[], object]) -> float:
         """Wall time of fn on this rank's device: CUDA events on GPU, perf_counter on CPU."""

@@ -26,9 +26,11 @@ def _speed(r: dict[str, Any]) -> float | None:
     median, samples = r.get("time_us_median"), list(r.get("samples_us") or [])
     scale = 1.0
     if median and samples:
+        # The samples' own median, not the row's time per call: that counts an injected
+        # delay the samples leave out (`fleetval.checks.base.Timing.per_call_us`).
         n = max(1, len(samples) // REPEATS)
         runs = [samples[i : i + n] for i in range(0, len(samples) - n + 1, n)]
-        scale = median / min(statistics.fmean(run) for run in runs)
+        scale = statistics.median(samples) / min(statistics.fmean(run) for run in runs)
     for col in ("busbw_gbps", "algbw_gbps"):
         if r.get(col):
             return r[col] * scale

@@ -7,11 +7,13 @@ without labels has an empty topology and is swept as before.
 
 Sources, all read into the same map (node -> level -> group): Ray node labels
 (`fleetval/rack`, `fleetval/switch`, `fleetval/domain` beside `fleetval/node`), or a map
-file a suite names (`{node: {rack: r1, switch: leaf-3}}`).
+file a suite names (`{node: {rack: r1, switch: leaf-3}}`). The Slurm launch script labels
+its nodes from `scontrol show topology` (`Topology.from_scontrol`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -93,6 +95,47 @@ class Topology:
         }
         return cls({n: g for n, g in out.items() if g})
 
+    @classmethod
+    def from_scontrol(cls, text: str) -> Topology:
+        """`scontrol show topology` output. topology/tree: a node's `switch` is the Level=0
+        switch whose Nodes= hold it, its `rack` the Level=1 switch above (where there are
+        two or more: one groups nothing); topology/block: its `domain` is its block (an
+        NVLink domain, e.g. one GB200 NVL72 rack). Bad input names its line and field.
+
+        NOTE: a Level=1 switch's Nodes= are every node below it, so a node's Level=1 line
+        is its rack without following Switches=. `AggregatedBlock` lines group blocks
+        already named, and are skipped.
+        """
+        tree: dict[int, dict[str, str]] = {}  # level -> node -> switch
+        blocks: dict[str, str] = {}
+        for i, line in enumerate(text.splitlines(), 1):
+            fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            where = f"scontrol line {i}"
+            if "SwitchName" in fields:
+                level = fields.get("Level", "")
+                if not level.isdigit():
+                    raise TopologyError(f"{where}: Level={level!r}: not a switch level")
+                for n in expand_hostlist(fields.get("Nodes", ""), f"{where}: Nodes"):
+                    tree.setdefault(int(level), {}).setdefault(n, fields["SwitchName"])
+            elif "BlockName" in fields:
+                for n in expand_hostlist(fields.get("Nodes", ""), f"{where}: Nodes"):
+                    blocks.setdefault(n, fields["BlockName"])
+        out: dict[str, dict[str, str]] = {}
+        racks = tree.get(1, {})
+        for lv, by_node in (("switch", tree.get(0, {})), ("rack", racks), ("domain", blocks)):
+            if lv != "rack" or len(set(racks.values())) >= 2:
+                for n, g in by_node.items():
+                    out.setdefault(n, {})[lv] = g
+        return cls(out)
+
+    def label_lines(self) -> str:
+        """One `<node> fleetval/<level>=<group>,...` line per node (what the Slurm launch
+        script passes to `ray start --labels`)."""
+        return "".join(
+            f"{n} " + ",".join(f"{LABEL_PREFIX}{lv}={g[lv]}" for lv in LEVELS if lv in g) + "\n"
+            for n, g in sorted(self.groups.items())
+        )
+
     def merged(self, other: Topology) -> Topology:
         """This map with `other`'s entries over it (a suite's map file over node labels)."""
         out = {n: dict(g) for n, g in self.groups.items()}
@@ -102,3 +145,29 @@ class Topology:
 
 
 NO_TOPOLOGY = Topology()
+
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+
+
+def expand_hostlist(text: str, where: str = "hostlist") -> list[str]:
+    """Slurm's hostlist form: `dev[0-5]`, `node[0001-0008,0013]`, `a,b`, `x[1-2]y[3-4]`
+    (zero padding kept from the range's start)."""
+    out: list[str] = []
+    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text):
+        m = _BRACKET.search(item)
+        if m is None:
+            out.append(item)
+            continue
+        for value in _ranges(m.group(1), f"{where} {text!r}"):
+            out += expand_hostlist(item[: m.start()] + value + item[m.end() :], where)
+    return out
+
+
+def _ranges(spec: str, where: str) -> list[str]:
+    values: list[str] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or not (hi or lo).isdigit() or int(hi or lo) < int(lo):
+            raise TopologyError(f"{where}: [{spec}] is not a list of ranges")
+        values += [str(v).zfill(len(lo)) for v in range(int(lo), int(hi or lo) + 1)]
+    return values

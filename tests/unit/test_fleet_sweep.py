@@ -22,7 +22,7 @@ from fleetval.fleet.coverage import matching as coverage_matching
 from fleetval.fleet.drain import drain_lines
 from fleetval.fleet.history import link_history, node_histories
 from fleetval.fleet.judge import Judged, Measurement, Planned, assess, judge, references
-from fleetval.fleet.planner import first_pairs, first_round, next_round
+from fleetval.fleet.planner import first_pairs, first_round, next_round, with_controls
 from fleetval.fleet.settings import Floor, SweepSettings
 from fleetval.fleet.simulate import SimFleet, planted, racked
 from fleetval.fleet.topology import Topology, TopologyError
@@ -40,7 +40,10 @@ def quiet(**kw: object) -> SimFleet:
 
 
 def rounds_of(
-    fleet: SimFleet, settings: SweepSettings = LOOSE, topology: Topology | None = None
+    fleet: SimFleet,
+    settings: SweepSettings = LOOSE,
+    topology: Topology | None = None,
+    fabric: Fabric | None = None,
 ) -> tuple[list[list[Planned]], FleetVerdict]:
     seen: list[list[Planned]] = []
 
@@ -48,7 +51,7 @@ def rounds_of(
         seen.append(jobs)
         return fleet.measure(jobs)
 
-    fabric = Fabric(topology) if topology else Fabric()
+    fabric = fabric or (Fabric(topology) if topology else Fabric())
     return seen, run_rounds(fleet.nodes, measure, settings, fabric=fabric)
 
 
@@ -553,3 +556,33 @@ def test_a_node_slow_only_across_a_slow_trunk_is_not_drained():
     a = assess(EIGHT, ms, topo)
     assert list(a.trunks) == [("rack", "rack-a", "rack-b")]
     assert "node-6" not in a.bad and "node-6" in a.pending_pair and not a.bad_links
+
+
+def test_a_slow_trunk_is_confirmed_when_history_makes_the_first_matching_all_cross_rack():
+    """After six clean sweeps the least-measured matching of two racks of four crosses the
+    racks in all four pairs: without a job inside each rack beside them, the slow trunk
+    slows the whole round alike and nothing is slow against the round's own level."""
+    stored: list[tuple[str, dict]] = []
+    for night in range(6):
+        v = run_rounds(EIGHT, quiet(seed=night).measure, LOOSE,
+                       fabric=Fabric(TWO_RACKS, link_history(stored)))  # fmt: skip
+        stored.append((f"r{night}", v.to_dict()))
+    fabric = Fabric(TWO_RACKS, link_history(stored))
+    tonight = least_measured(EIGHT, fabric.seen)
+    assert all(TWO_RACKS.split(*p) for p in tonight)  # every pair crosses the racks
+    for seed in range(5):
+        fleet = quiet(seed=seed, topology=TWO_RACKS, trunks={("rack-a", "rack-b"): 0.4})
+        seen, v = rounds_of(fleet, LOOSE, fabric=fabric)
+        inside = {TWO_RACKS.group(j.nodes[0], "rack") for j in seen[1]
+                  if len(j.nodes) == 2 and not TWO_RACKS.split(*j.nodes)}  # fmt: skip
+        assert inside == {"rack-a", "rack-b"}  # a control inside each rack in round 2
+        assert [(t.groups, t.level, t.confirmed) for t in v.trunks] == [
+            (("rack-a", "rack-b"), "rack", True)
+        ], (seed, [t.to_dict() for t in v.trunks])
+        assert not v.named and not v.links and not v.drain
+        measured = {c.nodes for c in v.coverage}
+        assert set(tonight) <= measured  # tonight's matching is still measured in full
+    two = Topology({"a": {"rack": "r1"}, "b": {"rack": "r2"}, "c": {"rack": "r1"}})
+    assert with_controls([("a", "b")], two) == [("a", "b")]  # one node a rack: no control
+    big = planted(1024, 0, 0, seed=2, racks=64)  # no rack holds half a round: unchanged
+    assert first_pairs(big.nodes, LOOSE, Fabric(big.topology)) == least_measured(big.nodes, {})
