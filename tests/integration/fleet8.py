@@ -94,9 +94,9 @@ def clean(cluster: Any, data: Path) -> dict[str, Any]:
 
 
 def two_slow(cluster: Any, data: Path) -> dict[str, Any]:
-    # NOTE: an injected delay is outside the timed call (it shows as late arrival), so two
-    # delayed ranks paired together time as healthy; put the two slow nodes on different
-    # pairs of tonight's first matching (planned from the store's history, as the sweep will).
+    # NOTE: the two slow nodes on different pairs of tonight's first matching (planned from
+    # the store's history, as the sweep will): each slow pair then holds one slow node and
+    # one good one, which re-pairing must tell apart.
     first = _first_pairs(data)
     slow = sorted([first[0][0], first[1][0]])
     faults = [{"kind": "delay", "node": n, "ms": DELAY_MS} for n in slow]
@@ -148,10 +148,10 @@ def throttled(cluster: Any, data: Path) -> dict[str, Any]:
 def slow_trunk(cluster: Any, data: Path) -> dict[str, Any]:
     """Every job across the two racks slow (a `between` fault), every job inside fast."""
     fault = {"kind": "delay", "between": ["rack-a", "rack-b"], "ms": DELAY_MS}
-    # NOTE: a fleet's first sweep (its own store): after the other scenarios' sweeps, the
-    # least-measured links are all across the racks, and a round of crossing pairs only has no
-    # job inside a rack to hold the slow crossings against (a gap: docs/operations.md)
-    return sweep(cluster, data / "trunk", "slow_trunk", suite([fault]))
+    # NOTE: on the shared store: after the other scenarios' sweeps the least-measured links
+    # all cross the racks, so this is the matching the planner must give a control inside
+    # each rack (`planner.first_pairs`), or the slow crossings have nothing to be held against.
+    return sweep(cluster, data, "slow_trunk", suite([fault]))
 
 
 SCENARIOS = {f.__name__: f for f in (clean, two_slow, slow_link, throttled, slow_trunk)}
