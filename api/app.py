@@ -168,4 +168,4 @@ def create_app(settings: Settings) -> FastAPI:
 
 def app_from_env() -> FastAPI:
     """For `uvicorn --factory` with several workers (each imports the app by name)."""
-    return create_app(Settings.from_env())
+    return create_app(Settings())  # the FLEETVAL_* variables `Settings.to_env` wrote

@@ -9,7 +9,6 @@ new check's `iters` or `timeout_s` is covered without a change here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,13 +91,6 @@ class Limits(BaseModel):
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a mapping of limits")
         return cls.model_validate(data)
-
-    def to_env(self) -> str:
-        return json.dumps(self.model_dump())
-
-    @classmethod
-    def from_env(cls, text: str | None) -> Limits:
-        return cls.model_validate_json(text) if text else cls()
 
 
 class OverLimit(SuiteError):

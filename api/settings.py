@@ -1,10 +1,17 @@
-"""What one service instance is configured with; `create_app(settings)` takes it."""
+"""What one service instance is configured with; `create_app(settings)` takes it.
+
+`fleetval serve` builds it from its options. With several uvicorn workers, each worker
+imports the app by name and builds its own from the environment (`Settings()` reads the
+`FLEETVAL_*` variables `to_env` wrote): one declaration, read and written the same way.
+"""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+import json
 from pathlib import Path
+
+from pydantic import AliasChoices, BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fleetval.api.limits import Limits
 from fleetval.store.dataset import default_data_dir
@@ -12,25 +19,39 @@ from fleetval.store.dataset import default_data_dir
 DEFAULT_MAX_BODY = 256 * 1024  # an inline suite is a few KiB; this leaves a wide margin
 
 
-@dataclass(frozen=True, kw_only=True)
-class Settings:
-    data_dir: Path
-    address: str | None = None  # Ray: None -> $RAY_ADDRESS, else an embedded local instance
-    max_body_bytes: int = DEFAULT_MAX_BODY
-    run_executor: bool = (
-        True  # False: submissions queue but nothing runs here (API replicas, tests)
-    )
-    run_scheduler: bool = True  # False: schedules are kept but fire from other processes only
-    limits: Limits = field(default_factory=Limits)
+def _env(name: str) -> AliasChoices:
+    """A field set by its own name in code, or by `name` in the environment."""
+    return AliasChoices(name.removeprefix("FLEETVAL_").lower(), name)
 
-    @classmethod
-    def from_env(cls) -> Settings:
-        """For uvicorn workers, which import the app by name: `fleetval serve` sets these."""
-        return cls(
-            data_dir=default_data_dir(),
-            address=os.environ.get("FLEETVAL_RAY_ADDRESS") or None,
-            max_body_bytes=int(os.environ.get("FLEETVAL_MAX_BODY", DEFAULT_MAX_BODY)),
-            run_executor=os.environ.get("FLEETVAL_EXECUTOR", "1") != "0",
-            run_scheduler=os.environ.get("FLEETVAL_SCHEDULER", "1") != "0",
-            limits=Limits.from_env(os.environ.get("FLEETVAL_LIMITS")),
-        )
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    data_dir: Path = Field(default_factory=default_data_dir, validation_alias=_env("FLEETVAL_DATA"))
+    # Ray: None -> $RAY_ADDRESS, else an embedded local instance
+    address: str | None = Field(None, validation_alias=_env("FLEETVAL_RAY_ADDRESS"))
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY, validation_alias=_env("FLEETVAL_MAX_BODY"))
+    # False: submissions queue but nothing runs here (API replicas, tests)
+    run_executor: bool = Field(True, validation_alias=_env("FLEETVAL_EXECUTOR"))
+    # False: schedules are kept but fire from other processes only
+    run_scheduler: bool = Field(True, validation_alias=_env("FLEETVAL_SCHEDULER"))
+    limits: Limits = Field(default_factory=Limits, validation_alias=_env("FLEETVAL_LIMITS"))
+
+    def to_env(self) -> dict[str, str]:
+        """The environment a worker's `Settings()` reads these settings back from."""
+        out = {}
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            env = field.validation_alias.choices[-1]  # type: ignore[union-attr]
+            out[env] = (
+                value.model_dump_json()
+                if isinstance(value, BaseModel)
+                else value
+                if isinstance(value, str)
+                else str(value)
+                if isinstance(value, Path)
+                else json.dumps(value)
+            )
+        return out

@@ -77,26 +77,21 @@ def serve(
     data_dir = (data or default_data_dir()).resolve()
     with bad_input_exits():
         ceilings = Limits.load(limits) if limits else Limits()
+    settings = Settings(
+        data_dir=data_dir,
+        address=address,
+        limits=ceilings,
+        run_executor=executor,
+        run_scheduler=scheduler,
+    )
     if workers == 1:
-        settings = Settings(
-            data_dir=data_dir,
-            address=address,
-            limits=ceilings,
-            run_executor=executor,
-            run_scheduler=scheduler,
-        )
         app = create_app(settings)
         # NOTE: open event streams would hold a graceful stop until their runs end.
         uvicorn.run(
             app, host=host, port=port, access_log=access_log, timeout_graceful_shutdown=GRACE_S
         )
         return
-    os.environ["FLEETVAL_DATA"] = str(data_dir)
-    os.environ["FLEETVAL_LIMITS"] = ceilings.to_env()
-    os.environ["FLEETVAL_EXECUTOR"] = "1" if executor else "0"
-    os.environ["FLEETVAL_SCHEDULER"] = "1" if scheduler else "0"
-    if address:
-        os.environ["FLEETVAL_RAY_ADDRESS"] = address
+    os.environ.update(settings.to_env())  # each worker builds its own `Settings()` from these
     uvicorn.run(
         "fleetval.api.app:app_from_env",
         factory=True,
