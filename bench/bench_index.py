@@ -8,11 +8,14 @@ Parquet file read, the SQLite index written), the next open (a sync that finds n
 do: two directory scans and one query), `fleetval runs --json` as a command on the indexed
 store, and how long a service started on it takes to index it (the keeper thread). Medians
 of `--repeats`, wall time and this process's CPU time; the store is written once per size.
+Then, once per size, `fleetval serve` started on the store without `index/`: /healthz
+polled every 0.1 s until it says the index is ready (answers while building, the slowest).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -22,10 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 from fleetval.store.catalog import Catalog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.foreignstore import write_foreign_store  # found from the repo root
+from tests.helpers.net import free_port
 
 
 def timed(fn: object) -> tuple[float, float]:
@@ -62,6 +68,37 @@ def command(root: Path) -> tuple[float, float]:
     return time.perf_counter() - t0, float("nan")  # another process: its CPU is not ours
 
 
+def served(root: Path, deadline_s: float = 900.0) -> dict[str, float]:
+    """`fleetval serve` on a store without `index/`: when /healthz first answered, how many
+    answers said "building", the slowest answer, and when the index was ready."""
+    shutil.rmtree(root / "index", ignore_errors=True)
+    port = free_port()
+    cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--data", str(root), "--port",
+           str(port), "--no-executor", "--no-scheduler", "--no-access-log"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0, first, building, slowest = time.perf_counter(), None, 0, 0.0
+    try:
+        while time.perf_counter() - t0 < deadline_s:
+            asked = time.perf_counter()
+            try:
+                state = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30).json()["index"]
+            except httpx.HTTPError:
+                time.sleep(0.1)
+                continue
+            took = time.perf_counter() - asked
+            first = first if first is not None else asked - t0
+            slowest = max(slowest, took)
+            if state == "ready":
+                return {"first": first, "building": building, "slowest_ms": slowest * 1e3,
+                        "ready": time.perf_counter() - t0}  # fmt: skip
+            building += state == "building"
+            time.sleep(0.1)
+        raise SystemExit(f"index not ready after {deadline_s:g}s: {json.dumps(state)}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 CASES = {"cold build": cold, "next open": warm, "fleetval runs": command, "service keeper": kept}
 
 
@@ -80,19 +117,28 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, case in CASES.items():
                 figures.setdefault(name, []).append(case(root))
-        rows.append((n, made, figures))
+        rows.append((n, made, figures, served(root)))
         shutil.rmtree(root.parent)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
     print(f"medians of {args.repeats}; wall s (CPU s of this process)\n")
     print("| runs | store written (s) | " + " | ".join(CASES) + " |")
     print("|---:|---:|" + "---:|" * len(CASES))
-    for n, made, figures in rows:
+    for n, made, figures, _ in rows:
         cells = []
         for name in CASES:
             wall = statistics.median(f[0] for f in figures[name])
             cpu = statistics.median(f[1] for f in figures[name])
             cells.append(f"{wall:.2f}" + ("" if cpu != cpu else f" ({cpu:.2f})"))
         print(f"| {n:,} | {made:.1f} | " + " | ".join(cells) + " |")
+    print("\n`fleetval serve` on the store without index/ (process start included, s):\n")
+    print(
+        "| runs | /healthz first answered | answers saying building | slowest answer (ms) | index ready |"
+    )
+    print("|---:|---:|---:|---:|---:|")
+    for n, _, _, h in rows:
+        print(
+            f"| {n:,} | {h['first']:.1f} | {h['building']} | {h['slowest_ms']:.0f} | {h['ready']:.1f} |"
+        )
 
 
 if __name__ == "__main__":
