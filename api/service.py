@@ -78,6 +78,7 @@ def _same_owner(sub: Submission, token: Token) -> Submission:
 
 
 # What only the scheduler may set: a firing's submission_id and the labels naming it.
+PAGE_DEFAULT, PAGE_MAX = 100, 1000  # runs per page of `GET /v1/runs` (route and hot read)
 SCHEDULED_PREFIX = "schedule."
 SCHEDULED_LABELS = ("schedule", "fire_time")
 

@@ -70,7 +70,8 @@ def _json(text: str) -> Response:
 # token, database and store as four took 40% of a lookup's CPU time). They read indexed
 # SQLite point reads and one keyset page (WAL: never waiting for a writer), well under a
 # millisecond, cheaper on the loop than the hop off it. The models stay their documentation.
-# A plain GET of one run is answered before routing (api/hot.py); get_run answers the rest.
+# A plain GET of one run, and a page with no filter, are answered before routing
+# (api/hot.py); these routes answer the rest.
 @router.get("", operation_id="list_runs", response_model=RunList, openapi_extra=BEARER_DECLARED)
 async def list_runs(
     r: ReaderDep,
@@ -80,7 +81,7 @@ async def list_runs(
         list[Annotated[str, Query(pattern=r"^[^=]+=.*$")]],
         Query(description="KEY=VALUE, repeatable"),
     ] = [],  # noqa: B006
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=service.PAGE_MAX)] = service.PAGE_DEFAULT,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> Response:
     """Runs, newest first: one keyset page, whatever the history's length."""

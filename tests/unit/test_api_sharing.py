@@ -281,6 +281,49 @@ def test_progress_events_are_coalesced_while_a_run_executes(svc):
     assert progress["step"] == "t" and progress["percent"] == 50.0
 
 
+def test_a_page_of_runs_is_answered_before_routing_as_the_route_does(svc, tmp_path):
+    """`GET /v1/runs` with only `limit` and `cursor` is answered by api/hot.py with the
+    route's bytes; a filter, a bad or repeated value, or a bad token reach the route."""
+    import asyncio
+
+    from fleetval.api.hot import HotReads
+
+    client, db, h = svc
+    store = Store(tmp_path)
+    for _ in range(3):
+        client.post("/v1/runs", json={"suite": TINY}, headers=h["alice"])
+    stored = _stored_runs(store, 4)
+    pages = ["", "limit=2", f"limit=3&cursor={stored[-1]}", "limit=0", "limit=1001", "limit=x",
+             "limit=%D9%A2", "limit=1&limit=2", "status=queued", "label=a=b", "cursor="]  # fmt: skip
+    for query in pages:
+        for headers in (h["bob"], {}):
+            hot = client.get(f"/v1/runs?{query}", headers=headers)
+            routed = client.get(f"/v1/runs?{query}&via=route", headers=headers)
+            assert (hot.status_code, hot.content) == (routed.status_code, routed.content), query
+    second = client.get("/v1/runs?limit=2", headers=h["bob"]).json()
+    assert len(second["runs"]) == 2 and second["next_cursor"] == second["runs"][1]["run_id"]
+
+    passed: list[bytes] = []
+
+    async def app(scope, receive, send) -> None:
+        passed.append(scope["query_string"])
+
+    async def get(query: bytes) -> list[dict]:
+        sent: list[dict] = []
+        token = h["bob"]["Authorization"].split()[1]
+        scope = {"type": "http", "method": "GET", "path": "/v1/runs", "query_string": query,
+                 "headers": [(b"authorization", f"Bearer {token}".encode())]}  # fmt: skip
+
+        async def keep(message: dict) -> None:
+            sent.append(message)
+
+        await HotReads(app, db, store)(scope, None, keep)
+        return sent
+
+    assert json.loads(asyncio.run(get(b"limit=5"))[1]["body"])["runs"]
+    assert asyncio.run(get(b"limit=5&suite=tiny")) == [] and passed == [b"limit=5&suite=tiny"]
+
+
 def test_the_hot_read_answers_as_the_route_does(svc, tmp_path):
     """`GET /v1/runs/{id}` is answered before routing (api/hot.py) with the route's bytes and
     headers, and every request it cannot answer with success reaches the route, which answers
