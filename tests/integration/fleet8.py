@@ -52,8 +52,11 @@ def suite(faults: list[dict[str, Any]] | None = None, **sweep: Any) -> dict[str,
     # Healthy pairs of one round measured 40-100% of the round's level here (a loaded box
     # moves the level 3x from round to round), the faults (DELAY_MS delays, a rank stopped 95%
     # of the time) 2-5%: hence slow below 20% of the level (one rank per node: alone jobs time
-    # nothing, so no round measures the noise), fast above 40%, unclear between.
-    spec["sweep"] |= {"max_tolerance": 0.8, "tolerance": 0.6} | sweep
+    # nothing, so no round measures the noise), fast above 25%, unclear between. NOTE: a
+    # later round with too few controls of its own is judged against round 2's level, and
+    # a healthy re-pair read 26% of it in CI (the load had moved), so 40% left a slow
+    # link's nodes unproven and the link unconfirmed (a product gap: docs/operations.md).
+    spec["sweep"] |= {"max_tolerance": 0.8, "tolerance": 0.75} | sweep
     if START_S:
         spec["timeouts"] = spec.get("timeouts", {}) | dict.fromkeys(
             ("placement_s", "rendezvous_s"), float(START_S)
