@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fleetval.api.limits import Limits
@@ -39,19 +39,10 @@ class Settings(BaseSettings):
 
     def to_env(self) -> dict[str, str]:
         """The environment a worker's `Settings()` reads these settings back from."""
-        out = {}
-        for name, field in type(self).model_fields.items():
-            value = getattr(self, name)
-            if value is None:
-                continue
-            env = field.validation_alias.choices[-1]  # type: ignore[union-attr]
-            out[env] = (
-                value.model_dump_json()
-                if isinstance(value, BaseModel)
-                else value
-                if isinstance(value, str)
-                else str(value)
-                if isinstance(value, Path)
-                else json.dumps(value)
+        fields = type(self).model_fields
+        return {
+            fields[name].validation_alias.choices[-1]: (  # type: ignore[union-attr]
+                value if isinstance(value, str) else json.dumps(value)
             )
-        return out
+            for name, value in self.model_dump(mode="json", exclude_none=True).items()
+        }
