@@ -37,6 +37,7 @@ class Format(StrEnum):
 
 
 DrainFormat = choices("DrainFormat", DRAIN_FORMATS)
+MAX_REPEAT = 64  # back-to-back sweeps in one command (a fleet of 65 nodes covered)
 
 
 def sweep(
@@ -50,30 +51,43 @@ def sweep(
     drain_format: Annotated[
         DrainFormat, typer.Option(help="Form of the drain list")
     ] = DrainFormat.KUBECTL,
+    repeat: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=MAX_REPEAT,
+            help="Sweep this many times back to back on warm ranks, each planned from the ones "
+            "before (N-1 sweeps measure every link of N nodes); JSON: one document per line",
+        ),
+    ] = 1,
 ) -> None:
     """Fleet sweep: every node alone, node pairs side by side, re-pairs; drain list."""
     from fleetval.fleet.drain import drain_lines
     from fleetval.run.interrupt import EXIT_INTERRUPTED, ctrl_c_cancels
+    from fleetval.run.sweep import keep_warm
     from fleetval.run.sweep import sweep as run_sweep
     from fleetval.suite import load_suite  # NOTE: torch and ray only for commands that run
 
+    flagged = False
     with bad_input_exits():
         spec = load_suite(suite)
         store = open_store(data)
-        with ctrl_c_cancels(spec.timeouts.cancel_grace_s) as cancel:  # a second one exits at once
-            record, verdict = run_sweep(
-                spec, store, address=address, baseline=baseline, cancel=cancel
-            )
-    if verdict is None:
-        typer.echo(f"sweep {record.run_id} cancelled: {record.message}", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED)
-    drain = drain_lines(verdict, drain_format.value, record.run_id)
-    if fmt == Format.JSON:
-        doc = {"run_id": record.run_id, **verdict.to_dict(), "drain_lines": drain}
-        typer.echo(json.dumps(doc, indent=2))
-    else:
-        _show(verdict, record.run_id, drain, drain_format.value)
-    raise typer.Exit(Exit.FAILED if verdict.flagged else Exit.OK)
+        with ctrl_c_cancels(spec.timeouts.cancel_grace_s) as cancel, keep_warm():
+            for _ in range(repeat):
+                record, verdict = run_sweep(
+                    spec, store, address=address, baseline=baseline, cancel=cancel
+                )
+                if verdict is None:
+                    typer.echo(f"sweep {record.run_id} cancelled: {record.message}", err=True)
+                    raise typer.Exit(EXIT_INTERRUPTED)
+                drain = drain_lines(verdict, drain_format.value, record.run_id)
+                if fmt == Format.JSON:
+                    doc = {"run_id": record.run_id, **verdict.to_dict(), "drain_lines": drain}
+                    typer.echo(json.dumps(doc, indent=2 if repeat == 1 else None))
+                else:
+                    _show(verdict, record.run_id, drain, drain_format.value)
+                flagged |= verdict.flagged
+    raise typer.Exit(Exit.FAILED if flagged else Exit.OK)
 
 
 def _show(v: FleetVerdict, run_id: str, drain: list[str], drain_format: str) -> None:

@@ -22,7 +22,8 @@ each job's suite's for its ping and reset, the pool's own for its idle time.
 
 `fleetval run` passes no pool (each job tears down at its end, as always); the service keeps
 a `RankPool` for its process and closes it on shutdown; a fleet sweep keeps a `NodePool` (one
-warm rank per slot on each node) for all its jobs and rounds, and closes it at its end.
+warm rank per slot on each node) for all its jobs and rounds, and closes it at its end, or
+leaves it to the next sweep inside `sweep.keep_warm` (back-to-back sweeps, a nightly loop).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ray.util.placement_group import PlacementGroup
 
 from fleetval.policy import FailurePolicy
 from fleetval.run.job import RankHandle, create_group, gather, start_ranks, teardown
-from fleetval.run.plan import Job
+from fleetval.run.plan import Job, PlanError
 
 log = logging.getLogger(__name__)
 
@@ -164,13 +165,29 @@ class NodePool:
     frees everything.
     """
 
-    def __init__(self, per_node: Callable[[str], Job]) -> None:
+    def __init__(self, per_node: Callable[[str], Job] | None = None) -> None:
         self._per_node = per_node  # the one-node job whose bundles are the node's slots
         self._groups: dict[str, PlacementGroup] = {}
+        self._keys: dict[str, PoolKey] = {}  # each node's group: the shape it was made for
         self._idle: dict[str, list[RankHandle]] = {}
         self._lock = threading.Lock()
         self.started = 0  # rank actors started (for tests and benchmarks)
         self.reused = 0  # jobs whose ranks were all warm
+
+    def serve(self, per_node: Callable[[str], Job]) -> None:
+        """Serve another sweep (`sweep.keep_warm`): a node whose slots that sweep shapes
+        differently (ranks per node, bundle) has its ranks and group freed, to be started
+        anew; the others stay warm. Call it between sweeps, never during one."""
+        with self._lock:
+            self._per_node = per_node
+            stale = [n for n, key in self._keys.items() if _key_or_none(per_node, n) != key]
+            ranks = [r for n in stale for r in self._idle.pop(n, [])]
+            groups = [self._groups.pop(n) for n in stale if n in self._groups]
+            for n in stale:
+                del self._keys[n]
+        teardown(ranks, None)
+        for pg in groups:
+            teardown([], pg)
 
     def take(self, job: Job, policy: FailurePolicy) -> Pooled:
         """The ranks of every node of `job`, in rank order; JobAborted (culprits named) if a
@@ -222,7 +239,7 @@ class NodePool:
         """Tear down every rank and placement group (the sweep's end, on every path)."""
         with self._lock:
             idle, self._idle = [r for rs in self._idle.values() for r in rs], {}
-            groups, self._groups = list(self._groups.values()), {}
+            groups, self._groups, self._keys = list(self._groups.values()), {}, {}
         teardown(idle, None)
         for pg in groups:
             teardown([], pg)
@@ -245,13 +262,23 @@ class NodePool:
     def _start(self, node: str, policy: FailurePolicy) -> list[RankHandle]:
         """Fresh ranks in the node's placement group (made on first use, then kept); a node
         whose ranks cannot start raises JobAborted (start_ranks tore its actors down)."""
+        assert self._per_node is not None, "a NodePool serves a sweep before it starts ranks"
         job = self._per_node(node)
         with self._lock:
             pg = self._groups.get(node)
         if pg is None:
             pg = create_group(job, policy)
             with self._lock:
-                self._groups[node] = pg
+                self._groups[node], self._keys[node] = pg, pool_key(job)
         ranks = start_ranks(job, pg, policy)
         self.started += len(ranks)
         return ranks
+
+
+def _key_or_none(per_node: Callable[[str], Job], node: str) -> PoolKey | None:
+    """A node's slot shape for a sweep; None where that sweep cannot place it (left the
+    cluster, or no longer eligible)."""
+    try:
+        return pool_key(per_node(node))
+    except PlanError:
+        return None

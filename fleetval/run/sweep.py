@@ -16,12 +16,14 @@ costs seconds; forming a group among warm ones, a fraction of one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import statistics
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 
 from fleetval.analysis.baselines import BaselineError, Baselines
 from fleetval.fleet.judge import Measurement, Planned
@@ -59,24 +61,60 @@ def sweep(
         recording(suite, store, labels=labels, cancel=cancel) as state,
     ):
         state.pool = pool
+        started, warm = pool.started, pool.reused  # a shared pool counts other sweeps' too
         skus: dict[str, str] = {}  # filled from each node's fingerprint as jobs run
         measure = _round_runner(suite, cluster, state, skus, itertools.count())
         verdict = run_rounds(names, measure, suite.sweep, skus=skus, baseline=levels, fabric=fabric)
         state.summary["sweep"] = verdict.to_dict()
-        state.summary["ranks"] = {"started": pool.started, "jobs_all_warm": pool.reused}
+        state.summary["ranks"] = {
+            "started": pool.started - started,
+            "jobs_all_warm": pool.reused - warm,
+        }
         state.outcomes.append(_verdict_outcome(verdict))
     assert state.record is not None  # written by recording() on the way out
     return state.record, verdict
 
 
+# The warm ranks that sweeps inside `keep_warm` share (None: each sweep keeps its own).
+_SHARED: ContextVar[NodePool | None] = ContextVar("fleetval_sweep_ranks", default=None)
+
+
+@contextmanager
+def keep_warm() -> Iterator[NodePool]:
+    """Sweeps in this block share one warm rank per slot on each node: back-to-back sweeps
+    (`fleetval sweep --repeat`), a nightly loop or a benchmark start each node's ranks once,
+    not once a sweep. A node whose slots a later sweep shapes differently starts anew; a
+    rank that died or hung is replaced, as within a sweep. All torn down at the block's end.
+    """
+    pool = NodePool()  # each sweep gives it its slots' shape (`warm_ranks`)
+    token = _SHARED.set(pool)
+    try:
+        yield pool
+    finally:
+        _SHARED.reset(token)
+        pool.close()
+
+
 @contextmanager
 def warm_ranks(suite: Suite, cluster: ClusterShape) -> Iterator[NodePool]:
-    """One warm rank per slot on each node, for the whole sweep; all torn down on every path."""
-    pool = NodePool(lambda node: node_job(suite, cluster, (node,), -1, []))
+    """One warm rank per slot on each node, for the whole sweep; torn down at its end on every
+    path, unless a `keep_warm` block holds them for the next sweep."""
+    per_node = functools.partial(_node_slots, suite, cluster)
+    shared = _SHARED.get()
+    if shared is not None:
+        shared.serve(per_node)
+        yield shared
+        return
+    pool = NodePool(per_node)
     try:
         yield pool
     finally:
         pool.close()
+
+
+def _node_slots(suite: Suite, cluster: ClusterShape, node: str) -> Job:
+    """The one-node job whose bundles are a node's slots: one rank in each."""
+    return node_job(suite, cluster, (node,), -1, [])
 
 
 def sweep_nodes(suite: Suite, cluster: ClusterShape) -> list[str]:

@@ -86,11 +86,18 @@ SWEEP = parse_suite(
     "test",
 )
 
+SWEEP_HALVES = parse_suite(
+    SWEEP.model_dump(mode="json", exclude_none=True)
+    | {"placement": {"world_sizes": [4], "gpus_per_rank": 0, "cpus_per_rank": 1}},
+    "test",
+)
+
 
 @pytest.mark.timeout(300)
 def test_a_sweeps_node_pool_reuses_each_nodes_ranks_and_replaces_a_dead_one(ray_session, tmp_path):
     """Jobs over different node pairs (as a sweep's rounds) form their groups among the same
-    warm ranks, one per node here; a rank killed between jobs is replaced, the others reused."""
+    warm ranks, one per node here; a rank killed between jobs is replaced, the others reused;
+    a later sweep of another slot shape replaces every node's group."""
     cluster = cluster_shape()
     pool = NodePool(lambda node: node_job(SWEEP, cluster, (node,), -1, []))
     pairs = [("node-a", "node-b"), ("node-b", "node-c"), ("node-a", "node-c")]
@@ -108,5 +115,15 @@ def test_a_sweeps_node_pool_reuses_each_nodes_ranks_and_replaces_a_dead_one(ray_
             assert pool.started == 4  # node-a's rank replaced, node-c's reused
             now = {n: [r.placed.pid for r in rs] for n, rs in pool._idle.items()}
             assert now["node-c"] == warm["node-c"] and now["node-a"] != warm["node-a"]
+        # The next sweep (`sweep.keep_warm`) shapes each node's slots anew: two ranks of one
+        # CPU. Every node's group of the old shape is freed (a node has 2 CPUs: a group left
+        # behind would keep the new one from being placed), and two ranks start on each.
+        pool.serve(lambda node: node_job(SWEEP_HALVES, cluster, (node,), -1, []))
+        assert pool._idle == {}
+        with recording(SWEEP_HALVES, Store(tmp_path)) as state:
+            state.pool = pool
+            job = node_job(SWEEP_HALVES, cluster, ("node-a", "node-b"), 3, None)
+            assert [o.status for o in run_job(job, state)] == ["pass"]
+            assert pool.started == 8 and sorted(len(rs) for rs in pool._idle.values()) == [2, 2]
     finally:
         pool.close()

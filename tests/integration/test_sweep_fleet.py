@@ -24,7 +24,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 NODES = [f"node-{i}" for i in range(8)]
 DEADLINE_S = 1500  # the script's own watchdog; the test waits a little longer
-# NOTE: the four sweeps take 4-6 minutes on 2 shared cores, in the module fixture.
+# NOTE: the five sweeps take 4-6 minutes on 2 shared cores, in the module fixture, on one set
+# of warm ranks (`keep_warm`): each node's rank starts once for all of them.
 pytestmark = [pytest.mark.slow, pytest.mark.multinode, pytest.mark.timeout(DEADLINE_S + 300)]
 
 
@@ -88,6 +89,8 @@ def test_two_slow_nodes_one_in_each_half_are_both_named(scenarios):
     assert doc["exit_code"] == 1, doc["output"]
     slow = doc["slow"]  # one node of each of the sweep's first two pairs
     assert named(doc) == slow, doc["output"]
+    # The sweep after the clean one (`keep_warm`): every job on the ranks that one started.
+    assert doc["ranks"] == {"started": 0, "jobs_all_warm": doc["verdict"]["jobs"]}, doc["ranks"]
     assert sorted(doc["verdict"]["drain"]) == slow
     drains = [ln for ln in doc["output"].splitlines() if ln.startswith("scontrol update")]
     assert [ln.split()[2] for ln in drains] == [f"nodename={n}" for n in slow]
