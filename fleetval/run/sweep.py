@@ -84,8 +84,13 @@ def keep_warm() -> Iterator[NodePool]:
     """Sweeps in this block share one warm rank per slot on each node: back-to-back sweeps
     (`fleetval sweep --repeat`), a nightly loop or a benchmark start each node's ranks once,
     not once a sweep. A node whose slots a later sweep shapes differently starts anew; a
-    rank that died or hung is replaced, as within a sweep. All torn down at the block's end.
+    rank that died or hung is replaced, as within a sweep. All torn down at the block's end;
+    a block inside another shares the outer one's ranks (a loop around `fleetval sweep`).
     """
+    outer = _SHARED.get()
+    if outer is not None:
+        yield outer
+        return
     pool = NodePool()  # each sweep gives it its slots' shape (`warm_ranks`)
     token = _SHARED.set(pool)
     try:
