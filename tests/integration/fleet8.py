@@ -74,9 +74,11 @@ def sweep(cluster: Any, data: Path, name: str, spec: dict[str, Any], *args: str)
     data.mkdir(parents=True, exist_ok=True)
     path = data / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
+    before = {r.run_id for r in Store(data).runs()}
     res = CliRunner().invoke(
         app, ["sweep", str(path), "--data", str(data), "--address", cluster.address, *args]
     )
+    runs = [r for r in Store(data).runs() if r.run_id not in before]  # several: --repeat
     run = Store(data).latest_run()
     report = json.loads(render(build_signoff(Store(data), run.run_id), "json"))
     return {
@@ -84,8 +86,9 @@ def sweep(cluster: Any, data: Path, name: str, spec: dict[str, Any], *args: str)
         "exit_code": res.exit_code,
         "output": res.output,
         "verdict": run.summary.get("sweep"),
-        "ranks": run.summary.get("ranks"),
+        "ranks": [r.summary.get("ranks") for r in runs],
         "run_id": run.run_id,
+        "run_ids": [r.run_id for r in runs],
         "signoff": {g["gate"]: g["status"] for g in report["gates"]} | {"": report["verdict"]},
         "history": report["sweep"]["history"]["runs"],
         "seconds": (run.finished_at - run.started_at).total_seconds() if run.finished_at else None,
@@ -93,7 +96,8 @@ def sweep(cluster: Any, data: Path, name: str, spec: dict[str, Any], *args: str)
 
 
 def clean(cluster: Any, data: Path) -> dict[str, Any]:
-    return sweep(cluster, data, "clean", suite())
+    """Two clean sweeps back to back, on one set of warm ranks (`--repeat`)."""
+    return sweep(cluster, data, "clean", suite(), "--repeat", "2")
 
 
 def two_slow(cluster: Any, data: Path) -> dict[str, Any]:
