@@ -295,6 +295,7 @@ def test_the_sweep_command_refuses_bad_input_with_exit_2(tmp_path):
     res = run(app, ["sweep", "sweep", "--data", str(tmp_path), "--baseline", "nope"])
     assert res.exit_code == 2 and "no baseline 'nope'" in res.output
     assert run(app, ["sweep", "sweep", "--drain-format", "ansible"]).exit_code == 2
+    assert run(app, ["sweep", "sweep", "--repeat", "0"]).exit_code == 2
     assert run(app, ["sweep", "no-such-suite", "--data", str(tmp_path)]).exit_code == 2
     assert not (tmp_path / "runs").exists()  # nothing ran, nothing written
     res = run(app, ["sweep-history", "--data", str(tmp_path), "--node", "node-9"])
