@@ -27,7 +27,6 @@ from fleetval.api.errors import Conflict, Forbidden, NotFound, TooMany, Unproces
 from fleetval.api.executor import CLUSTER_KEY, Executor
 from fleetval.api.limits import Limits, check_suite, planned_s
 from fleetval.api.models import (
-    Progress,
     RunOut,
     ScheduleOut,
     ScheduleRequest,
@@ -143,25 +142,9 @@ def submit(
 
 
 def run_out(db: ServiceDB, sub: Submission) -> RunOut:
-    return RunOut(
-        run_id=sub.run_id,
-        suite=sub.suite,
-        status=sub.status,
-        message=sub.message,
-        labels=sub.labels,
-        submitter=sub.submitter,
-        submission_id=sub.submission_id,
-        attempt=sub.attempt,
-        retries=sub.retries,
-        retry_of=sub.retry_of,
-        retried_as=sub.retried_as,
-        submitted_at=sub.submitted_at,
-        started_at=sub.started_at,
-        finished_at=sub.finished_at,
-        queue_position=db.queue_position(sub),
-        progress=Progress(**sub.progress) if sub.progress else None,
-        steps=sub.steps,
-    )
+    """A submission as RunOut: its fields by name, the two it derives computed."""
+    derived = {"queue_position": db.queue_position(sub), "progress": sub.progress or None}
+    return RunOut.model_validate({f: getattr(sub, f) for f in _SUBMISSION_FIELDS} | derived)
 
 
 def _stored_prefix() -> str:
@@ -177,18 +160,23 @@ def _stored_prefix() -> str:
 
 
 _STORED_PREFIX = _stored_prefix()
-# A submission as RunOut JSON, made by SQLite in the query that reads it (its JSON columns
-# spliced in as stored; the queue position an index range, for queued runs only).
-SUBMISSION_JSON = f"""json_object(
-    'run_id', run_id, 'suite', suite, 'status', status, 'message', message,
-    'labels', json(labels), 'submitter', submitter, 'submission_id', submission_id,
-    'attempt', attempt, 'retries', retries, 'retry_of', retry_of, 'retried_as', retried_as,
-    'submitted_at', submitted_at, 'started_at', started_at, 'finished_at', finished_at,
-    'queue_position', CASE WHEN status = '{QueueStatus.QUEUED.value}' THEN (
-        SELECT COUNT(*) FROM submissions AS q
-        WHERE q.status = '{QueueStatus.QUEUED.value}' AND q.seq < submissions.seq) END,
-    'progress', CASE WHEN progress = '{{}}' THEN NULL ELSE json(progress) END,
-    'steps', json(steps)) AS out"""
+# RunOut's fields a submission has as its own columns; the others SQL derives (below).
+_SUBMISSION_FIELDS = [f for f in RunOut.model_fields if f not in ("queue_position", "progress")]
+_QUEUED = QueueStatus.QUEUED.value
+_SQL = {  # a JSON column spliced in as stored; the queue position an index range (queued only)
+    "labels": "json(labels)",
+    "steps": "json(steps)",
+    "progress": "CASE WHEN progress = '{}' THEN NULL ELSE json(progress) END",
+    "queue_position": f"CASE WHEN status = '{_QUEUED}' THEN (SELECT COUNT(*) FROM submissions"
+    f" AS q WHERE q.status = '{_QUEUED}' AND q.seq < submissions.seq) END",
+}
+# A submission as RunOut JSON, made by SQLite in the query that reads it, field by field in
+# RunOut's order (so the model, `run_out` and this cannot drift apart).
+SUBMISSION_JSON = (
+    "json_object("
+    + ", ".join(f"'{name}', {_SQL.get(name, name)}" for name in RunOut.model_fields)
+    + ") AS out"
+)
 
 
 def stored_json(listing: str) -> str:

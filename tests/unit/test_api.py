@@ -113,6 +113,16 @@ def test_submit_is_queued_and_idempotent_by_submission_id(api):
     assert again.status_code == 200 and again.json()["run_id"] == run["run_id"]
     listed = client.get("/v1/runs", headers=h["read"]).json()["runs"]
     assert [r["run_id"] for r in listed] == [run["run_id"]]
+    # One run, three spellings of it made from one declaration (RunOut): the POST's model,
+    # the JSON SQLite makes for a GET by id and for a page, field for field and in order.
+    second = client.post("/v1/runs", json={"suite": TINY}, headers=h["submit"]).json()
+    assert second["queue_position"] == 1
+    for made in (run, second):
+        got = client.get(f"/v1/runs/{made['run_id']}", headers=h["read"]).json()
+        assert list(got.items()) == list(made.items())
+    paged = client.get("/v1/runs", headers=h["read"]).json()["runs"]
+    spelled = {r["run_id"]: list(r.items()) for r in paged}
+    assert spelled == {m["run_id"]: list(m.items()) for m in (run, second)}
 
 
 @pytest.mark.parametrize(
