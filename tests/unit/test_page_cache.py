@@ -17,7 +17,9 @@ from fastapi.testclient import TestClient
 from fleetval.api import Settings, create_app
 from fleetval.api.db import Scope, ServiceDB
 from fleetval.api.pagecache import PageCache
+from fleetval.store.catalog import RunFilter
 from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.runindex import RunIndex
 
 TINY = {
     "name": "tiny",
@@ -57,6 +59,23 @@ def test_a_page_made_while_the_data_moved_is_not_kept() -> None:
 
     pages.get(1, "a", make_while_another_reader_sees_version_2)
     assert pages.get(1, "a", lambda: b"again") == b"again"
+
+
+def test_the_run_index_version_moves_on_every_write_and_only_then(tmp_path):
+    index, other = RunIndex(tmp_path / "runs.sqlite"), RunIndex(tmp_path / "runs.sqlite")
+    seen = [index.version()]
+    index.page_listings(RunFilter(), before=None, limit=10)
+    assert index.version() == seen[-1]  # a read moves nothing
+    index.put(stored("20260101-000000-aaaaaa").to_record())  # this connection
+    other.put(stored("20260101-000000-bbbbbb").to_record())  # another one (another process)
+    seen.append(index.version())
+    other.remove(["20260101-000000-aaaaaa"])
+    seen.append(index.version())
+    index.remove(["20260101-000000-bbbbbb"])
+    seen.append(index.version())
+    assert len(set(seen)) == 4
+    index.close()
+    other.close()
 
 
 @pytest.fixture
@@ -135,7 +154,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from fleetval.api.db import ServiceDB
+from fleetval.store.catalog import RunFilter
 from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.runindex import RunIndex
 
 data, run_id, queued = Path(sys.argv[1]), *sys.argv[2:]
 start = datetime(2026, 1, 1, tzinfo=UTC)
