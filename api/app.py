@@ -20,6 +20,7 @@ from fleetval.api.executor import Executor
 from fleetval.api.hot import HotReads
 from fleetval.api.limits import Limits
 from fleetval.api.models import suite_components
+from fleetval.api.pagecache import PageCache
 from fleetval.api.routes import ROUTERS
 from fleetval.api.routes.events import StreamSlots
 from fleetval.api.scheduler import Scheduler
@@ -151,7 +152,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics = metrics.registry(db)
     app.state.streams = StreamSlots(settings.limits)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(HotReads, db=db, store=store)  # outermost: before any routing
+    app.state.pages = PageCache()
+    # NOTE: outermost: before any routing
+    app.add_middleware(HotReads, db=db, store=store, pages=app.state.pages)
     _install_errors(app)
     for router in ROUTERS:
         app.include_router(router)

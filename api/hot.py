@@ -10,6 +10,9 @@ request to the app unchanged: a missing, revoked or under-scoped token, an unkno
 corrupt run, a query string other than a page's `limit` and `cursor` (a filter, a bad or
 repeated value), another method or path. Every error is therefore the route's own, in the
 one problem shape, and the route stays the OpenAPI's documentation of these reads.
+
+A page's bytes are kept (api/pagecache.py) until the service database or the run index
+changes; the token is checked on every request.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from fleetval.api import service
 from fleetval.api.auth import admit, credentials_of
 from fleetval.api.db import Scope as TokenScope
 from fleetval.api.db import ServiceDB
+from fleetval.api.pagecache import PageCache
 from fleetval.store.catalog import RunFilter
 from fleetval.store.dataset import Store
 
@@ -34,8 +38,8 @@ class HotReads:
     """ASGI middleware: 200 for `GET /v1/runs/{id}` when the caller may read and the run
     reads cleanly; anything else goes to the app."""
 
-    def __init__(self, app: ASGIApp, db: ServiceDB, store: Store) -> None:
-        self.app, self.db, self.store = app, db, store
+    def __init__(self, app: ASGIApp, db: ServiceDB, store: Store, pages: PageCache) -> None:
+        self.app, self.db, self.store, self.pages = app, db, store, pages
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = self._answer(scope) if scope["type"] == "http" and scope["method"] == "GET" else None
@@ -58,13 +62,22 @@ class HotReads:
             admit(self.db, credentials_of(authorization), TokenScope.READ)
             if run_id is not None:
                 return service.run_json(self.db, self.store, run_id).encode()
-            limit, cursor = page  # type: ignore[misc]
-            return service.list_runs(
-                self.db, self.store, NO_FILTER, limit=limit, cursor=cursor
-            ).encode()
+            return self._page(*page)  # type: ignore[misc]
         except Exception:
             # NOTE: the route raises the same error again and answers it as every route does
             return None
+
+    def _page(self, limit: int, cursor: str | None) -> bytes:
+        """The route's page, kept until what it shows may have changed."""
+        index = self.store.run_index()  # NOTE: first: it may sync, or say it is building
+        version = (self.db.data_version(), index.version())  # NOTE: read before the page
+
+        def make() -> bytes:
+            return service.list_runs(
+                self.db, self.store, NO_FILTER, limit=limit, cursor=cursor
+            ).encode()
+
+        return self.pages.get(version, (limit, cursor), make)
 
 
 def _run_id(scope: Scope) -> str | None:

@@ -173,6 +173,13 @@ class Connection:
             self._conn.close()
             self._read.close()
 
+    def data_version(self) -> int:
+        """Moves whenever a change was committed since the last call, by this process (its
+        writing connection: this one only reads) or another: readers key what they keep by
+        it (no table read)."""
+        with self._read_lock:
+            return self._read.execute("PRAGMA data_version").fetchone()[0]
+
     def _query(self, sql: str, args: tuple | list = ()) -> list[sqlite3.Row]:
         """A read on the reading connection (never waits for a write's fsync)."""
         with self._read_lock:

@@ -84,6 +84,7 @@ class RunIndex:
         self.path = path
         self.unreadable: dict[str, CorruptFile] = {}
         self._generation: tuple[int, ...] | None = None
+        self._connections = 1  # a switch to memory starts a connection's counters anew
         self._lock = threading.Lock()  # the connection
         self._syncing = threading.Lock()  # one sync at a time
         self._conn = _connect(path)
@@ -143,6 +144,7 @@ class RunIndex:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
             self.path, self._conn = ":memory:", _connect(":memory:")
+            self._connections += 1
 
     def _sync(self, root: Path) -> None:
         seen = generation(root)  # NOTE: before the scan: a change during it moves it again
@@ -282,6 +284,15 @@ class RunIndex:
                 (*args, limit),
             ).fetchall()
         return {r[0]: r[1] for r in rows}
+
+    def version(self) -> tuple[int, int, int]:
+        """Moves whenever a read may answer differently: a commit by another connection to
+        the file (another process, another RunIndex: SQLite's `data_version`), a row this
+        connection changed (a sync, a run written here), a switch to memory. Cheap (no
+        table read): readers key what they keep by it."""
+        with self._lock:
+            moved = self._conn.execute("PRAGMA data_version").fetchone()[0]
+            return self._connections, moved, self._conn.total_changes
 
     def count(self) -> int:
         with self._lock:

@@ -15,7 +15,7 @@ from fleetval.api import Settings, create_app
 from fleetval.api.db import Scope, ServiceDB
 from fleetval.api.executor import CLUSTER_KEY
 from fleetval.api.limits import Limits
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import RunRecord, Store, new_run_id
 from fleetval.store.schema import Row
 
 TINY = {
@@ -283,10 +283,12 @@ def test_progress_events_are_coalesced_while_a_run_executes(svc):
 
 def test_a_page_of_runs_is_answered_before_routing_as_the_route_does(svc, tmp_path):
     """`GET /v1/runs` with only `limit` and `cursor` is answered by api/hot.py with the
-    route's bytes; a filter, a bad or repeated value, or a bad token reach the route."""
+    route's bytes, made or kept in its page cache; a filter, a bad or repeated value, or a
+    bad token reach the route."""
     import asyncio
 
     from fleetval.api.hot import HotReads
+    from fleetval.api.pagecache import PageCache
 
     client, db, h = svc
     store = Store(tmp_path)
@@ -295,11 +297,25 @@ def test_a_page_of_runs_is_answered_before_routing_as_the_route_does(svc, tmp_pa
     stored = _stored_runs(store, 4)
     pages = ["", "limit=2", f"limit=3&cursor={stored[-1]}", "limit=0", "limit=1001", "limit=x",
              "limit=%D9%A2", "limit=1&limit=2", "status=queued", "label=a=b", "cursor="]  # fmt: skip
-    for query in pages:
-        for headers in (h["bob"], {}):
-            hot = client.get(f"/v1/runs?{query}", headers=headers)
-            routed = client.get(f"/v1/runs?{query}&via=route", headers=headers)
-            assert (hot.status_code, hot.content) == (routed.status_code, routed.content), query
+    kept: PageCache = client.app.state.pages
+
+    def same_as_the_route() -> None:
+        for query in pages:
+            for headers in (h["bob"], {}):
+                hot = client.get(f"/v1/runs?{query}", headers=headers)
+                routed = client.get(f"/v1/runs?{query}&via=route", headers=headers)
+                assert (hot.status_code, hot.content) == (routed.status_code, routed.content), query
+
+    same_as_the_route()
+    assert (kept.hits, kept.misses) == (0, 4)  # "", limit=2, the cursor's page, cursor=
+    same_as_the_route()  # now from the cache
+    assert (kept.hits, kept.misses) == (4, 4)
+    client.post("/v1/runs", json={"suite": TINY}, headers=h["bob"])
+    store.write_run(
+        RunRecord(run_id=new_run_id(), suite="cli", status="pass", started_at=datetime.now(UTC))
+    )
+    same_as_the_route()  # made again: the data moved
+    assert (kept.hits, kept.misses) == (4, 8)
     second = client.get("/v1/runs?limit=2", headers=h["bob"]).json()
     assert len(second["runs"]) == 2 and second["next_cursor"] == second["runs"][1]["run_id"]
 
@@ -317,7 +333,7 @@ def test_a_page_of_runs_is_answered_before_routing_as_the_route_does(svc, tmp_pa
         async def keep(message: dict) -> None:
             sent.append(message)
 
-        await HotReads(app, db, store)(scope, None, keep)
+        await HotReads(app, db, store, PageCache())(scope, None, keep)
         return sent
 
     assert json.loads(asyncio.run(get(b"limit=5"))[1]["body"])["runs"]
@@ -331,6 +347,7 @@ def test_the_hot_read_answers_as_the_route_does(svc, tmp_path):
     import asyncio
 
     from fleetval.api.hot import HotReads
+    from fleetval.api.pagecache import PageCache
 
     client, db, h = svc
     store = Store(tmp_path)
@@ -357,7 +374,7 @@ def test_the_hot_read_answers_as_the_route_does(svc, tmp_path):
         sent: list[dict] = []
         scope = {"type": "http", "method": "GET", "path": path, "query_string": b"",
                  "headers": [(b"authorization", f"Bearer {token}".encode())]}  # fmt: skip
-        await HotReads(app, db, store)(scope, None, lambda m: _append(sent, m))
+        await HotReads(app, db, store, PageCache())(scope, None, lambda m: _append(sent, m))
         return sent
 
     async def _append(sent: list[dict], message: dict) -> None:

@@ -1,0 +1,63 @@
+"""Pages of `GET /v1/runs` kept as the bytes `service.list_runs` made, while nothing they
+show can have changed.
+
+A page is a function of the query and of two SQLite databases: the service's (submissions,
+queued to finished, with their progress) and the store's run index (stored runs). Other
+processes write both (another `serve --workers` worker, `fleetval run`), so the pages are
+kept for one *version* of the data, read from SQLite before a page is made: each database's
+`PRAGMA data_version`, which moves whenever another connection commits (this process's
+writer included), and the rows the run index's own connection changed (its syncs). Any move
+empties the cache, so a run submitted, finished or deleted shows on the very next request,
+as it would without the cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+MAX_PAGES = 256
+MAX_BYTES = 32 << 20  # a page of PAGE_MAX runs is ~400 KB: 256 of them would be 100 MB
+
+
+class PageCache:
+    """Up to `max_pages` pages and `max_bytes` in all, the least recently used dropped
+    first, all made at one version of the data. `hits` and `misses` count the lookups."""
+
+    def __init__(self, max_pages: int = MAX_PAGES, max_bytes: int = MAX_BYTES) -> None:
+        self.max_pages, self.max_bytes = max_pages, max_bytes
+        self.hits = self.misses = 0
+        self._version: Hashable = None
+        self._pages: OrderedDict[Hashable, bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, version: Hashable, query: Hashable, make: Callable[[], bytes]) -> bytes:
+        """The page for `query`: kept, else made now by `make` (and kept). `version` must be
+        read before `make` runs, so a page is never older than the version it is kept for."""
+        with self._lock:
+            if version != self._version:
+                self._pages.clear()
+                self._version, self._bytes = version, 0
+            body = self._pages.get(query)
+            if body is not None:
+                self._pages.move_to_end(query)
+                self.hits += 1
+                return body
+            self.misses += 1
+        body = make()
+        with self._lock:
+            if version == self._version:  # NOTE: else the data moved while it was made
+                self._keep(query, body)
+        return body
+
+    def _keep(self, query: Hashable, body: bytes) -> None:
+        if len(body) > self.max_bytes:
+            return
+        old = self._pages.pop(query, None)  # NOTE: made twice at once, by two threads
+        self._bytes += len(body) - (len(old) if old is not None else 0)
+        self._pages[query] = body
+        while len(self._pages) > self.max_pages or self._bytes > self.max_bytes:
+            _, dropped = self._pages.popitem(last=False)
+            self._bytes -= len(dropped)
