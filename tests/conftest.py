@@ -14,6 +14,25 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Rich wraps tables at 80 columns when not on a terminal; tests read whole lines.
 os.environ["COLUMNS"] = "250"
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest modules first (multi-node, then the other slow ones): under xdist
+    (`-n 2 --dist loadfile`, scripts/test.sh) each module runs whole on one worker, and the
+    8-node sweep then starts at once instead of ending the run alone. Stable: the order
+    within a module, and among the rest, stays as collected."""
+
+    def weight(item: pytest.Item) -> int:
+        return (
+            0
+            if item.get_closest_marker("multinode")
+            else 1
+            if item.get_closest_marker("slow")
+            else 2
+        )
+
+    items.sort(key=weight)
+
+
 HEAD = "head"
 WORKERS = ("node-a", "node-b", "node-c")
 
