@@ -15,20 +15,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["COLUMNS"] = "250"
 
 
+@pytest.hookimpl(tryfirst=True)  # NOTE: before xdist's own, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest modules first (multi-node, then the other slow ones): under xdist
-    (`-n 2 --dist loadfile`, scripts/test.sh) each module runs whole on one worker, and the
-    8-node sweep then starts at once instead of ending the run alone. Stable: the order
-    within a module, and among the rest, stays as collected."""
+    """Under xdist (`-n 2 --dist loadgroup`, scripts/test.sh): each module runs whole on one
+    worker (its module fixtures once), and the modules that start Ray clusters of their own
+    (`own_cluster`: nine simulated nodes, Ray in a Slurm job, fresh `fleetval run`s) run one
+    after another on one worker, never two such start-ups at once on 2 cores. The longest
+    first, so none of them ends the run alone; the order within a module stays as collected."""
+    for item in items:
+        own = item.get_closest_marker("own_cluster") is not None
+        item.add_marker(
+            pytest.mark.xdist_group("own_cluster" if own else item.nodeid.split("::")[0])
+        )
 
     def weight(item: pytest.Item) -> int:
-        return (
-            0
-            if item.get_closest_marker("multinode")
-            else 1
-            if item.get_closest_marker("slow")
-            else 2
-        )
+        marks = ("own_cluster", "multinode", "slow")
+        return next((i for i, m in enumerate(marks) if item.get_closest_marker(m)), len(marks))
 
     items.sort(key=weight)
 

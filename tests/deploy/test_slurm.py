@@ -25,7 +25,7 @@ import pytest
 from tests.helpers.net import free_port
 from tests.helpers.tools import tool_missing
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_cluster]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "slurm" / "fleetval.sbatch"

@@ -15,7 +15,7 @@ import yaml
 
 from fleetval.suite import load_suite
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.own_cluster]
 
 
 def _cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:

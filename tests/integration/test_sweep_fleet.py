@@ -26,7 +26,12 @@ NODES = [f"node-{i}" for i in range(8)]
 DEADLINE_S = 1500  # the script's own watchdog; the test waits a little longer
 # NOTE: the five sweeps take 4-6 minutes on 2 shared cores, in the module fixture, on one set
 # of warm ranks (`keep_warm`): each node's rank starts once for all of them.
-pytestmark = [pytest.mark.slow, pytest.mark.multinode, pytest.mark.timeout(DEADLINE_S + 300)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.multinode,
+    pytest.mark.own_cluster,
+    pytest.mark.timeout(DEADLINE_S + 300),
+]
 
 
 @pytest.fixture(scope="module")
