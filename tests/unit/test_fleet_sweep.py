@@ -26,7 +26,7 @@ from fleetval.fleet.planner import first_pairs, first_round, next_round, with_co
 from fleetval.fleet.settings import Floor, SweepSettings
 from fleetval.fleet.simulate import SimFleet, planted, racked
 from fleetval.fleet.topology import Topology, TopologyError
-from fleetval.fleet.verdict import BaselineLevels, FleetVerdict, run_rounds
+from fleetval.fleet.verdict import BaselineLevels, FleetVerdict, run_rounds, verdict
 from fleetval.store.catalog import RunRecord
 from fleetval.vocab import NodeState, SweepPhase
 
@@ -589,3 +589,56 @@ def test_a_slow_trunk_is_confirmed_when_history_makes_the_first_matching_all_cro
     assert with_controls([("a", "b")], two) == [("a", "b")]  # one node a rack: no control
     big = planted(1024, 0, 0, seed=2, racks=64)  # no rack holds half a round: unchanged
     assert first_pairs(big.nodes, LOOSE, Fabric(big.topology)) == least_measured(big.nodes, {})
+
+
+# --- late rounds: judged against the level of the controls measured beside them ----------
+
+
+def test_a_machine_slowed_as_a_whole_drains_nobody_and_a_slow_link_is_still_confirmed():
+    """From round 3 on every job runs at 30% of round 2's speed (the load moved). Against
+    round 2's level, healthy re-pairs beside two controls read 30% and their nodes were
+    drained; against that level scaled by the controls measured beside them, nobody is,
+    and a link at 3% is confirmed."""
+    for seed in range(3):
+        fleet = quiet(seed=seed)
+        fleet.links_pending = [0.03]  # on a pair that round 2 measures
+
+        def measure(jobs: list[Planned], fleet: SimFleet = fleet) -> list[Measurement]:
+            late = 0.3 if jobs[0].round >= 3 else 1.0
+            return [Measurement(m.job, (m.score or 0.0) * late) for m in fleet.measure(jobs)]
+
+        v = run_rounds(EIGHT, measure, LOOSE)
+        (pair,) = fleet.links
+        assert not v.named, [n.to_dict() for n in v.named]
+        assert [(x.nodes, x.confirmed) for x in v.links] == [(pair, True)]
+        scaled = [r for r in v.references if r.round >= 3 and r.phase == SweepPhase.PAIR]
+        main = next(r for r in v.references if r.phase == SweepPhase.PAIR and r.round == 2)
+        assert scaled and all(0.25 < r.median / main.median < 0.35 for r in scaled)
+        assert any("x 0.3" in j.why for j in v.trials if j.m.job.round >= 3)
+
+
+def test_a_round_with_no_control_confirms_nothing_and_says_why():
+    """A link slow once is measured again in a round where nothing else measured the level:
+    round 2's level was measured under another load, so the job is not judged and the link
+    stays seen once (against round 2's level it was confirmed)."""
+    pair = ("node-0", "node-1")
+    jobs = [Planned(1, SweepPhase.ALONE, (n,), "alone") for n in EIGHT]
+    jobs += [Planned(2, SweepPhase.PAIR, (EIGHT[i], EIGHT[i + 1]), "pair") for i in range(0, 8, 2)]
+    jobs += [
+        Planned(3, SweepPhase.PAIR, ("node-0", "node-2"), "re-pair with proven-good node-2"),
+        Planned(3, SweepPhase.PAIR, ("node-1", "node-3"), "re-pair with proven-good node-3"),
+        Planned(3, SweepPhase.PAIR, ("node-4", "node-5"), "control"),
+        Planned(4, SweepPhase.PAIR, pair, "confirm link"),
+    ]
+    ms = [Measurement(j, 3.0 if j.nodes == pair else 100.0) for j in jobs]
+    refs = references(ms, {}, LOOSE)
+    judged = [judge(m, refs, {}, []) for m in ms]
+    a = assess(EIGHT, judged)
+    assert {"node-0", "node-1"} <= a.good and pair in a.pending_links and not a.bad_links
+    last = judged[-1]
+    assert last.unclear and not last.slow
+    assert "no control measured beside it in round 4" in last.why
+    v = verdict(EIGHT, a, judged, refs, LOOSE, rounds=4)
+    (link,) = v.links
+    assert link.nodes == pair and not link.confirmed and not v.named
+    assert "not judged" in link.evidence[-1]
