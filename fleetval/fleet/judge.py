@@ -5,7 +5,9 @@ SKU's floor, or when it is below the fleet's own median by more than the noise a
 `noise_sigmas` times the spread (MAD) of the same phase in the same round (log scale, so
 a large difference is still judged when the noise is large), and never less than the
 configured tolerance. A job below the tolerance but within the noise is `unclear`: neither
-slow nor fast. Nothing is drained or confirmed on an unclear job.
+slow nor fast. Nothing is drained or confirmed on an unclear job. The median is the level of
+the job's own round, from the controls measured beside it (`references`); a job in a round
+with no control is unclear too.
 
 What a node is follows from the jobs it was in (`assess`):
 - its own (alone) job failed, or was slow twice: bad;

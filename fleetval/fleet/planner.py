@@ -4,7 +4,8 @@ Round 1 runs every node alone. Every later round is planned from what the jobs s
 (`judge.assess`), and every node is in at most one job per round, so all jobs of a round
 run side by side:
 - nodes slow (or unclear) alone once are measured alone again (one disturbed job drains
-  nobody);
+  nobody), beside nodes alone as controls (two; enough to measure the noise where the fleet
+  can spare them): a round is judged only against controls measured in it;
 - links seen slow once between two good nodes are measured again; where the link crosses
   two topology groups, with another crossing of the same groups and a job inside each, at
   the same time: a slow link and a slow trunk tell apart in that one round;
@@ -12,7 +13,8 @@ run side by side:
   one whose links past sweeps measured least (`coverage.least_measured`), with jobs
   inside any group that more than half of it would cross out of (`with_controls`); after
   that, each is re-paired with a different proven-good node it has not been with, inside
-  its own group first (a job inside crosses no trunk);
+  its own group first (a job inside crosses no trunk), two proven-good nodes kept back as
+  the round's control where no other job would be one;
 - the links of that matching a control took out of round 2 are measured once both ends
   are proven good, so a sweep measures all of its matching;
 - the proven-good nodes left idle cross the pairs of groups no job of this sweep crossed
