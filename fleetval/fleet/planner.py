@@ -71,16 +71,8 @@ def next_round(
     rng.shuffle(refs)
     if waiting and not any(j.phase == SweepPhase.PAIR and not remeasures(j) for j in jobs):
         jobs += _one_control(refs, waiting, a, rnd, topo)
-    fresh = []
-    for n in waiting:
-        partner = _partner(n, refs, a, topo)
-        if partner is None:
-            fresh += [] if n in a.paired else [n]  # never paired: may still pair with its like
-            continue
-        refs.remove(partner)
-        jobs.append(
-            Planned(rnd, SweepPhase.PAIR, _pair(n, partner), f"re-pair with proven-good {partner}")
-        )
+    jobs += _repairs(waiting, refs, a, rnd, topo)
+    fresh = [n for n in waiting if n not in a.paired and not any(n in j.nodes for j in jobs)]
     jobs += matching(fresh, a.paired, rng, rnd)
     crossing = _crossings(refs, jobs, a, topo, rnd)
     crossing += _deferred(nodes, a, refs, rnd, settings, fabric)
@@ -133,10 +125,23 @@ def _one_control(
     return [Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control")]
 
 
-def _partner(n: str, refs: list[str], a: Assessment, topo: Topology) -> str | None:
-    """A proven-good node `n` has not been with, inside its own group(s) first."""
-    fresh = [g for g in refs if g not in a.paired.get(n, ())]
-    return next((g for g in fresh if topo.same(n, g)), None) or next(iter(fresh), None)
+def _repairs(
+    waiting: list[str], refs: list[str], a: Assessment, rnd: int, topo: Topology
+) -> list[Planned]:
+    """Each waiting node with a proven-good node it has not been with: every node that has
+    one inside its own group(s) first (a re-pair across a slow trunk would look slow), then
+    the others across (`refs` keeps the nodes left)."""
+    jobs, left = [], list(waiting)
+    for inside in (True, False):
+        for n in list(left):
+            fresh = [g for g in refs if g not in a.paired.get(n, ())]
+            partner = next((g for g in fresh if not inside or topo.same(n, g)), None)
+            if partner is not None:
+                left.remove(n)
+                refs.remove(partner)
+                why = f"re-pair with proven-good {partner}"
+                jobs.append(Planned(rnd, SweepPhase.PAIR, _pair(n, partner), why))
+    return jobs
 
 
 def _trunk_check(

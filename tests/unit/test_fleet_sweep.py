@@ -642,3 +642,19 @@ def test_a_round_with_no_control_confirms_nothing_and_says_why():
     (link,) = v.links
     assert link.nodes == pair and not link.confirmed and not v.named
     assert "not judged" in link.evidence[-1]
+
+
+def test_a_round_of_re_pairs_keeps_a_control_back_and_re_pairs_inside_each_rack():
+    """Two racks, two proven-good and two waiting nodes in each: one pair of good nodes is
+    kept back as the round's control, inside one rack, and no waiting node is re-paired
+    across the racks (across a slow trunk it would read slow: it waits a round)."""
+    for seed in range(8):
+        a = assess(EIGHT, [])
+        a.good = {"node-0", "node-2", "node-4", "node-7"}
+        a.pending_pair = {"node-1", "node-3", "node-5", "node-6"}
+        a.paired = {n: {"x"} for n in a.pending_pair}
+        jobs = next_round(EIGHT, a, 3, SweepSettings(seed=seed), Fabric(TWO_RACKS))
+        (control,) = [j for j in jobs if j.why == "control"]
+        repairs = [j for j in jobs if j.why.startswith("re-pair")]
+        assert TWO_RACKS.same(*control.nodes) and len(repairs) == 2
+        assert all(TWO_RACKS.same(*j.nodes) for j in repairs), jobs
