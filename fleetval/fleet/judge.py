@@ -5,7 +5,9 @@ SKU's floor, or when it is below the fleet's own median by more than the noise a
 `noise_sigmas` times the spread (MAD) of the same phase in the same round (log scale, so
 a large difference is still judged when the noise is large), and never less than the
 configured tolerance. A job below the tolerance but within the noise is `unclear`: neither
-slow nor fast. Nothing is drained or confirmed on an unclear job.
+slow nor fast. Nothing is drained or confirmed on an unclear job. The median is the level of
+the job's own round, from the controls measured beside it (`references`); a job in a round
+with no control is unclear too.
 
 What a node is follows from the jobs it was in (`assess`):
 - its own (alone) job failed, or was slow twice: bad;
@@ -21,6 +23,7 @@ a trunk (`Trunk`): those jobs are evidence against no node and no link.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -84,6 +87,12 @@ class Reference:
     count: int
     round: int
     least: float = 0.0  # settings.tolerance: below this, unclear where not slow
+    main: Reference | None = None  # a small round: the main level its controls scaled
+
+    @property
+    def factor(self) -> float | None:
+        """This round's level over the main round's (None: judged on its own)."""
+        return self.median / self.main.median if self.main and self.main.median > 0 else None
 
     @property
     def threshold(self) -> float:
@@ -103,6 +112,7 @@ class Reference:
             "tolerance": self.tolerance,
             "jobs": self.count,
             "round": self.round,
+            "scaled_from_round": self.main.round if self.main else None,
         }
 
 
@@ -142,14 +152,17 @@ def remeasures(job: Planned) -> bool:
 def references(
     measurements: Sequence[Measurement], skus: Mapping[str, str], settings: SweepSettings
 ) -> dict[RefKey, Reference]:
-    """Per phase and SKU: the level and noise of each round with enough such jobs, and
-    (round 0) of the round that measured the most, for rounds too small to judge alone.
+    """Per phase and SKU: the level and noise of every round from its controls (its jobs
+    that measure no suspect), and (round 0) of the round with the most controls, the main
+    level. A round with none has no level: its jobs are not judged (`judge`).
 
     NOTE: a round's jobs run at the same time, under the same load; judging them against
     each other, not a level from minutes before, keeps a change of load from reading as a
     slow node. Jobs that measure a suspect again are left out of the level (a round of
     suspects would judge them against themselves); controls measured beside them (idle
-    proven-good pairs, nodes alone) make the round's level.
+    proven-good pairs, jobs inside a group, nodes alone) make the round's level. A round
+    with fewer than `ROUND_REFERENCE_JOBS` controls (late re-pairs on a small fleet) is the
+    main level scaled by them (`_scaled`).
     """
     groups: dict[tuple[SweepPhase, str, int], list[float]] = {}
     for m in measurements:
@@ -164,12 +177,26 @@ def references(
     noise = max(measured) if measured else None
     out: dict[RefKey, Reference] = {}
     for (phase, sku, rnd), scores in sorted(groups.items(), key=lambda kv: kv[0][2]):
-        ref = _reference(phase, sku, rnd, scores, settings, noise)
-        if len(scores) >= ROUND_REFERENCE_JOBS:
-            out[(phase, sku, rnd)] = ref
-        if len(scores) > out.get((phase, sku, 0), ref).count or (phase, sku, 0) not in out:
+        ref = out[(phase, sku, rnd)] = _reference(phase, sku, rnd, scores, settings, noise)
+        if (phase, sku, 0) not in out or ref.count > out[(phase, sku, 0)].count:
             out[(phase, sku, 0)] = ref
+    for (phase, sku, rnd), scores in groups.items():
+        main = out[(phase, sku, 0)]
+        if rnd != main.round and len(scores) < ROUND_REFERENCE_JOBS:
+            out[(phase, sku, rnd)] = _scaled(main, rnd, scores, settings, noise)
     return out
+
+
+def _scaled(
+    main: Reference, rnd: int, scores: list[float], settings: SweepSettings, noise: float | None
+) -> Reference:
+    """A round with one to three controls: the main level times their faster half's median
+    ratio to it, so a machine slowed (or sped up) as a whole between rounds moves the level
+    with it, and one slow control of two or three does not (a fault is one-sided). Judged
+    with the sweep's noise, as any round too small to measure its own (`_reference`)."""
+    return dataclasses.replace(
+        _reference(main.phase, main.sku, rnd, scores, settings, noise), main=main
+    )
 
 
 def _reference(
@@ -226,9 +253,14 @@ def judge(
                 m, True, f"{size:.4g} GB/s < {f.sku} floor {floor:g} at {human_bytes(f.size_bytes)}"
             )
     key = (m.job.phase, sku_key(m.job.nodes, skus))
-    ref = refs.get((*key, m.job.round)) or refs.get((*key, 0))
-    if ref is None:
-        return Judged(m, False, f"{m.score:.4g} GB/s (no reference)")
+    ref = refs.get((*key, m.job.round))
+    if ref is None:  # NOTE: a level from another round was measured under another load
+        main = refs.get((*key, 0))
+        other = (
+            f"; round {main.round}'s level {main.median:.4g} is from another load" if main else ""
+        )
+        why = f"{m.score:.4g} GB/s: no control measured beside it in round {m.job.round}{other}"
+        return Judged(m, False, f"{why}: not judged", None, unclear=True)
     ratio = m.score / ref.median if ref.median > 0 else None
     slow = m.score < ref.threshold
     unclear = not slow and m.score < ref.clear
@@ -237,12 +269,18 @@ def judge(
     return Judged(
         m,
         slow,
-        f"{m.score:.4g} GB/s {sign} {ref.threshold:.4g} (round {ref.round} level "
-        f"{ref.median:.4g} - {ref.tolerance:.0%}, noise {ref.noise:.1%} over {ref.count} jobs"
-        f"{within})",
+        f"{m.score:.4g} GB/s {sign} {ref.threshold:.4g} ({_level(ref)} - {ref.tolerance:.0%}, "
+        f"noise {ref.noise:.1%} over {ref.count} jobs{within})",
         ratio,
         unclear,
     )
+
+
+def _level(ref: Reference) -> str:
+    level = f"round {ref.round} level {ref.median:.4g}"
+    if ref.main is None or ref.factor is None:
+        return level
+    return f"{level}: round {ref.main.round}'s {ref.main.median:.4g} x {ref.factor:.2f} by its controls"
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Round 1 runs every node alone. Every later round is planned from what the jobs s
 (`judge.assess`), and every node is in at most one job per round, so all jobs of a round
 run side by side:
 - nodes slow (or unclear) alone once are measured alone again (one disturbed job drains
-  nobody);
+  nobody), beside nodes alone as controls (two; enough to measure the noise where the fleet
+  can spare them): a round is judged only against controls measured in it;
 - links seen slow once between two good nodes are measured again; where the link crosses
   two topology groups, with another crossing of the same groups and a job inside each, at
   the same time: a slow link and a slow trunk tell apart in that one round;
@@ -12,7 +13,8 @@ run side by side:
   one whose links past sweeps measured least (`coverage.least_measured`), with jobs
   inside any group that more than half of it would cross out of (`with_controls`); after
   that, each is re-paired with a different proven-good node it has not been with, inside
-  its own group first (a job inside crosses no trunk);
+  its own group first (a job inside crosses no trunk), two proven-good nodes kept back as
+  the round's control where no other job would be one;
 - the links of that matching a control took out of round 2 are measured once both ends
   are proven good, so a sweep measures all of its matching;
 - the proven-good nodes left idle cross the pairs of groups no job of this sweep crossed
@@ -24,10 +26,11 @@ Rounds stay flat as the fleet grows: the matching covers every node at once.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from fleetval.fleet.coverage import NO_FABRIC, Fabric, Pair, least_measured
-from fleetval.fleet.judge import Assessment, Planned
+from fleetval.fleet.judge import Assessment, Planned, remeasures
 from fleetval.fleet.settings import SweepSettings
 from fleetval.fleet.topology import Topology
 from fleetval.vocab import SweepPhase
@@ -66,16 +69,10 @@ def next_round(
         return jobs + _first_matching(nodes, waiting, a, rng, rnd, settings, fabric)
     refs = sorted(a.good - busy)
     rng.shuffle(refs)
-    fresh = []
-    for n in waiting:
-        partner = _partner(n, refs, a, topo)
-        if partner is None:
-            fresh += [] if n in a.paired else [n]  # never paired: may still pair with its like
-            continue
-        refs.remove(partner)
-        jobs.append(
-            Planned(rnd, SweepPhase.PAIR, _pair(n, partner), f"re-pair with proven-good {partner}")
-        )
+    if waiting and not any(j.phase == SweepPhase.PAIR and not remeasures(j) for j in jobs):
+        jobs += _one_control(refs, waiting, a, rnd, topo)
+    jobs += _repairs(waiting, refs, a, rnd, topo)
+    fresh = [n for n in waiting if n not in a.paired and not any(n in j.nodes for j in jobs)]
     jobs += matching(fresh, a.paired, rng, rnd)
     crossing = _crossings(refs, jobs, a, topo, rnd)
     crossing += _deferred(nodes, a, refs, rnd, settings, fabric)
@@ -89,20 +86,62 @@ def _alone_controls(
     waiting: list[str], a: Assessment, settings: SweepSettings, rnd: int
 ) -> list[Planned]:
     """Nodes measured alone beside the nodes measured alone again: the level those are
-    judged against, measured at the same time. Only where the fleet can spare them (the
-    waiting nodes are paired a round later)."""
-    if not a.pending_alone or len(waiting) < 8 * settings.noise_jobs:
+    judged against, measured at the same time (a round with none judges them not at all).
+    As many as measure the noise where the fleet can spare them, else two (the faster of
+    two is the level: one control slow by chance does not move it); these waiting nodes
+    are paired a round later."""
+    if not a.pending_alone:
         return []
-    return [
-        Planned(rnd, SweepPhase.ALONE, (n,), "alone control")
-        for n in waiting[: settings.noise_jobs]
-    ]
+    most = settings.noise_jobs if len(waiting) >= 8 * settings.noise_jobs else 2
+    return [Planned(rnd, SweepPhase.ALONE, (n,), "alone control") for n in waiting[:most]]
 
 
-def _partner(n: str, refs: list[str], a: Assessment, topo: Topology) -> str | None:
-    """A proven-good node `n` has not been with, inside its own group(s) first."""
-    fresh = [g for g in refs if g not in a.paired.get(n, ())]
-    return next((g for g in fresh if topo.same(n, g)), None) or next(iter(fresh), None)
+def _one_control(
+    refs: list[str], waiting: list[str], a: Assessment, rnd: int, topo: Topology
+) -> list[Planned]:
+    """Two proven-good nodes kept back from re-pairing as the round's control, where no job
+    of the round would be one (a round's level is scaled by its controls,
+    `judge.references`; with none its re-pairs are not judged). From the groups with the
+    most good nodes to spare over the nodes waiting there (a node is re-paired inside its
+    own group first: across a slow trunk it would look slow), on a link measured fast
+    before where there is one, so the control is not itself a fault (`refs` keeps the
+    nodes left)."""
+    if len(refs) < 3:  # none left to re-pair with: the round has no control, and says so
+        return []
+
+    def where(n: str) -> tuple[str | None, ...]:
+        return tuple(topo.group(n, level) for level in topo.levels)
+
+    spare = Counter(where(n) for n in refs)
+    spare.subtract(where(n) for n in waiting)
+    x = max(refs, key=lambda n: spare[where(n)])
+    spare[where(x)] -= 1
+    fast = {n for p, js in a.links.items() if x in p and any(j.fast for j in js) for n in p}
+    y = max(
+        (n for n in refs if n != x),
+        key=lambda n: (where(n) == where(x), spare[where(n)], n in fast),
+    )
+    refs[:] = [n for n in refs if n not in (x, y)]
+    return [Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control")]
+
+
+def _repairs(
+    waiting: list[str], refs: list[str], a: Assessment, rnd: int, topo: Topology
+) -> list[Planned]:
+    """Each waiting node with a proven-good node it has not been with: every node that has
+    one inside its own group(s) first (a re-pair across a slow trunk would look slow), then
+    the others across (`refs` keeps the nodes left)."""
+    jobs, left = [], list(waiting)
+    for inside in (True, False):
+        for n in list(left):
+            fresh = [g for g in refs if g not in a.paired.get(n, ())]
+            partner = next((g for g in fresh if not inside or topo.same(n, g)), None)
+            if partner is not None:
+                left.remove(n)
+                refs.remove(partner)
+                why = f"re-pair with proven-good {partner}"
+                jobs.append(Planned(rnd, SweepPhase.PAIR, _pair(n, partner), why))
+    return jobs
 
 
 def _trunk_check(
