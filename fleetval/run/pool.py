@@ -167,8 +167,8 @@ class NodePool:
 
     def __init__(self, per_node: Callable[[str], Job] | None = None) -> None:
         self._per_node = per_node  # the one-node job whose bundles are the node's slots
-        self._groups: dict[str, PlacementGroup] = {}
-        self._keys: dict[str, PoolKey] = {}  # each node's group: the shape it was made for
+        # Each node's placement group, and the slot shape it was made for.
+        self._groups: dict[str, tuple[PlacementGroup, PoolKey]] = {}
         self._idle: dict[str, list[RankHandle]] = {}
         self._lock = threading.Lock()
         self.started = 0  # rank actors started (for tests and benchmarks)
@@ -180,14 +180,9 @@ class NodePool:
         anew; the others stay warm. Call it between sweeps, never during one."""
         with self._lock:
             self._per_node = per_node
-            stale = [n for n, key in self._keys.items() if _key_or_none(per_node, n) != key]
-            ranks = [r for n in stale for r in self._idle.pop(n, [])]
-            groups = [self._groups.pop(n) for n in stale if n in self._groups]
-            for n in stale:
-                del self._keys[n]
-        teardown(ranks, None)
-        for pg in groups:
-            teardown([], pg)
+            stale = [n for n, (_, key) in self._groups.items() if _key_or_none(per_node, n) != key]
+            ranks, groups = self._take_out(stale)
+        _tear_down(ranks, groups)
 
     def take(self, job: Job, policy: FailurePolicy) -> Pooled:
         """The ranks of every node of `job`, in rank order; JobAborted (culprits named) if a
@@ -238,11 +233,15 @@ class NodePool:
     def close(self) -> None:
         """Tear down every rank and placement group (the sweep's end, on every path)."""
         with self._lock:
-            idle, self._idle = [r for rs in self._idle.values() for r in rs], {}
-            groups, self._groups, self._keys = list(self._groups.values()), {}, {}
-        teardown(idle, None)
-        for pg in groups:
-            teardown([], pg)
+            ranks, groups = self._take_out([*self._groups, *self._idle])
+        _tear_down(ranks, groups)
+
+    def _take_out(self, nodes: list[str]) -> tuple[list[RankHandle], list[PlacementGroup]]:
+        """These nodes' idle ranks and groups, no longer kept (the caller holds the lock and
+        tears them down once it is released)."""
+        ranks = [r for n in nodes for r in self._idle.pop(n, [])]
+        groups = [self._groups.pop(n)[0] for n in dict.fromkeys(nodes) if n in self._groups]
+        return ranks, groups
 
     def _healthy(
         self, warm: dict[str, list[RankHandle]], policy: FailurePolicy
@@ -265,11 +264,12 @@ class NodePool:
         assert self._per_node is not None, "a NodePool serves a sweep before it starts ranks"
         job = self._per_node(node)
         with self._lock:
-            pg = self._groups.get(node)
+            kept = self._groups.get(node)
+        pg = kept[0] if kept else None
         if pg is None:
             pg = create_group(job, policy)
             with self._lock:
-                self._groups[node], self._keys[node] = pg, pool_key(job)
+                self._groups[node] = pg, pool_key(job)
         ranks = start_ranks(job, pg, policy)
         self.started += len(ranks)
         return ranks
@@ -282,3 +282,9 @@ def _key_or_none(per_node: Callable[[str], Job], node: str) -> PoolKey | None:
         return pool_key(per_node(node))
     except PlanError:
         return None
+
+
+def _tear_down(ranks: list[RankHandle], groups: list[PlacementGroup]) -> None:
+    teardown(ranks, None)
+    for pg in groups:
+        teardown([], pg)
