@@ -18,11 +18,10 @@ from fleetval.analysis.baselines import Baselines
 from fleetval.cli import app
 from fleetval.reports import build_signoff, render
 from fleetval.run.execute import run_suite
-from fleetval.run.pool import RankPool
 from fleetval.signoff.gates import GateName, GateStatus
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
-from tests.helpers.ray import assert_no_leaks, warm_held
+from tests.helpers.ray import assert_no_leaks
 from tests.helpers.tools import tool_missing
 
 pytestmark = [pytest.mark.slow]
@@ -65,23 +64,22 @@ def _suite(*, world: list[int], faults: list[dict], straggler_timeout: float | N
 
 
 @pytest.fixture(scope="module")
-def runs(warm_pool: RankPool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One store with three real runs: clean (the baseline), a delayed rank 1, a hung rank 1."""
-    assert_no_leaks(besides=warm_held())
+def runs(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One store with three real runs: clean (the baseline), a delayed rank 1, a hung rank 1.
+
+    NOTE: on fresh ranks, not the session's warm pool (`warm_pool`): there, the clean run's
+    DDP step, on ranks test_ddp had used, read rank 0 late (0.8 ms, 8.7x the noise) in 2 of
+    9 runs; not explained yet (collecting garbage at the ranks' reset did not remove it)."""
+    assert_no_leaks()
     store = Store(tmp_path_factory.mktemp("signoff") / "data")
-    clean = run_suite(
-        _suite(world=[1, 2], faults=[]), store, labels={"stack": "base"}, pool=warm_pool
-    )
-    slow = run_suite(
-        _suite(world=[2], faults=[{"kind": "delay", "rank": 1, "ms": 30}]), store, pool=warm_pool
-    )
+    clean = run_suite(_suite(world=[1, 2], faults=[]), store, labels={"stack": "base"})
+    slow = run_suite(_suite(world=[2], faults=[{"kind": "delay", "rank": 1, "ms": 30}]), store)
     hang = run_suite(
         _suite(world=[2], faults=[{"kind": "hang", "rank": 1, "step": "straggler"}],
                straggler_timeout=6),
         store,
-        pool=warm_pool,
     )  # fmt: skip
-    assert_no_leaks(besides=warm_held())
+    assert_no_leaks()
     Baselines(store).set("base", run_ids=[clean.run_id])
     yield {"store": store, "clean": clean.run_id, "slow": slow.run_id, "hang": hang.run_id}
 
