@@ -80,7 +80,7 @@ def next_round(
     if not jobs and not crossing:
         return []
     most = max(2 * settings.noise_jobs, len(jobs) + len(crossing))
-    return jobs + crossing + _controls(refs, jobs + crossing, rnd, topo, most)
+    return jobs + crossing + _controls(refs, jobs + crossing, a, rnd, topo, most)
 
 
 def _alone_controls(
@@ -244,7 +244,15 @@ def _crossings(
                     todo[ga].add(gb)
                     todo[gb].add(ga)
         once = _cross_once(todo, free)
-        for ga, gb in [*once, *_cross_again(once, free)]:
+        inside = _inside(
+            topo,
+            level,
+            [
+                *(p for p, js in a.links.items() if any(j.fast for j in js)),
+                *(j.nodes for j in jobs if len(j.nodes) == 2),
+            ],
+        )
+        for ga, gb in [*once, *_cross_again(once, free, inside)]:
             x, y = free[ga].pop(), free[gb].pop()
             out.append(Planned(rnd, SweepPhase.PAIR, _pair(x, y), f"cross {level} {ga}-{gb}"))
             busy |= {x, y}
@@ -281,10 +289,13 @@ def _cross_once(todo: dict[str, set[str]], free: Mapping[str, list[str]]) -> lis
     return out
 
 
-def _cross_again(once: list[Pair], free: Mapping[str, list[str]]) -> list[Pair]:
+def _cross_again(once: list[Pair], free: Mapping[str, list[str]], inside: set[str]) -> list[Pair]:
     """The pairs of `once` to cross a second time with the free nodes `once` leaves: those
-    of the groups with the least room first, so the most pairs get their second crossing."""
-    room = Counter({g: len(ns) for g, ns in free.items()})
+    of the groups with the least room first, so the most pairs get their second crossing.
+    Two nodes of a group with no job inside it (`inside`: fast before, or planned this
+    round) are kept for one (`_controls`): a trunk is confirmed only by a fast job inside
+    each of its groups, so two slow crossings without one wait a round anyway."""
+    room = Counter({g: len(ns) - 2 * (g not in inside) for g, ns in free.items()})
     room.subtract(g for p in once for g in p)
     out: list[Pair] = []
     for ga, gb in sorted(once, key=lambda p: (min(room[p[0]], room[p[1]]), p)):
@@ -300,21 +311,40 @@ def _groups(topo: Topology, level: str, x: str, y: str) -> tuple[str, str] | Non
     return None if gx is None or gy is None else (min(gx, gy), max(gx, gy))
 
 
+def _inside(topo: Topology, level: str, pairs: list[Pair]) -> set[str]:
+    """The groups (at `level`) with one of `pairs` inside."""
+    return {g for x, y in pairs if (g := topo.group(x, level)) and g == topo.group(y, level)}
+
+
 def _controls(
-    idle: list[str], jobs: list[Planned], rnd: int, topo: Topology, most: int
+    idle: list[str], jobs: list[Planned], a: Assessment, rnd: int, topo: Topology, most: int
 ) -> list[Planned]:
     """Proven-good nodes with nothing to do pair up as controls: the round's own level.
-    Inside their own groups where they can: a fast job inside each group is what tells
-    a slow trunk from slow nodes.
+    Inside their own groups where they can, first in the groups with no fast job inside
+    yet: a fast job inside each group is what tells a slow trunk from slow nodes (and
+    confirms one); the nodes left over pair across.
 
     NOTE: at most `most` of them (as many as the round's other jobs, and enough to measure
     the noise): every control is another chance of a link slow by chance, to be measured
     again in one more round.
     """
     busy = {n for j in jobs for n in j.nodes}
-    where = {n: tuple(topo.group(n, lv) or "" for lv in topo.levels) for n in idle}
-    free = sorted((g for g in idle if g not in busy), key=lambda n: where[n])
-    pairs = list(zip(free[::2], free[1::2], strict=False))[:most]
+
+    def where(n: str) -> tuple[str, ...]:
+        return tuple(topo.group(n, lv) or "" for lv in topo.levels)
+
+    fast = {
+        where(x)
+        for (x, y), js in a.links.items()
+        if where(x) == where(y) and any(j.fast for j in js)
+    }
+    by_group: dict[tuple[str, ...], list[str]] = {}
+    for n in sorted((g for g in idle if g not in busy), key=where):
+        by_group.setdefault(where(n), []).append(n)
+    inside = [p for ns in by_group.values() for p in zip(ns[::2], ns[1::2], strict=False)]
+    inside.sort(key=lambda p: where(p[0]) in fast)
+    odd = [ns[-1] for ns in by_group.values() if len(ns) % 2]
+    pairs = [*inside, *zip(odd[::2], odd[1::2], strict=False)][:most]
     return [Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control") for x, y in pairs]
 
 
