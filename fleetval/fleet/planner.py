@@ -320,9 +320,10 @@ def _controls(
     idle: list[str], jobs: list[Planned], a: Assessment, rnd: int, topo: Topology, most: int
 ) -> list[Planned]:
     """Proven-good nodes with nothing to do pair up as controls: the round's own level.
-    Inside their own groups where they can, first in the groups with no fast job inside
-    yet: a fast job inside each group is what tells a slow trunk from slow nodes (and
-    confirms one); the nodes left over pair across.
+    Inside their own groups where they can, first one in each group crossed this round
+    with no fast job inside yet: a fast job inside each group is what tells a slow trunk
+    from slow nodes (and confirms one, in the round it is crossed twice); the nodes left
+    over pair across.
 
     NOTE: at most `most` of them (as many as the round's other jobs, and enough to measure
     the noise): every control is another chance of a link slow by chance, to be measured
@@ -338,13 +339,18 @@ def _controls(
         for (x, y), js in a.links.items()
         if where(x) == where(y) and any(j.fast for j in js)
     }
+    crossed = {where(n) for j in jobs if len({where(n) for n in j.nodes}) == 2 for n in j.nodes}
     by_group: dict[tuple[str, ...], list[str]] = {}
     for n in sorted((g for g in idle if g not in busy), key=where):
         by_group.setdefault(where(n), []).append(n)
-    inside = [p for ns in by_group.values() for p in zip(ns[::2], ns[1::2], strict=False)]
-    inside.sort(key=lambda p: where(p[0]) in fast)
+    inside = [
+        (g not in crossed or g in fast, i > 0, p)
+        for g, ns in by_group.items()
+        for i, p in enumerate(zip(ns[::2], ns[1::2], strict=False))
+    ]
+    inside.sort(key=lambda t: t[:2])
     odd = [ns[-1] for ns in by_group.values() if len(ns) % 2]
-    pairs = [*inside, *zip(odd[::2], odd[1::2], strict=False)][:most]
+    pairs = [*(p for *_, p in inside), *zip(odd[::2], odd[1::2], strict=False)][:most]
     return [Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control") for x, y in pairs]
 
 
