@@ -48,7 +48,10 @@ def next_round(
     fabric: Fabric = NO_FABRIC,
 ) -> list[Planned]:
     """The jobs of round `rnd` (empty: nothing left to measure)."""
-    rng = random.Random(settings.seed * 1_000_003 + rnd)
+    # NOTE: the links stored sweeps measured move the draw (which idle node crosses or
+    # controls, which waiting node meets which): back-to-back sweeps of one fleet measure
+    # other links each time, not the same ones; a fleet with no history plans as before.
+    rng = random.Random(settings.seed * 1_000_003 + rnd + 1_000_033 * len(fabric.seen))
     topo = fabric.topology
     jobs = [Planned(rnd, SweepPhase.ALONE, (n,), "alone again") for n in sorted(a.pending_alone)]
     busy = set(a.pending_alone)
