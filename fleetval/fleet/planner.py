@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from fleetval.fleet.coverage import NO_FABRIC, Fabric, Pair, least_measured
 from fleetval.fleet.judge import Assessment, Planned, remeasures
@@ -80,12 +80,13 @@ def next_round(
     jobs += _repairs(waiting, refs, a, rnd, topo)
     fresh = [n for n in waiting if n not in a.paired and not any(n in j.nodes for j in jobs)]
     jobs += matching(fresh, a.paired, rng, rnd)
-    crossing = _crossings(refs, jobs, a, topo, rnd)
+    crossing = _crossings(refs, jobs, a, topo, rnd, fabric.seen)
     crossing += _deferred(nodes, a, refs, rnd, settings, fabric)
     if not jobs and not crossing:
         return []
     most = max(2 * settings.noise_jobs, len(jobs) + len(crossing))
-    return jobs + crossing + _controls(refs, jobs + crossing, a, rnd, topo, most)
+    controls = _controls(refs, jobs + crossing, a, rnd, topo, most, fabric.seen)
+    return jobs + crossing + controls
 
 
 def _alone_controls(
@@ -227,7 +228,12 @@ def _deferred(
 
 
 def _crossings(
-    idle: list[str], jobs: list[Planned], a: Assessment, topo: Topology, rnd: int
+    idle: list[str],
+    jobs: list[Planned],
+    a: Assessment,
+    topo: Topology,
+    rnd: int,
+    seen: Collection[Pair] = (),
 ) -> list[Planned]:
     """Idle proven-good nodes across the pairs of groups no job of this sweep crossed yet,
     each level in turn (coarsest first); `idle` keeps the nodes left.
@@ -261,7 +267,7 @@ def _crossings(
             ],
         )
         for ga, gb in [*once, *_cross_again(once, free, inside)]:
-            x, y = free[ga].pop(), free[gb].pop()
+            x, y = _unseen(free[ga], free[gb], seen)
             out.append(Planned(rnd, SweepPhase.PAIR, _pair(x, y), f"cross {level} {ga}-{gb}"))
             busy |= {x, y}
     idle[:] = [n for n in idle if n not in busy]
@@ -314,6 +320,31 @@ def _cross_again(once: list[Pair], free: Mapping[str, list[str]], inside: set[st
     return out
 
 
+def _unseen(xs: list[str], ys: list[str], seen: Collection[Pair]) -> tuple[str, str]:
+    """A node of `xs` and one of `ys` (taken out of them), on a link no stored sweep
+    measured where there is one: back-to-back sweeps cover more links. The last of each
+    where none is seen (and with no history)."""
+    x, y = next(
+        ((x, y) for x in reversed(xs) for y in reversed(ys) if _pair(x, y) not in seen),
+        (xs[-1], ys[-1]),
+    )
+    xs.remove(x)
+    ys.remove(y)
+    return x, y
+
+
+def _pairs_unseen(nodes: list[str], seen: Collection[Pair]) -> list[tuple[str, str]]:
+    """`nodes` in pairs, each with the next one left on a link no stored sweep measured,
+    else the next one left (in order, with no history); one left over when odd."""
+    left, out = list(nodes), []
+    while len(left) >= 2:
+        x = left.pop(0)
+        y = next((y for y in left if _pair(x, y) not in seen), left[0])
+        left.remove(y)
+        out.append((x, y))
+    return out
+
+
 def _groups(topo: Topology, level: str, x: str, y: str) -> tuple[str, str] | None:
     gx, gy = topo.group(x, level), topo.group(y, level)
     return None if gx is None or gy is None else (min(gx, gy), max(gx, gy))
@@ -325,7 +356,13 @@ def _inside(topo: Topology, level: str, pairs: list[Pair]) -> set[str]:
 
 
 def _controls(
-    idle: list[str], jobs: list[Planned], a: Assessment, rnd: int, topo: Topology, most: int
+    idle: list[str],
+    jobs: list[Planned],
+    a: Assessment,
+    rnd: int,
+    topo: Topology,
+    most: int,
+    seen: Collection[Pair] = (),
 ) -> list[Planned]:
     """Proven-good nodes with nothing to do pair up as controls: the round's own level.
     Inside their own groups where they can, first one in each group crossed this round
@@ -354,10 +391,11 @@ def _controls(
     inside = [
         (g not in crossed or g in fast, i > 0, p)
         for g, ns in by_group.items()
-        for i, p in enumerate(zip(ns[::2], ns[1::2], strict=False))
+        for i, p in enumerate(_pairs_unseen(ns, seen))
     ]
     inside.sort(key=lambda t: t[:2])
-    odd = [ns[-1] for ns in by_group.values() if len(ns) % 2]
+    paired = {n for *_, p in inside for n in p}
+    odd = [n for ns in by_group.values() for n in ns if n not in paired]
     pairs = [*(p for *_, p in inside), *zip(odd[::2], odd[1::2], strict=False)][:most]
     return [Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control") for x, y in pairs]
 
