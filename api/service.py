@@ -11,7 +11,6 @@ validating response models: the same JSON the models describe, at a fraction of 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from datetime import UTC, datetime
 
 from fleetval.api.db import (
@@ -28,7 +27,6 @@ from fleetval.api.executor import CLUSTER_KEY, Executor
 from fleetval.api.limits import Limits, check_suite, planned_s
 from fleetval.api.models import (
     RunOut,
-    ScheduleOut,
     ScheduleRequest,
     SubmitRequest,
 )
@@ -328,7 +326,3 @@ def delete_schedule(db: ServiceDB, name: str, token: Token) -> Schedule:
     if not db.delete_schedule(name):
         raise NotFound(f"no schedule {name!r}", loc=["path", "name"])
     return schedule
-
-
-def schedule_out(schedule: Schedule) -> ScheduleOut:
-    return ScheduleOut(**asdict(schedule))

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers.ray import assert_no_leaks, clean_up, leftovers
+from tests.helpers.ray import WARM, assert_no_leaks, clean_up, leftovers, warm_held
+
+if TYPE_CHECKING:
+    from fleetval.run.pool import RankPool
 
 # Rank actors import torch; keep their thread pools small on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -68,20 +72,46 @@ def ray_cluster() -> Iterator[object]:
         cluster.shutdown()
 
 
+@pytest.fixture(scope="session")
+def warm_pool(ray_cluster: object) -> Iterator[RankPool]:
+    """One warm `RankPool` for the session's runs that take it (`run_suite(..., pool=)`), as
+    the service keeps one: a job of the same shape as the last clean one reuses its ranks
+    instead of starting processes that import torch. At the end it must free everything."""
+    from fleetval.policy import FailurePolicy
+    from fleetval.run.pool import RankPool
+
+    pool = RankPool(FailurePolicy(idle_s=3600))
+    WARM.append(pool)
+    yield pool
+    WARM.remove(pool)
+    pool.close()
+    assert_no_leaks()
+
+
+@pytest.fixture(autouse=True)
+def _whole_cluster(request: pytest.FixtureRequest) -> None:
+    """A test that does not take the warm pool gets the whole cluster: the pool's idle ranks
+    are freed first (its placement and leak checks see no one else's)."""
+    if "warm_pool" not in request.fixturenames:
+        for pool in WARM:
+            pool.close()
+
+
 @pytest.fixture
 def ray_session(ray_cluster: object) -> Iterator[object]:
-    """The shared cluster, with a check after the test that nothing was left behind.
+    """The shared cluster, with a check after the test that nothing was left behind but what
+    the warm pool keeps idle.
 
     A test that leaks fails alone: its leftovers are cleaned up before it fails, and a test
     starting after one that leaked waits for that clean-up instead of failing for it."""
     try:
-        assert_no_leaks(15)
+        assert_no_leaks(15, besides=warm_held())
     except AssertionError:
-        clean_up(*leftovers())
-        assert_no_leaks()
+        clean_up(*leftovers(besides=warm_held()))
+        assert_no_leaks(besides=warm_held())
     yield ray_cluster
     try:
-        assert_no_leaks()
+        assert_no_leaks(besides=warm_held())
     except AssertionError:
-        clean_up(*leftovers())
+        clean_up(*leftovers(besides=warm_held()))
         raise

@@ -4,37 +4,21 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from fleetval.api.db.connection import Connection, now
+from fleetval.api.models import ScheduleOut
+
+# A stored schedule is the API's model itself (api/models.py): one declaration of its fields.
+Schedule = ScheduleOut
 
 
-@dataclass(frozen=True, kw_only=True)
-class Schedule:
-    name: str
-    cron: str
-    suite: str | dict[str, Any]
-    labels: dict[str, str]
-    retries: int
-    catchup: str
-    owner: str
-    created_at: str
-    next_fire: str
-    last_fire: str | None
-    last_run_id: str | None
-    last_error: str
-    fired: int
-    refused: int
-    skipped: int
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Schedule:
-        rec = dict(row)
-        rec["suite"] = json.loads(rec["suite"])
-        rec["labels"] = json.loads(rec["labels"])
-        return cls(**rec)
+def schedule_from_row(row: sqlite3.Row) -> Schedule:
+    rec = dict(row)
+    rec["suite"] = json.loads(rec["suite"])
+    rec["labels"] = json.loads(rec["labels"])
+    return Schedule(**rec)
 
 
 class FireOutcome(StrEnum):
@@ -75,10 +59,10 @@ class ScheduleTable(Connection):
 
     def schedule(self, name: str) -> Schedule | None:
         rows = self._query("SELECT * FROM schedules WHERE name = ?", (name,))
-        return Schedule.from_row(rows[0]) if rows else None
+        return schedule_from_row(rows[0]) if rows else None
 
     def schedules(self) -> list[Schedule]:
-        return [Schedule.from_row(r) for r in self._query("SELECT * FROM schedules ORDER BY name")]
+        return [schedule_from_row(r) for r in self._query("SELECT * FROM schedules ORDER BY name")]
 
     def owner_schedules(self, owner: str) -> int:
         return int(self._query("SELECT COUNT(*) FROM schedules WHERE owner = ?", (owner,))[0][0])
@@ -90,7 +74,7 @@ class ScheduleTable(Connection):
 
     def due_schedules(self, at: str) -> list[Schedule]:
         rows = self._query("SELECT * FROM schedules WHERE next_fire <= ? ORDER BY next_fire", (at,))
-        return [Schedule.from_row(r) for r in rows]
+        return [schedule_from_row(r) for r in rows]
 
     def next_due(self) -> str | None:
         """The earliest next fire time of any schedule (how long the scheduler may sleep)."""

@@ -37,18 +37,18 @@ def create_schedule(
     submission now and again at each firing."""
     schedule = service.create_schedule(db, limits, body, token)
     request.app.state.scheduler.wake()
-    return service.schedule_out(schedule)
+    return schedule
 
 
 @router.get("", operation_id="list_schedules")
 def list_schedules(_: ReadToken, db: DbDep) -> list[ScheduleOut]:
     """Every schedule with its next and last fire time and its counters."""
-    return [service.schedule_out(s) for s in db.schedules()]
+    return db.schedules()
 
 
 @router.get("/{name}", operation_id="get_schedule")
 def get_schedule(name: ScheduleName, _: ReadToken, db: DbDep) -> ScheduleOut:
-    return service.schedule_out(service.get_schedule(db, name))
+    return service.get_schedule(db, name)
 
 
 @router.delete(
@@ -60,4 +60,4 @@ def get_schedule(name: ScheduleName, _: ReadToken, db: DbDep) -> ScheduleOut:
 )
 def delete_schedule(name: ScheduleName, token: SubmitToken, db: DbDep) -> ScheduleOut:
     """No more firings; the runs it queued stay. Only its owner or an admin may."""
-    return service.schedule_out(service.delete_schedule(db, name, token))
+    return service.delete_schedule(db, name, token)

@@ -283,7 +283,9 @@ def _torch_info() -> dict[str, Any]:
     except ImportError:
         return {}
     info: dict[str, Any] = {
-        "torch_version": torch.__version__,
+        # NOTE: str(): torch's TorchVersion pickles as itself, and unpickling it imports torch
+        # in the driver (2-3 s per `fleetval run`; the service's process must not import it).
+        "torch_version": str(torch.__version__),
         "torch_cuda_version": torch.version.cuda,
         "hip_version": getattr(torch.version, "hip", None),
         "gpus": [],

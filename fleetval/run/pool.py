@@ -150,6 +150,11 @@ class RankPool:
         with self._lock:
             return [r.actor._actor_id.hex() for e in self._idle.values() for r in e.ranks]
 
+    def group_ids(self) -> list[str]:
+        """The idle placement groups' ids (for tests: what the pool holds)."""
+        with self._lock:
+            return [e.pg.id.hex() for e in self._idle.values() if e.pg is not None]
+
 
 class NodePool:
     """A fleet sweep's warm ranks: one rank actor per slot on each node (its own placement

@@ -6,33 +6,49 @@ import os
 import signal
 import time
 from contextlib import suppress
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fleetval.run.pool import RankPool
+
+Held = tuple[list[str], list[str]]  # actor ids, placement group ids
+
+# The session's warm pools (tests/conftest.py `warm_pool`): what they keep idle is no leak.
+WARM: list[RankPool] = []
 
 
-def leftovers() -> tuple[list[str], list[str]]:
-    """Actors still alive and placement groups not removed, asked of the connected cluster.
+def warm_held() -> Held:
+    """The actors and placement groups the warm pools keep idle."""
+    actors = [a for pool in WARM for a in pool.actor_ids()]
+    return actors, [g for pool in WARM for g in pool.group_ids()]
+
+
+def leftovers(besides: Held = ([], [])) -> Held:
+    """Actors still alive and placement groups not removed, asked of the connected cluster,
+    but for `besides` (actor ids, group ids).
 
     NOTE: from its GCS, not the state API: that one, without an address, asks the newest Ray
     instance on the machine, which on a shared machine may be someone else's."""
     from ray._private.state import actors
     from ray.util import placement_group_table
 
-    alive = [a for a, info in actors().items() if info["State"] != "DEAD"]
-    groups = [g for g, info in placement_group_table().items() if info["state"] != "REMOVED"]
+    alive = [a for a, info in actors().items() if info["State"] != "DEAD" and a not in besides[0]]
+    groups = [
+        g
+        for g, info in placement_group_table().items()
+        if info["state"] != "REMOVED" and g not in besides[1]
+    ]
     return alive, groups
 
 
-def assert_no_leaks(
-    timeout_s: float = 45.0, *, besides: tuple[list[str], list[str]] = ([], [])
-) -> None:
+def assert_no_leaks(timeout_s: float = 45.0, *, besides: Held = ([], [])) -> None:
     """Every actor dead and every placement group removed (kills are asynchronous and slow on a
     loaded 2-core box: poll; a clean end returns at once),
     `besides` those (actor ids, group ids) some other live owner holds, e.g. a running
     service's warm pool."""
     deadline = time.monotonic() + timeout_s
     while True:
-        actors, groups = leftovers()
-        actors = [a for a in actors if a not in besides[0]]
-        groups = [g for g in groups if g not in besides[1]]
+        actors, groups = leftovers(besides)
         if not actors and not groups:
             return
         if time.monotonic() > deadline:

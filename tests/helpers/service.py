@@ -115,6 +115,18 @@ def make_server(tmp: Path, cluster: Any) -> Server:
     return Server(tmp, cluster.address, tokens=tokens)
 
 
+def wait_in_step(client: httpx.Client, run_id: str, timeout_s: float = 60) -> dict:
+    """The run, once its progress names a step under way: its ranks placed, their group
+    formed (the engine's step_start comes after the rendezvous)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run = client.get(f"/v1/runs/{run_id}").json()
+        if (run.get("progress") or {}).get("step"):
+            return run
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} reached no step in {timeout_s}s: {run}")
+
+
 def wait_for(
     client: httpx.Client, run_id: str, statuses: tuple[str, ...] = FINISHED, timeout_s: float = 120
 ) -> dict:

@@ -24,9 +24,12 @@ SUITE = {
 }  # fmt: skip
 
 
-def test_real_runs_are_read_per_node_and_a_one_node_change_is_confounded(tmp_path):
+def test_real_runs_are_read_per_node_and_a_one_node_change_is_confounded(tmp_path, warm_pool):
     store = Store(tmp_path)
-    runs = [run_suite(parse_suite(SUITE), store, labels={"night": n}).run_id for n in ("a", "b")]
+    runs = [
+        run_suite(parse_suite(SUITE), store, labels={"night": n}, pool=warm_pool).run_id
+        for n in ("a", "b")
+    ]
     assert all(store.run(r).status in ("pass", "unjudged") for r in runs)
 
     # Same versions on both nights: nothing changed, nothing attributed; --where reads labels.

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from fleetval.run.execute import run_suite
+from fleetval.run.pool import RankPool
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 STRAGGLER_STEP = {"check": "straggler", "iters": 30, "warmup": 3}
 
 
-def straggler_rows(tmp_path, faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def straggler_rows(tmp_path, faults: list[dict[str, Any]], pool: RankPool) -> list[dict[str, Any]]:
     store = Store(tmp_path)
     spec = parse_suite(
         {
@@ -27,12 +28,12 @@ def straggler_rows(tmp_path, faults: list[dict[str, Any]]) -> list[dict[str, Any
             "faults": faults,
         }
     )
-    record = run_suite(spec, store)
+    record = run_suite(spec, store, pool=pool)
     return store.results([record.run_id]).to_pylist()
 
 
-def test_delayed_rank_is_named_with_its_node(tmp_path):
-    got = straggler_rows(tmp_path, [{"kind": "delay", "rank": 2, "ms": 20}])
+def test_delayed_rank_is_named_with_its_node(tmp_path, warm_pool):
+    got = straggler_rows(tmp_path, [{"kind": "delay", "rank": 2, "ms": 20}], warm_pool)
     failing = [r for r in got if r["status"] == "fail"]
     assert [r["rank"] for r in failing] == [2]
     assert f"rank 2 on {failing[0]['node']} arrives last" in failing[0]["message"]
@@ -44,8 +45,8 @@ def test_delayed_rank_is_named_with_its_node(tmp_path):
     assert [(r["rank"], r["status"]) for r in late] == [(2, "warn")], late
 
 
-def test_clean_run_names_nobody(tmp_path):
-    got = straggler_rows(tmp_path, [])
+def test_clean_run_names_nobody(tmp_path, warm_pool):
+    got = straggler_rows(tmp_path, [], warm_pool)
     assert [r["status"] for r in got] == ["pass"] * 4
     assert all('"stragglers": []' in r["details"] for r in got)
 

@@ -29,10 +29,10 @@ def by_metric(got: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
     return sorted((r for r in got if r["metric"] == metric), key=lambda r: r["rank"])
 
 
-def test_ddp_scaling_rows_and_efficiency_across_world_sizes(tmp_path):
+def test_ddp_scaling_rows_and_efficiency_across_world_sizes(tmp_path, warm_pool):
     store = Store(tmp_path)
     step = {"check": "ddp_scaling", **SMALL_MLP, "steps": 4, "warmup": 1}
-    record = run_suite(suite([step], [1, 2]), store)
+    record = run_suite(suite([step], [1, 2]), store, pool=warm_pool)
     # Measured, not judged: efficiency is judged by a sign-off's scaling gate, not the step.
     assert record.status == "unjudged", record.summary
     got = rows(store, record.run_id)
@@ -67,7 +67,7 @@ def test_ddp_scaling_rows_and_efficiency_across_world_sizes(tmp_path):
     assert f"{points[1].efficiency:.2f}" in shown.output
 
 
-def test_ddp_health_passes_clean_with_accumulation(tmp_path):
+def test_ddp_health_passes_clean_with_accumulation(tmp_path, warm_pool):
     store = Store(tmp_path)
     steps = [
         {"name": "plain", "check": "ddp_health", **SMALL_MLP, "steps": 3},
@@ -80,7 +80,7 @@ def test_ddp_health_passes_clean_with_accumulation(tmp_path):
         },
         {"name": "syncbn", "check": "ddp_health", **SMALL_MLP, "sync_batchnorm": True},
     ]
-    record = run_suite(suite(steps, [3]), store)
+    record = run_suite(suite(steps, [3]), store, pool=warm_pool)
     assert record.status == "pass", record.summary
     got = rows(store, record.run_id)
     for name in ("plain", "accumulate"):
@@ -99,10 +99,12 @@ def test_ddp_health_passes_clean_with_accumulation(tmp_path):
     assert all("GPU" in r["message"] for r in skipped)
 
 
-def test_corrupt_rank_fails_ddp_health_and_is_named(tmp_path):
+def test_corrupt_rank_fails_ddp_health_and_is_named(tmp_path, warm_pool):
     store = Store(tmp_path)
     step = {"check": "ddp_health", **SMALL_MLP, "steps": 2}
-    record = run_suite(suite([step], [3], faults=[{"kind": "corrupt", "rank": 1}]), store)
+    record = run_suite(
+        suite([step], [3], faults=[{"kind": "corrupt", "rank": 1}]), store, pool=warm_pool
+    )
     assert record.status == "fail"
     outcome = record.summary["steps"][0]
     assert (
@@ -113,7 +115,7 @@ def test_corrupt_rank_fails_ddp_health_and_is_named(tmp_path):
     assert all(r["status"] == "fail" and '"disagreeing_ranks": [1]' in r["details"] for r in hashes)
 
 
-def test_microbench_on_cpu_records_unjudged_rows_and_skips_host_links(tmp_path):
+def test_microbench_on_cpu_records_unjudged_rows_and_skips_host_links(tmp_path, warm_pool):
     """No expectation for 'cpu': recorded (info), the step and run unjudged, never pass;
     the same step with the suite's own expectation for the device is judged."""
     store = Store(tmp_path)
@@ -122,11 +124,11 @@ def test_microbench_on_cpu_records_unjudged_rows_and_skips_host_links(tmp_path):
     own = {**step, "name": "own", "dtypes": ["float32"],
            "expectations": [{"gpu_model": "^cpu$", "tflops": {"float32": 1e-6},
                              "hbm_gbps": 1e-6, "source": "test floor"}]}  # fmt: skip
-    record = run_suite(suite([step], [2]), store)
+    record = run_suite(suite([step], [2]), store, pool=warm_pool)
     assert record.status == "unjudged", record.summary
     (only,) = record.summary["steps"]
     assert only["status"] == "unjudged", only
-    judged = run_suite(suite([own], [2]), store)
+    judged = run_suite(suite([own], [2]), store, pool=warm_pool)
     assert judged.status == "pass", judged.summary
     mine = [
         r for r in rows(store, judged.run_id) if r["metric"] in ("gemm_tflops", "memory_bw_gbps")

@@ -17,16 +17,16 @@ pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.multinode]
 
 DELAY_MS = 20
 STEP = {"name": "bw", "check": "bandwidth", "collectives": ["all_reduce"],
-        "sizes": {"min": 1024, "max": 1024}, "warmup": 1, "iters": 6}  # fmt: skip
+        "sizes": {"min": 1024, "max": 1024}, "warmup": 1, "iters": 20}  # fmt: skip
 PLACEMENT = {"world_sizes": [2], "gpus_per_rank": 0, "nodes": ["node-a", "node-b"]}
 
 
-def test_two_delayed_ranks_together_time_their_delay_per_call(tmp_path):
+def test_two_delayed_ranks_together_time_their_delay_per_call(tmp_path, warm_pool):
     faults = [{"kind": "delay", "rank": r, "ms": DELAY_MS} for r in (0, 1)]
     spec = parse_suite({"name": "both-late", "placement": PLACEMENT, "steps": [STEP],
                         "faults": faults})  # fmt: skip
     store = Store(tmp_path)
-    record = run_suite(spec, store)
+    record = run_suite(spec, store, pool=warm_pool)
     rows = [r for r in store.results([record.run_id]).to_pylist() if r["step"] == "bw"]
     assert sorted(r["rank"] for r in rows) == [0, 1], record.summary
     for r in rows:

@@ -30,9 +30,11 @@ def steps_of(record: Any) -> dict[str, dict[str, Any]]:
     return {f"{s['job']}:{s['step']}": s for s in record.summary["steps"]}
 
 
-def test_every_collective_and_dtype_exact_on_four_ranks(tmp_path):
+def test_every_collective_and_dtype_exact_on_four_ranks(tmp_path, warm_pool):
     store = Store(tmp_path)
-    record = run_suite(suite([{"check": "collectives", "size": "8KiB", "repeats": 1}]), store)
+    record = run_suite(
+        suite([{"check": "collectives", "size": "8KiB", "repeats": 1}]), store, pool=warm_pool
+    )
     assert record.status == "pass", record.summary
     got = rows(store, record.run_id)
     assert {r["rank"] for r in got} == {0, 1, 2, 3}
@@ -48,7 +50,7 @@ def test_every_collective_and_dtype_exact_on_four_ranks(tmp_path):
     assert {r["backend"] for r in got} == {"gloo"} and record.backend == "gloo"
 
 
-def test_corrupt_rank_fails_the_step_and_is_traced(tmp_path):
+def test_corrupt_rank_fails_the_step_and_is_traced(tmp_path, warm_pool):
     store = Store(tmp_path)
     spec = suite(
         [
@@ -62,7 +64,7 @@ def test_corrupt_rank_fails_the_step_and_is_traced(tmp_path):
         ],
         faults=[{"kind": "corrupt", "rank": 2}],
     )
-    record = run_suite(spec, store)
+    record = run_suite(spec, store, pool=warm_pool)
     assert record.status == "fail"
     step = record.summary["steps"][0]
     assert step["status"] == "fail" and "traced to rank 2" in step["message"]
@@ -76,7 +78,7 @@ def test_corrupt_rank_fails_the_step_and_is_traced(tmp_path):
     assert record.faults == [{"kind": "corrupt", "rank": 2}]
 
 
-def test_bandwidth_sweep_rows_have_samples_and_busbw(tmp_path):
+def test_bandwidth_sweep_rows_have_samples_and_busbw(tmp_path, warm_pool):
     store = Store(tmp_path)
     spec = suite(
         [
@@ -89,7 +91,7 @@ def test_bandwidth_sweep_rows_have_samples_and_busbw(tmp_path):
             }
         ]
     )
-    record = run_suite(spec, store)
+    record = run_suite(spec, store, pool=warm_pool)
     assert record.status == "pass"
     got = rows(store, record.run_id)
     ar = [r for r in got if r["collective"] == "all_reduce" and r["rank"] == 0]
@@ -102,7 +104,7 @@ def test_bandwidth_sweep_rows_have_samples_and_busbw(tmp_path):
     assert all(r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 3 / 4) for r in ag)
 
 
-def test_hang_is_named_within_the_deadline_and_the_run_goes_on(tmp_path):
+def test_hang_is_named_within_the_deadline_and_the_run_goes_on(tmp_path, warm_pool):
     store = Store(tmp_path)
     spec = suite(
         [
@@ -119,7 +121,7 @@ def test_hang_is_named_within_the_deadline_and_the_run_goes_on(tmp_path):
         faults=[{"kind": "hang", "rank": 3, "step": "bw"}],
     )
     t0 = time.monotonic()
-    record = run_suite(spec, store)
+    record = run_suite(spec, store, pool=warm_pool)
     assert time.monotonic() - t0 < 6 + 15 + 20  # deadline + detection slack + two jobs' start-up
     steps = steps_of(record)
     hung = steps["0:bw"]
@@ -133,7 +135,7 @@ def test_hang_is_named_within_the_deadline_and_the_run_goes_on(tmp_path):
     assert [(r["rank"], r["status"]) for r in culprit_rows] == [(3, "fail")]
 
 
-def test_crash_is_named_and_earlier_results_are_kept(tmp_path):
+def test_crash_is_named_and_earlier_results_are_kept(tmp_path, warm_pool):
     store = Store(tmp_path)
     spec = suite(
         [
@@ -147,7 +149,7 @@ def test_crash_is_named_and_earlier_results_are_kept(tmp_path):
         ],
         faults=[{"kind": "crash", "rank": 1, "step": "boom"}],
     )
-    record = run_suite(spec, store)
+    record = run_suite(spec, store, pool=warm_pool)
     steps = steps_of(record)
     assert steps["0:first"]["status"] == "pass"
     boom = steps["0:boom"]
@@ -157,7 +159,7 @@ def test_crash_is_named_and_earlier_results_are_kept(tmp_path):
     assert len(kept) == 5 * 4  # 5 ops (avg a skip on gloo) x 4 ranks, measured before the crash
 
 
-def test_strict_spread_places_one_rank_per_node_ordered_by_node(tmp_path):
+def test_strict_spread_places_one_rank_per_node_ordered_by_node(tmp_path, warm_pool):
     store = Store(tmp_path)
     spec = suite(
         [
@@ -171,7 +173,7 @@ def test_strict_spread_places_one_rank_per_node_ordered_by_node(tmp_path):
         ],
         placement={"world_sizes": [3], "strategy": "STRICT_SPREAD"},
     )
-    record = run_suite(spec, store)
+    record = run_suite(spec, store, pool=warm_pool)
     assert record.status == "pass"
     by_rank = {r["rank"]: r["node"] for r in rows(store, record.run_id)}
     nodes = [by_rank[k] for k in range(3)]
@@ -179,14 +181,14 @@ def test_strict_spread_places_one_rank_per_node_ordered_by_node(tmp_path):
     assert {n["node"] for n in store.nodes([record.run_id]).to_pylist()} == set(nodes)
 
 
-def test_gpu_bundles_land_on_gpu_nodes_with_local_ranks(tmp_path):
+def test_gpu_bundles_land_on_gpu_nodes_with_local_ranks(tmp_path, warm_pool):
     store = Store(tmp_path)
     spec = suite(
         [{"check": "collectives", "collectives": ["barrier"]}],
         backend="gloo",
         placement={"world_sizes": [4], "gpus_per_rank": 1, "strategy": "PACK"},
     )
-    record = run_suite(spec, store)
+    record = run_suite(spec, store, pool=warm_pool)
     assert record.status == "pass"
     got = sorted(rows(store, record.run_id), key=lambda r: r["rank"])
     nodes = [r["node"] for r in got]
@@ -195,13 +197,13 @@ def test_gpu_bundles_land_on_gpu_nodes_with_local_ranks(tmp_path):
     assert [r["local_rank"] for r in got] == [nodes[:i].count(n) for i, n in enumerate(nodes)]
 
 
-def test_node_restriction_uses_labels(tmp_path):
+def test_node_restriction_uses_labels(tmp_path, warm_pool):
     store = Store(tmp_path)
     spec = suite(
         [{"check": "collectives", "collectives": ["barrier"]}],
         placement={"world_sizes": [2], "nodes": ["node-b"]},
     )
-    record = run_suite(spec, store)
+    record = run_suite(spec, store, pool=warm_pool)
     assert {r["node"] for r in rows(store, record.run_id)} == {"node-b"}
 
 
@@ -248,7 +250,7 @@ def test_placement_group_that_never_becomes_ready_is_removed(tmp_path):
 
 
 @pytest.mark.parametrize(("strategy", "nodes_used"), [("STRICT_PACK", {1}), ("SPREAD", {2, 3})])
-def test_pack_and_spread_strategies(tmp_path, strategy, nodes_used):
+def test_pack_and_spread_strategies(tmp_path, strategy, nodes_used, warm_pool):
     """STRICT_PACK: one node. SPREAD is best effort in Ray: more than one node, not always all."""
     store = Store(tmp_path)
     spec = suite(
@@ -268,7 +270,7 @@ def test_pack_and_spread_strategies(tmp_path, strategy, nodes_used):
             "strategy": strategy,
         },
     )
-    record = run_suite(spec, store)
+    record = run_suite(spec, store, pool=warm_pool)
     assert record.status == "pass"
     got = sorted(rows(store, record.run_id), key=lambda r: r["rank"])
     assert len({r["node"] for r in got}) in nodes_used
@@ -304,7 +306,7 @@ def test_the_leak_check_sees_a_live_actor_and_group():
             remove_placement_group(group)
 
 
-def test_cancel_event_stops_the_run_tears_down_and_records_cancelled(tmp_path):
+def test_cancel_event_stops_the_run_tears_down_and_records_cancelled(tmp_path, warm_pool):
     """The service's cancel: a set event ends the running step within a poll, status cancelled."""
     import threading
 
@@ -322,7 +324,12 @@ def test_cancel_event_stops_the_run_tears_down_and_records_cancelled(tmp_path):
 
     started = time.monotonic()
     record = run_suite(
-        spec, store, run_id="20990101-000000-cafe01", cancel=cancel, on_event=on_event
+        spec,
+        store,
+        run_id="20990101-000000-cafe01",
+        cancel=cancel,
+        on_event=on_event,
+        pool=warm_pool,
     )
     assert record.run_id == "20990101-000000-cafe01"
     assert record.status == "cancelled", record

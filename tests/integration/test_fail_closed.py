@@ -62,7 +62,7 @@ def test_cpu_only_microbench_is_unjudged_exits_5_and_says_what_was_recorded(tmp_
     assert step["status"] == "unjudged" and len(step["figures"]) == 2  # gemm, memory copy
 
 
-def test_a_run_where_every_row_skipped_fails_sign_off(tmp_path: Path):
+def test_a_run_where_every_row_skipped_fails_sign_off(tmp_path: Path, warm_pool):
     """avg is not a gloo reduction: every row skips; nothing was judged, so nothing passes."""
     store = Store(tmp_path)
     spec = parse_suite(
@@ -80,7 +80,7 @@ def test_a_run_where_every_row_skipped_fails_sign_off(tmp_path: Path):
             ],
         }
     )
-    record = run_suite(spec, store)
+    record = run_suite(spec, store, pool=warm_pool)
     assert record.status == "unjudged", record.summary
     assert [s["status"] for s in record.summary["steps"]] == ["skip"]
     assert {r["status"] for r in store.results([record.run_id]).to_pylist()} == {"skip"}

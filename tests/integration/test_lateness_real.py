@@ -10,6 +10,7 @@ import pytest
 
 from fleetval.detect.lateness import late_ranks_in_step
 from fleetval.run.execute import run_suite
+from fleetval.run.pool import RankPool
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 from tests.rayprocs import rank_pids, throttled
@@ -29,12 +30,14 @@ ISOLATE = {"check": "isolate", "size": 16384, "warmup": 2}
 TWO_NODES = {"world_sizes": [4], "gpus_per_rank": 0, "nodes": ["node-a", "node-b"]}
 
 
-def run(tmp_path, steps: list[dict[str, Any]], faults=(), on_event=None) -> list[dict[str, Any]]:
+def run(
+    tmp_path, pool: RankPool, steps: list[dict[str, Any]], faults=(), on_event=None
+) -> list[dict[str, Any]]:
     spec = parse_suite(
         {"name": "late", "placement": TWO_NODES, "steps": steps, "faults": list(faults)}
     )
     store = Store(tmp_path)
-    record = run_suite(spec, store, on_event=on_event)
+    record = run_suite(spec, store, on_event=on_event, pool=pool)
     return store.results([record.run_id]).to_pylist()
 
 
@@ -49,8 +52,10 @@ def flagged_by_isolation(rows: list[dict[str, Any]]) -> list[int]:
     return sorted(r["rank"] for r in verdicts if r["status"] == "fail")
 
 
-def test_clean_run_names_nobody(tmp_path):
-    rows = run(tmp_path, [BANDWIDTH, {"check": "straggler", "iters": 20, "warmup": 2}, ISOLATE])
+def test_clean_run_names_nobody(tmp_path, warm_pool):
+    rows = run(
+        tmp_path, warm_pool, [BANDWIDTH, {"check": "straggler", "iters": 20, "warmup": 2}, ISOLATE]
+    )
     assert late_ranks_in_step(step_rows(rows, "bw")) == []
     assert late_ranks_in_step(step_rows(rows, "straggler")) == []
     assert flagged_by_isolation(rows) == []
@@ -59,17 +64,20 @@ def test_clean_run_names_nobody(tmp_path):
     assert all(r["metric"] == "isolate_group_time_us" for r in rows if r["status"] == "info")
 
 
-def test_a_30ms_delay_on_rank_2_is_named_with_its_node(tmp_path):
-    rows = run(tmp_path, [BANDWIDTH], faults=[{"kind": "delay", "rank": 2, "ms": 30}])
+def test_a_30ms_delay_on_rank_2_is_named_with_its_node(tmp_path, warm_pool):
+    rows = run(tmp_path, warm_pool, [BANDWIDTH], faults=[{"kind": "delay", "rank": 2, "ms": 30}])
     (late,) = late_ranks_in_step(step_rows(rows, "bw"))
     assert (late.rank, late.node) == (2, "node-b")
     assert 25_000 < late.lateness_us < 40_000
     assert "node-b hosts ranks 2,3, late: 2" in late.detail
 
 
-def test_a_slow_node_is_named_by_lateness_and_by_isolation(tmp_path):
+def test_a_slow_node_is_named_by_lateness_and_by_isolation(tmp_path, warm_pool):
     rows = run(
-        tmp_path, [BANDWIDTH, ISOLATE], faults=[{"kind": "delay", "node": "node-b", "ms": 10}]
+        tmp_path,
+        warm_pool,
+        [BANDWIDTH, ISOLATE],
+        faults=[{"kind": "delay", "node": "node-b", "ms": 10}],
     )
     bw = step_rows(rows, "bw")
     late = late_ranks_in_step(bw)
@@ -79,7 +87,7 @@ def test_a_slow_node_is_named_by_lateness_and_by_isolation(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_rank_throttled_from_outside_is_isolated(tmp_path):
+def test_a_rank_throttled_from_outside_is_isolated(tmp_path, warm_pool):
     """Stopped 15 ms in every 20: the rank stalls its peers inside each collective, so
     arrival order barely shows it; timing each half of the ranks alone does.
 
@@ -95,7 +103,7 @@ def test_a_rank_throttled_from_outside_is_isolated(tmp_path):
             ready.set()
 
     with throttled(ready, pick, stop_ms=15, period_ms=20) as stops:
-        rows = run(tmp_path, [BANDWIDTH, ISOLATE], on_event=on_event)
+        rows = run(tmp_path, warm_pool, [BANDWIDTH, ISOLATE], on_event=on_event)
     assert stops[0] > 100, f"the throttle stopped the rank only {stops[0]} times"
     pid_of = {r["rank"]: r["details"] for r in rows if r["metric"] == "isolated"}
     victim = next(rank for rank, d in pid_of.items() if f'"pid": {pick[0]}' in d)

@@ -31,9 +31,9 @@ def _suite(min_gbps: float, faults: list[dict] | None = None) -> object:
     )  # fmt: skip
 
 
-def test_every_pair_is_measured_exactly_and_judged_by_its_gate(tmp_path):
+def test_every_pair_is_measured_exactly_and_judged_by_its_gate(tmp_path, warm_pool):
     store = Store(tmp_path)
-    record = run_suite(_suite(min_gbps=1e-6), store)
+    record = run_suite(_suite(min_gbps=1e-6), store, pool=warm_pool)
     assert record.status == "pass", record.summary
     rows = store.results([record.run_id]).to_pylist()
     pairs = {(r["rank"], json.loads(r["details"])["peer"]) for r in rows}
@@ -45,9 +45,11 @@ def test_every_pair_is_measured_exactly_and_judged_by_its_gate(tmp_path):
     assert gate.status == GateStatus.PASS and gate.evidence_total == 12  # 12 directions at 64 KiB
 
 
-def test_a_floor_no_pair_reaches_fails_the_gate_naming_the_pairs(tmp_path):
+def test_a_floor_no_pair_reaches_fails_the_gate_naming_the_pairs(tmp_path, warm_pool):
     store = Store(tmp_path)
-    record = run_suite(_suite(min_gbps=1e6), store)  # 1 PB/s: no loopback link reaches it
+    record = run_suite(
+        _suite(min_gbps=1e6), store, pool=warm_pool
+    )  # 1 PB/s: no loopback link reaches it
     gate = next(g for g in build_signoff(store, record.run_id).gates if g.gate == GateName.P2P)
     assert gate.status == GateStatus.FAIL
     assert len(gate.failing) == 12 and "<->" in gate.failing[0].text

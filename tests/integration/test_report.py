@@ -18,10 +18,11 @@ from fleetval.analysis.baselines import Baselines
 from fleetval.cli import app
 from fleetval.reports import build_signoff, render
 from fleetval.run.execute import run_suite
+from fleetval.run.pool import RankPool
 from fleetval.signoff.gates import GateName, GateStatus
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
-from tests.helpers.ray import assert_no_leaks
+from tests.helpers.ray import assert_no_leaks, warm_held
 from tests.helpers.tools import tool_missing
 
 pytestmark = [pytest.mark.slow]
@@ -64,18 +65,23 @@ def _suite(*, world: list[int], faults: list[dict], straggler_timeout: float | N
 
 
 @pytest.fixture(scope="module")
-def runs(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def runs(warm_pool: RankPool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """One store with three real runs: clean (the baseline), a delayed rank 1, a hung rank 1."""
-    assert_no_leaks()
+    assert_no_leaks(besides=warm_held())
     store = Store(tmp_path_factory.mktemp("signoff") / "data")
-    clean = run_suite(_suite(world=[1, 2], faults=[]), store, labels={"stack": "base"})
-    slow = run_suite(_suite(world=[2], faults=[{"kind": "delay", "rank": 1, "ms": 30}]), store)
+    clean = run_suite(
+        _suite(world=[1, 2], faults=[]), store, labels={"stack": "base"}, pool=warm_pool
+    )
+    slow = run_suite(
+        _suite(world=[2], faults=[{"kind": "delay", "rank": 1, "ms": 30}]), store, pool=warm_pool
+    )
     hang = run_suite(
         _suite(world=[2], faults=[{"kind": "hang", "rank": 1, "step": "straggler"}],
                straggler_timeout=6),
         store,
+        pool=warm_pool,
     )  # fmt: skip
-    assert_no_leaks()
+    assert_no_leaks(besides=warm_held())
     Baselines(store).set("base", run_ids=[clean.run_id])
     yield {"store": store, "clean": clean.run_id, "slow": slow.run_id, "hang": hang.run_id}
 

@@ -20,7 +20,16 @@ import pytest
 
 from fleetval.vocab import CulpritReason, Status
 from tests.helpers.ray import assert_no_leaks, leftovers
-from tests.helpers.service import BARRIER, CPU, HANG, Server, cli, make_server, wait_for
+from tests.helpers.service import (
+    BARRIER,
+    CPU,
+    HANG,
+    Server,
+    cli,
+    make_server,
+    wait_for,
+    wait_in_step,
+)
 
 BANDWIDTH = {
     "name": "bw",
@@ -204,12 +213,7 @@ def test_retried_submission_id_makes_one_run(server):
 def test_cancel_mid_run_kills_actors_and_removes_the_group(server):
     c = server.client("submit")
     run_id = c.post("/v1/runs", json={"suite": HANG}).json()["run_id"]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # until the step runs: actors and group exist
-        progress = c.get(f"/v1/runs/{run_id}").json()["progress"]
-        if progress and progress["step"] == "collectives":
-            break
-        time.sleep(0.2)
+    assert wait_in_step(c, run_id)["progress"]["step"] == "collectives"
     r = c.post(f"/v1/runs/{run_id}/cancel")
     assert r.status_code == 202
     run = wait_for(c, run_id, timeout_s=30)
@@ -263,8 +267,7 @@ def test_kill_9_mid_run_then_restart_accounts_for_everything(ray_cluster, tmp_pa
         "/v1/runs", json={"suite": HANG, "retries": 1, "submission_id": "nightly-1"}
     ).json()["run_id"]
     queued = c.post("/v1/runs", json={"suite": BARRIER}).json()["run_id"]
-    wait_for(c, hung, ("running",), timeout_s=60)
-    time.sleep(3)  # inside its step: actors placed, the group formed
+    wait_in_step(c, hung)
     srv.stop(signal.SIGKILL)
     assert_no_leaks(60, besides=other)  # Ray reaps a dead driver's actors and groups
 

@@ -1,8 +1,11 @@
 """Environment fingerprint: parsers on captured tool output, and fingerprint() end to end."""
 
 import json
+import pickle
 import platform
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,6 +177,16 @@ def test_fingerprint_keys_and_local_facts() -> None:
     assert isinstance(fp["gpu_count"], int) and isinstance(fp["gpu_ids"], list)
     extra = json.loads(fp["extra"])
     assert "numa_nodes" in extra and "env" in extra
+
+
+def test_a_fingerprint_reaches_the_driver_without_importing_torch() -> None:
+    """A rank's fingerprint is unpickled in the driver (the CLI, the service): no value may be
+    a torch type, whose unpickling imports torch there."""
+    code = "import pickle, sys; pickle.loads(sys.stdin.buffer.read()); print('torch' in sys.modules)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], input=pickle.dumps(env.fingerprint()), capture_output=True
+    )
+    assert proc.stdout.decode().strip() == "False", proc.stderr.decode()[-2000:]
 
 
 def test_fingerprint_reads_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
