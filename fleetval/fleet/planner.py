@@ -4,8 +4,9 @@ Round 1 runs every node alone. Every later round is planned from what the jobs s
 (`judge.assess`), and every node is in at most one job per round, so all jobs of a round
 run side by side:
 - nodes slow (or unclear) alone once are measured alone again (one disturbed job drains
-  nobody), beside nodes alone as controls (two; enough to measure the noise where the fleet
-  can spare them): a round is judged only against controls measured in it;
+  nobody), beside nodes alone as controls (two; twice enough to measure the noise where
+  the fleet can spare them, one per group in turn): a round is judged only against
+  controls measured in it;
 - links seen slow once between two good nodes are measured again; where the link crosses
   two topology groups, with another crossing of the same groups and a job inside each, at
   the same time: a slow link and a slow trunk tell apart in that one round;
@@ -18,8 +19,9 @@ run side by side:
 - the links of that matching a control took out of round 2 are measured once both ends
   are proven good, so a sweep measures all of its matching;
 - the proven-good nodes left idle cross the pairs of groups no job of this sweep crossed
-  yet, then pair up as controls, so every round is judged against jobs measured at the
-  same time and every pair of racks (switches, domains) is crossed in every sweep.
+  yet (twice in one round where nodes are left), then pair up as controls (inside
+  groups first), so every round is judged against jobs measured at the same time and
+  every pair of racks (switches, domains) is crossed in every sweep.
 Rounds stay flat as the fleet grows: the matching covers every node at once.
 """
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from fleetval.fleet.coverage import NO_FABRIC, Fabric, Pair, least_measured
 from fleetval.fleet.judge import Assessment, Planned, remeasures
@@ -48,7 +50,10 @@ def next_round(
     fabric: Fabric = NO_FABRIC,
 ) -> list[Planned]:
     """The jobs of round `rnd` (empty: nothing left to measure)."""
-    rng = random.Random(settings.seed * 1_000_003 + rnd)
+    # NOTE: the links stored sweeps measured move the draw (which idle node crosses or
+    # controls, which waiting node meets which): back-to-back sweeps of one fleet measure
+    # other links each time, not the same ones; a fleet with no history plans as before.
+    rng = random.Random(settings.seed * 1_000_003 + rnd + 1_000_033 * len(fabric.seen))
     topo = fabric.topology
     jobs = [Planned(rnd, SweepPhase.ALONE, (n,), "alone again") for n in sorted(a.pending_alone)]
     busy = set(a.pending_alone)
@@ -62,9 +67,10 @@ def next_round(
         if not t.confirmed:
             jobs += _trunk_check(t.level, t.a, t.b, a, busy, rnd, topo, cross=False)
     waiting = [n for n in nodes if n in a.pending_pair and n not in busy]
-    controls = _alone_controls(waiting, a, settings, rnd)
+    controls = _alone_controls(waiting, a, settings, rnd, topo)
     jobs += controls
-    waiting = waiting[len(controls) :]
+    taken = {j.nodes[0] for j in controls}
+    waiting = [n for n in waiting if n not in taken]
     if not a.good:  # nobody proven yet: everyone waiting is matched with everyone else
         return jobs + _first_matching(nodes, waiting, a, rng, rnd, settings, fabric)
     refs = sorted(a.good - busy)
@@ -74,26 +80,48 @@ def next_round(
     jobs += _repairs(waiting, refs, a, rnd, topo)
     fresh = [n for n in waiting if n not in a.paired and not any(n in j.nodes for j in jobs)]
     jobs += matching(fresh, a.paired, rng, rnd)
-    crossing = _crossings(refs, jobs, a, topo, rnd)
+    crossing = _crossings(refs, jobs, a, topo, rnd, fabric.seen)
     crossing += _deferred(nodes, a, refs, rnd, settings, fabric)
     if not jobs and not crossing:
         return []
     most = max(2 * settings.noise_jobs, len(jobs) + len(crossing))
-    return jobs + crossing + _controls(refs, jobs + crossing, rnd, topo, most)
+    controls = _controls(refs, jobs + crossing, a, rnd, topo, most, fabric.seen)
+    return jobs + crossing + controls
 
 
 def _alone_controls(
-    waiting: list[str], a: Assessment, settings: SweepSettings, rnd: int
+    waiting: list[str], a: Assessment, settings: SweepSettings, rnd: int, topo: Topology
 ) -> list[Planned]:
     """Nodes measured alone beside the nodes measured alone again: the level those are
     judged against, measured at the same time (a round with none judges them not at all).
-    As many as measure the noise where the fleet can spare them, else two (the faster of
-    two is the level: one control slow by chance does not move it); these waiting nodes
-    are paired a round later."""
+    Twice as many as measure the noise where the fleet can spare them, else two (the faster
+    of two is the level, judged with the sweep's noise: one control slow by chance does not
+    move it); these waiting nodes are paired a round later. Twice: the noise of a round
+    is read off the faster half of its controls, and four of 15% noise read as low as 1%
+    (a round of 8 drained 9 healthy nodes measured alone again in one sweep of the noisy
+    fabric bench).
+
+    NOTE: one from each group in turn (`_spread`), not the first in name order: eight from
+    one rack of 16 took half of it out of round 2 and into re-pairs in round 3, and that
+    rack then crossed too few others to cross them all within 6 rounds.
+    """
     if not a.pending_alone:
         return []
-    most = settings.noise_jobs if len(waiting) >= 8 * settings.noise_jobs else 2
-    return [Planned(rnd, SweepPhase.ALONE, (n,), "alone control") for n in waiting[:most]]
+    most = 2 * settings.noise_jobs if len(waiting) >= 16 * settings.noise_jobs else 2
+    return [
+        Planned(rnd, SweepPhase.ALONE, (n,), "alone control") for n in _spread(waiting, topo)[:most]
+    ]
+
+
+def _spread(nodes: list[str], topo: Topology) -> list[str]:
+    """`nodes` taking one from each group in turn (unchanged where no group is labelled)."""
+    seen: Counter[tuple[str | None, ...]] = Counter()
+    rank = {}
+    for n in nodes:
+        where = tuple(topo.group(n, level) for level in topo.levels)
+        rank[n] = seen[where]
+        seen[where] += 1
+    return sorted(nodes, key=lambda n: rank[n])
 
 
 def _one_control(
@@ -200,16 +228,21 @@ def _deferred(
 
 
 def _crossings(
-    idle: list[str], jobs: list[Planned], a: Assessment, topo: Topology, rnd: int
+    idle: list[str],
+    jobs: list[Planned],
+    a: Assessment,
+    topo: Topology,
+    rnd: int,
+    seen: Collection[Pair] = (),
 ) -> list[Planned]:
     """Idle proven-good nodes across the pairs of groups no job of this sweep crossed yet,
     each level in turn (coarsest first); `idle` keeps the nodes left.
 
-    NOTE: the groups with the most pairs left go first (a group crosses at most as many
-    others per round as it has free nodes, so these set how many rounds crossing takes).
-    Where both groups have more free nodes than pairs still to cross this round, the pair
-    is crossed twice, by other nodes: two slow crossings of two groups in one round name
-    a trunk without waiting for the next.
+    NOTE: first every pair once (`_cross_once`, packed so the groups with the most pairs
+    left go first: they set how many rounds crossing takes), then, from the nodes still
+    idle, the pairs of this round again by other nodes (`_cross_again`): two slow
+    crossings of two groups in one round name a trunk without waiting for the next, so a
+    pair first crossed in the last rounds is named in that round.
     """
     busy = {n for j in jobs for n in j.nodes}
     out: list[Planned] = []
@@ -218,28 +251,97 @@ def _crossings(
         crossed = {_groups(topo, level, *p) for p in pairs}
         free = topo.members(level, [n for n in idle if n not in busy])
         groups = sorted(topo.members(level, topo.groups))
-        todo = [
-            (ga, gb)
-            for i, ga in enumerate(groups)
-            for gb in groups[i + 1 :]
-            if (ga, gb) not in crossed
-        ]
-        left = dict.fromkeys(groups, 0)
-        for ga, gb in todo:
-            left[ga] += 1
-            left[gb] += 1
-        todo.sort(key=lambda p: (-max(left[p[0]], left[p[1]]), -min(left[p[0]], left[p[1]]), p))
-        for ga, gb in todo:
-            left[ga] -= 1
-            left[gb] -= 1
-            twice = len(free.get(ga, ())) > left[ga] + 1 and len(free.get(gb, ())) > left[gb] + 1
-            for _ in range(1 + twice):
-                if free.get(ga) and free.get(gb):
-                    x, y = free[ga].pop(), free[gb].pop()
-                    why = f"cross {level} {ga}-{gb}"
-                    out.append(Planned(rnd, SweepPhase.PAIR, _pair(x, y), why))
-                    busy |= {x, y}
+        todo = {g: set() for g in groups}
+        for i, ga in enumerate(groups):
+            for gb in groups[i + 1 :]:
+                if (ga, gb) not in crossed:
+                    todo[ga].add(gb)
+                    todo[gb].add(ga)
+        once = _cross_once(todo, free)
+        inside = _inside(
+            topo,
+            level,
+            [
+                *(p for p, js in a.links.items() if any(j.fast for j in js)),
+                *(j.nodes for j in jobs if len(j.nodes) == 2),
+            ],
+        )
+        for ga, gb in [*once, *_cross_again(once, free, inside)]:
+            x, y = _unseen(free[ga], free[gb], seen)
+            out.append(Planned(rnd, SweepPhase.PAIR, _pair(x, y), f"cross {level} {ga}-{gb}"))
+            busy |= {x, y}
     idle[:] = [n for n in idle if n not in busy]
+    return out
+
+
+def _cross_once(todo: dict[str, set[str]], free: Mapping[str, list[str]]) -> list[Pair]:
+    """Pairs of groups to cross once this round (`todo`: each group's pairs left, emptied
+    of those chosen), at most one per free node of each group: the group with the most
+    pairs left that still has a partner with a free node, with that partner of most pairs
+    left. A group of n nodes crosses at most n others a round; taking the neediest first
+    (their partners too) leaves the fewest pairs on any one group for the last rounds,
+    where each is crossed twice (measured at 1,024 nodes in 64 racks, seed 11: the pairs
+    left after round 5 fell from 239, with an order fixed before the round, to 148).
+    """
+    room = {g: len(ns) for g, ns in free.items()}
+    alive = {g for g in todo if room.get(g) and todo[g]}
+    out: list[Pair] = []
+    while alive:
+        ga = max(alive, key=lambda g: (len(todo[g]), -room[g], g))
+        partners = [g for g in todo[ga] if room.get(g)]
+        if not partners:
+            alive.discard(ga)
+            continue
+        gb = max(partners, key=lambda g: (len(todo[g]), -room[g], g))
+        out.append((min(ga, gb), max(ga, gb)))
+        todo[ga].discard(gb)
+        todo[gb].discard(ga)
+        for g in (ga, gb):
+            room[g] -= 1
+            if not room[g] or not todo[g]:
+                alive.discard(g)
+    return out
+
+
+def _cross_again(once: list[Pair], free: Mapping[str, list[str]], inside: set[str]) -> list[Pair]:
+    """The pairs of `once` to cross a second time with the free nodes `once` leaves: those
+    of the groups with the least room first, so the most pairs get their second crossing.
+    Two nodes of a group with no job inside it (`inside`: fast before, or planned this
+    round) are kept for one (`_controls`): a trunk is confirmed only by a fast job inside
+    each of its groups, so two slow crossings without one wait a round anyway."""
+    room = Counter({g: len(ns) - 2 * (g not in inside) for g, ns in free.items()})
+    room.subtract(g for p in once for g in p)
+    out: list[Pair] = []
+    for ga, gb in sorted(once, key=lambda p: (min(room[p[0]], room[p[1]]), p)):
+        if room[ga] > 0 and room[gb] > 0:
+            out.append((ga, gb))
+            room[ga] -= 1
+            room[gb] -= 1
+    return out
+
+
+def _unseen(xs: list[str], ys: list[str], seen: Collection[Pair]) -> tuple[str, str]:
+    """A node of `xs` and one of `ys` (taken out of them), on a link no stored sweep
+    measured where there is one: back-to-back sweeps cover more links. The last of each
+    where none is seen (and with no history)."""
+    x, y = next(
+        ((x, y) for x in reversed(xs) for y in reversed(ys) if _pair(x, y) not in seen),
+        (xs[-1], ys[-1]),
+    )
+    xs.remove(x)
+    ys.remove(y)
+    return x, y
+
+
+def _pairs_unseen(nodes: list[str], seen: Collection[Pair]) -> list[tuple[str, str]]:
+    """`nodes` in pairs, each with the next one left on a link no stored sweep measured,
+    else the next one left (in order, with no history); one left over when odd."""
+    left, out = list(nodes), []
+    while len(left) >= 2:
+        x = left.pop(0)
+        y = next((y for y in left if _pair(x, y) not in seen), left[0])
+        left.remove(y)
+        out.append((x, y))
     return out
 
 
@@ -248,21 +350,53 @@ def _groups(topo: Topology, level: str, x: str, y: str) -> tuple[str, str] | Non
     return None if gx is None or gy is None else (min(gx, gy), max(gx, gy))
 
 
+def _inside(topo: Topology, level: str, pairs: list[Pair]) -> set[str]:
+    """The groups (at `level`) with one of `pairs` inside."""
+    return {g for x, y in pairs if (g := topo.group(x, level)) and g == topo.group(y, level)}
+
+
 def _controls(
-    idle: list[str], jobs: list[Planned], rnd: int, topo: Topology, most: int
+    idle: list[str],
+    jobs: list[Planned],
+    a: Assessment,
+    rnd: int,
+    topo: Topology,
+    most: int,
+    seen: Collection[Pair] = (),
 ) -> list[Planned]:
     """Proven-good nodes with nothing to do pair up as controls: the round's own level.
-    Inside their own groups where they can: a fast job inside each group is what tells
-    a slow trunk from slow nodes.
+    Inside their own groups where they can, first one in each group crossed this round
+    with no fast job inside yet: a fast job inside each group is what tells a slow trunk
+    from slow nodes (and confirms one, in the round it is crossed twice); the nodes left
+    over pair across.
 
     NOTE: at most `most` of them (as many as the round's other jobs, and enough to measure
     the noise): every control is another chance of a link slow by chance, to be measured
     again in one more round.
     """
     busy = {n for j in jobs for n in j.nodes}
-    where = {n: tuple(topo.group(n, lv) or "" for lv in topo.levels) for n in idle}
-    free = sorted((g for g in idle if g not in busy), key=lambda n: where[n])
-    pairs = list(zip(free[::2], free[1::2], strict=False))[:most]
+
+    def where(n: str) -> tuple[str, ...]:
+        return tuple(topo.group(n, lv) or "" for lv in topo.levels)
+
+    fast = {
+        where(x)
+        for (x, y), js in a.links.items()
+        if where(x) == where(y) and any(j.fast for j in js)
+    }
+    crossed = {where(n) for j in jobs if len({where(n) for n in j.nodes}) == 2 for n in j.nodes}
+    by_group: dict[tuple[str, ...], list[str]] = {}
+    for n in sorted((g for g in idle if g not in busy), key=where):
+        by_group.setdefault(where(n), []).append(n)
+    inside = [
+        (g not in crossed or g in fast, i > 0, p)
+        for g, ns in by_group.items()
+        for i, p in enumerate(_pairs_unseen(ns, seen))
+    ]
+    inside.sort(key=lambda t: t[:2])
+    paired = {n for *_, p in inside for n in p}
+    odd = [n for ns in by_group.values() for n in ns if n not in paired]
+    pairs = [*(p for *_, p in inside), *zip(odd[::2], odd[1::2], strict=False)][:most]
     return [Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control") for x, y in pairs]
 
 

@@ -442,7 +442,7 @@ def test_a_slow_alone_node_is_judged_against_controls_measured_beside_it():
     seen, v = rounds_of(fleet, SweepSettings())
     again = [j for j in seen[1] if j.why == "alone again"]
     controls = [j for j in seen[1] if j.why == "alone control"]
-    assert len(again) == 2 and len(controls) == SweepSettings().noise_jobs
+    assert len(again) == 2 and len(controls) == 2 * SweepSettings().noise_jobs
     ref = next(r for r in v.references if r.phase == SweepPhase.ALONE and r.round == 2)
     assert ref.count == len(controls)  # the suspects are not part of their own level
     assert {n.node for n in v.drain} == set(fleet.compute) | set(fleet.nic)
