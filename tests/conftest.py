@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers.ray import WARM, assert_no_leaks, clean_up, leftovers, warm_held
+from tests.helpers.ray import WARM, assert_no_leaks, clean_up, leftovers
 
 if TYPE_CHECKING:
     from fleetval.run.pool import RankPool
@@ -105,13 +105,13 @@ def ray_session(ray_cluster: object) -> Iterator[object]:
     A test that leaks fails alone: its leftovers are cleaned up before it fails, and a test
     starting after one that leaked waits for that clean-up instead of failing for it."""
     try:
-        assert_no_leaks(15, besides=warm_held())
+        assert_no_leaks(15)
     except AssertionError:
-        clean_up(*leftovers(besides=warm_held()))
-        assert_no_leaks(besides=warm_held())
+        clean_up(*leftovers())
+        assert_no_leaks()
     yield ray_cluster
     try:
-        assert_no_leaks(besides=warm_held())
+        assert_no_leaks()
     except AssertionError:
-        clean_up(*leftovers(besides=warm_held()))
+        clean_up(*leftovers())
         raise

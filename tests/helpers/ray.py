@@ -25,18 +25,21 @@ def warm_held() -> Held:
 
 def leftovers(besides: Held = ([], [])) -> Held:
     """Actors still alive and placement groups not removed, asked of the connected cluster,
-    but for `besides` (actor ids, group ids).
+    but for `besides` (actor ids, group ids) and what the warm pools keep idle (theirs while
+    they live; a test that does not take one has it freed first: tests/conftest.py).
 
     NOTE: from its GCS, not the state API: that one, without an address, asks the newest Ray
     instance on the machine, which on a shared machine may be someone else's."""
     from ray._private.state import actors
     from ray.util import placement_group_table
 
-    alive = [a for a, info in actors().items() if info["State"] != "DEAD" and a not in besides[0]]
+    warm = warm_held()
+    skip_actors, skip_groups = {*besides[0], *warm[0]}, {*besides[1], *warm[1]}
+    alive = [a for a, info in actors().items() if info["State"] != "DEAD" and a not in skip_actors]
     groups = [
         g
         for g, info in placement_group_table().items()
-        if info["state"] != "REMOVED" and g not in besides[1]
+        if info["state"] != "REMOVED" and g not in skip_groups
     ]
     return alive, groups
 
