@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,22 +119,23 @@ def make_server(tmp: Path, cluster: Any) -> Server:
 def wait_in_step(client: httpx.Client, run_id: str, timeout_s: float = 60) -> dict:
     """The run, once its progress names a step under way: its ranks placed, their group
     formed (the engine's step_start comes after the rendezvous)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run = client.get(f"/v1/runs/{run_id}").json()
-        if (run.get("progress") or {}).get("step"):
-            return run
-        time.sleep(0.2)
-    raise AssertionError(f"run {run_id} reached no step in {timeout_s}s: {run}")
+    return _poll(client, run_id, lambda r: bool((r.get("progress") or {}).get("step")), timeout_s)
 
 
 def wait_for(
     client: httpx.Client, run_id: str, statuses: tuple[str, ...] = FINISHED, timeout_s: float = 120
 ) -> dict:
+    return _poll(client, run_id, lambda r: r["status"] in statuses, timeout_s)
+
+
+def _poll(
+    client: httpx.Client, run_id: str, done: Callable[[dict], bool], timeout_s: float
+) -> dict:
+    """The run as GET answers it, once `done` holds, polled until the deadline."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         run = client.get(f"/v1/runs/{run_id}").json()
-        if run["status"] in statuses:
+        if done(run):
             return run
         time.sleep(0.2)
-    raise AssertionError(f"run {run_id} still {run['status']} after {timeout_s}s")
+    raise AssertionError(f"run {run_id} not there after {timeout_s}s: {run}")
