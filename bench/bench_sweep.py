@@ -159,7 +159,7 @@ def fabric(args: argparse.Namespace) -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for cut in (6, 16):
         t = Levels()
-        for seed in range(args.seeds):
+        for seed in args.seed_list or range(args.seeds):
             fleet = planted(
                 args.nodes, args.bad_nodes, args.bad_links, seed, racks=args.racks,
                 bad_trunks=args.bad_trunks,
@@ -212,6 +212,9 @@ def coverage(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=200)
+    ap.add_argument(
+        "--seed-list", type=int, nargs="+", help="--fabric: these seeds, not 0..seeds-1"
+    )
     ap.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--max-bad", type=int, default=16)
     ap.add_argument("--no-peer", action="store_true", help="skip the bisection peer")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from fleetval.fleet.coverage import NO_FABRIC, Fabric, Pair, least_measured
 from fleetval.fleet.judge import Assessment, Planned, remeasures
@@ -450,8 +450,70 @@ def first_pairs(
     """The links round 2 measures when every node passes alone: of the round-robin
     schedule's matchings, the one past sweeps measured least (`coverage.least_measured`;
     `seed` rotates which one a fleet with no history starts from), with a control inside
-    any group that more than half of it crosses out of (`with_controls`)."""
-    return with_controls(least_measured(nodes, fabric.seen, settings.seed), fabric.topology)
+    any group that more than half of it crosses out of (`with_controls`), its crossings
+    spread over as many pairs of groups as they can be (`spread_crossings`)."""
+    pairs = least_measured(nodes, fabric.seen, settings.seed)
+    return spread_crossings(with_controls(pairs, fabric.topology), fabric.topology)
+
+
+def spread_crossings(pairs: Sequence[Pair], topo: Topology) -> list[Pair]:
+    """`pairs` with partners swapped, (x, y), (u, v) -> (x, v), (u, y), wherever that
+    crosses more distinct pairs of groups (all levels counted): a rack's nodes then meet
+    as many other racks as they can in round 2. Pairs inside a group are kept (controls),
+    and every swap keeps both new pairs across, so what `with_controls` made stays.
+
+    NOTE: every pair of groups is crossed in every sweep, and a group of n nodes crosses
+    at most n others a round. The circle matching over hashed names gives a rack of 16
+    only ~14 distinct partner racks of 63 (1,024 nodes in 64 racks); the pairs left for
+    rounds 3-6 then outgrow a rack's nodes (3 of 120 slow trunks named after round 6).
+    The links a swap breaks are measured later in the sweep (`_deferred`), so back-to-back
+    sweeps still cover every link within N-1. Unlabelled: unchanged.
+    """
+    where = {n: tuple(topo.group(n, lv) for lv in topo.levels) for p in pairs for n in p}
+
+    def keys(x: str, y: str) -> list[tuple[int, str, str]]:
+        return [
+            (i, min(gx, gy), max(gx, gy))
+            for i, (gx, gy) in enumerate(zip(where[x], where[y], strict=True))
+            if gx is not None and gy is not None and gx != gy
+        ]
+
+    out = list(pairs)
+    cross = [i for i, p in enumerate(out) if _outside(topo, *p) and keys(*p)]
+    count = Counter(k for i in cross for k in keys(*out[i]))
+    for i in cross:
+        if all(count[k] == 1 for k in keys(*out[i])):
+            continue
+        for j in cross:
+            if j != i and (swap := _better_swap(out[i], out[j], keys, count, topo)):
+                count.subtract(k for p in (out[i], out[j]) for k in keys(*p))
+                count.update(k for p in swap for k in keys(*p))
+                out[i], out[j] = swap
+                break
+    return [_pair(*p) for p in out]
+
+
+def _better_swap(
+    p: Pair,
+    q: Pair,
+    keys: Callable[[str, str], list[tuple[int, str, str]]],
+    count: Counter,
+    topo: Topology,
+) -> tuple[Pair, Pair] | None:
+    """Two pairs for the partners of `p` and `q` swapped, both across, crossing more
+    distinct pairs of groups than `p` and `q` do (None: no such swap)."""
+    (x, y), (u, v) = p, q
+    for a, b in (((x, v), (u, y)), ((x, u), (y, v))):
+        if not (_outside(topo, *a) and _outside(topo, *b)):
+            continue
+        old = keys(*p) + keys(*q)
+        new = keys(*a) + keys(*b)
+        after = Counter({k: count[k] for k in {*old, *new}})
+        after.subtract(old)
+        after.update(new)
+        if sum(after[k] > 0 for k in after) > sum(count[k] > 0 for k in after):
+            return a, b
+    return None
 
 
 def with_controls(pairs: Sequence[Pair], topo: Topology) -> list[Pair]:
