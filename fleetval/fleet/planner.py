@@ -12,12 +12,14 @@ run side by side:
   the same time: a slow link and a slow trunk tell apart in that one round;
 - until some node is proven good, the nodes waiting for a pair get a perfect matching: the
   one whose links past sweeps measured least (`coverage.least_measured`), with jobs
-  inside any group that more than half of it would cross out of (`with_controls`); after
-  that, each is re-paired with a different proven-good node it has not been with, inside
+  inside any group that more than half of it would cross out of (`with_controls`), its
+  crossings spread over as many pairs of groups as partners can be swapped into
+  (`spread_crossings`); after that, each is re-paired with a different proven-good node it has not been with, inside
   its own group first (a job inside crosses no trunk), two proven-good nodes kept back as
   the round's control where no other job would be one;
-- the links of that matching a control took out of round 2 are measured once both ends
-  are proven good, so a sweep measures all of its matching;
+- the links of that matching a control or a spread took out of round 2 are measured once
+  both ends are proven good (in the rounds crossing takes: crossings take their ends
+  last), so a sweep measures all of its matching;
 - the proven-good nodes left idle cross the pairs of groups no job of this sweep crossed
   yet (twice in one round where nodes are left), then pair up as controls (inside
   groups first), so every round is judged against jobs measured at the same time and
@@ -36,6 +38,8 @@ from fleetval.fleet.judge import Assessment, Planned, remeasures
 from fleetval.fleet.settings import SweepSettings
 from fleetval.fleet.topology import Topology
 from fleetval.vocab import SweepPhase
+
+Crossed = tuple[int, str, str]  # (level's index, group, group): a pair of groups crossed
 
 
 def first_round(nodes: Sequence[str]) -> list[Planned]:
@@ -489,7 +493,7 @@ def spread_crossings(pairs: Sequence[Pair], topo: Topology) -> list[Pair]:
     """
     where = {n: tuple(topo.group(n, lv) for lv in topo.levels) for p in pairs for n in p}
 
-    def keys(x: str, y: str) -> list[tuple[int, str, str]]:
+    def keys(x: str, y: str) -> list[Crossed]:
         return [
             (i, min(gx, gy), max(gx, gy))
             for i, (gx, gy) in enumerate(zip(where[x], where[y], strict=True))
@@ -514,8 +518,8 @@ def spread_crossings(pairs: Sequence[Pair], topo: Topology) -> list[Pair]:
 def _better_swap(
     p: Pair,
     q: Pair,
-    keys: Callable[[str, str], list[tuple[int, str, str]]],
-    count: Counter,
+    keys: Callable[[str, str], list[Crossed]],
+    count: Counter[Crossed],
     topo: Topology,
 ) -> tuple[Pair, Pair] | None:
     """Two pairs for the partners of `p` and `q` swapped, both across, crossing more
