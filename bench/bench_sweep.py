@@ -17,6 +17,7 @@ links the earlier ones measured, against the old fixed matching.
 
     python bench/bench_sweep.py --fabric --seeds 20
     python bench/bench_sweep.py --fabric --seeds 20 --noise 0.15 --disturbed 0.05
+    python bench/bench_sweep.py --fabric --seed-list 14 27 33   # chosen seeds only
     python bench/bench_sweep.py --coverage --nights 30
 """
 
