@@ -8,13 +8,19 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers.ray import WARM, assert_no_leaks, clean_up, leftovers
+from tests.helpers.ray import QUIET_NODE, WARM, assert_no_leaks, clean_up, leftovers
 
 if TYPE_CHECKING:
     from fleetval.run.pool import RankPool
 
 # Rank actors import torch; keep their thread pools small on a 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Ray's background work that no test reads: the agents' metrics export and the usage-stats
+# reporter. Every Ray the tests start inherits this (the session's, fleet8's, the CLI's and
+# the service's embedded ones): an idle 4-node cluster used 0.075 cores with them, 0.05
+# without (bench/RESULTS.md, "Test time, fifth session").
+os.environ.setdefault("RAY_enable_metrics_collection", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Rich wraps tables at 80 columns when not on a terminal; tests read whole lines.
 os.environ["COLUMNS"] = "250"
 
@@ -59,10 +65,11 @@ def ray_cluster() -> Iterator[object]:
             "num_cpus": 4,
             "labels": {"fleetval/node": HEAD},
             "include_dashboard": False,  # the leak checks ask the GCS (tests/helpers/ray.py)
+            **QUIET_NODE,
         },
     )
     for name in WORKERS:
-        cluster.add_node(num_cpus=2, num_gpus=2, labels={"fleetval/node": name})
+        cluster.add_node(num_cpus=2, num_gpus=2, labels={"fleetval/node": name}, **QUIET_NODE)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
     try:

@@ -15,6 +15,9 @@ Held = tuple[list[str], list[str]]  # actor ids, placement group ids
 
 # The session's warm pools (tests/conftest.py `warm_pool`): what they keep idle is no leak.
 WARM: list[RankPool] = []
+# A simulated node the tests start: no log monitor, whose 0.1 s loop streams worker logs to
+# drivers, and every driver here says log_to_driver=False (a third of an idle node's CPU).
+QUIET_NODE = {"include_log_monitor": False}
 
 
 def warm_held() -> Held:

@@ -31,6 +31,8 @@ START_S = os.environ.get("FLEET8_START_S")
 NODES = [f"node-{i}" for i in range(8)]
 RACKS = {n: "rack-a" if i < 4 else "rack-b" for i, n in enumerate(NODES)}
 HERE = Path(__file__).resolve().parent
+# As tests/helpers/ray.py's: no log monitor (every driver here says log_to_driver=False).
+QUIET_NODE = {"include_log_monitor": False}
 # A slow node or link: each call 25 ms late, 20x or more a healthy call at 64 KiB here; a
 # longer delay only lengthens the slow pairs' jobs.
 DELAY_MS = 25
@@ -171,7 +173,8 @@ def main(data: Path, names: list[str]) -> None:
     from fleetval.run.sweep import keep_warm
 
     cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 0, "labels": {"fleetval/node": "head"}}
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "labels": {"fleetval/node": "head"}, **QUIET_NODE},
     )
 
     def watchdog() -> None:
@@ -184,7 +187,8 @@ def main(data: Path, names: list[str]) -> None:
     timer.start()
     try:
         for n in NODES:
-            cluster.add_node(num_cpus=1, labels={"fleetval/node": n, "fleetval/rack": RACKS[n]})
+            labels = {"fleetval/node": n, "fleetval/rack": RACKS[n]}
+            cluster.add_node(num_cpus=1, labels=labels, **QUIET_NODE)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
         with keep_warm():  # NOTE: every scenario's sweep on the same warm ranks, as a nightly loop
