@@ -24,13 +24,14 @@ SUITE = {
 }  # fmt: skip
 
 
-def test_real_runs_are_read_per_node_and_a_one_node_change_is_confounded(tmp_path, warm_pool):
+def test_real_runs_are_read_per_node_and_a_one_node_change_is_confounded(tmp_path):
+    # NOTE: on fresh ranks, not the warm pool: there the second night's run read rank 0 late
+    # (59 us, 3.0x the noise: a warn) once in a full test run, as the report's fixture saw
+    # after test_ddp (tests/integration/test_report.py).
     store = Store(tmp_path)
-    runs = [
-        run_suite(parse_suite(SUITE), store, labels={"night": n}, pool=warm_pool).run_id
-        for n in ("a", "b")
-    ]
-    assert all(store.run(r).status in ("pass", "unjudged") for r in runs)
+    runs = [run_suite(parse_suite(SUITE), store, labels={"night": n}).run_id for n in ("a", "b")]
+    statuses = [store.run(r).status for r in runs]
+    assert all(s in ("pass", "unjudged") for s in statuses), statuses
 
     # Same versions on both nights: nothing changed, nothing attributed; --where reads labels.
     same = attribute_store(store)
