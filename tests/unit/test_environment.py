@@ -182,7 +182,9 @@ def test_fingerprint_keys_and_local_facts() -> None:
 def test_a_fingerprint_reaches_the_driver_without_importing_torch() -> None:
     """A rank's fingerprint is unpickled in the driver (the CLI, the service): no value may be
     a torch type, whose unpickling imports torch there."""
-    code = "import pickle, sys; pickle.loads(sys.stdin.buffer.read()); print('torch' in sys.modules)"
+    code = (
+        "import pickle, sys; pickle.loads(sys.stdin.buffer.read()); print('torch' in sys.modules)"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", code], input=pickle.dumps(env.fingerprint()), capture_output=True
     )
