@@ -42,6 +42,7 @@ THRESHOLD = 3.0  # lateness in units of measured noise; figures in bench/RESULTS
 MIN_ITERS = 3  # a median over fewer iterations says nothing
 # One measurement counts at most this many noise units towards the verdict: a burst of
 # load on one rank during one size must not outvote the others (the score keeps it all).
+# With few measurements the cap is lower still (`_cap`).
 RATIO_CAP = 10.0
 REL_FLOOR = 0.02  # noise is at least this share of the median iteration time
 ABS_FLOOR_US = 0.5  # and at least the timer's resolution
@@ -88,23 +89,36 @@ class Scores:
     """Per rank, over measurements taken by the same ranks."""
 
     score: np.ndarray  # mean over measurements of lateness / noise
-    verdict: np.ndarray  # the same with each measurement capped at RATIO_CAP: what is judged
+    verdict: np.ndarray  # the same with each measurement capped (`_cap`): what is judged
     lateness_us: np.ndarray  # median over measurements
     noise_us: float  # median over measurements
     iters: int  # iterations the evidence rests on, in all
 
 
-def scores(measurements: Sequence[np.ndarray]) -> Scores:
+def scores(measurements: Sequence[np.ndarray], threshold: float = THRESHOLD) -> Scores:
     """Scores of the ranks (rows) of every samples_us[rank, iteration] matrix given."""
     found = [lateness(m) for m in measurements]
     ratios = np.array([f.lateness_us / f.noise_us for f in found])
     return Scores(
         score=ratios.mean(axis=0),
-        verdict=np.minimum(ratios, RATIO_CAP).mean(axis=0),
+        verdict=np.minimum(ratios, _cap(len(found), threshold)).mean(axis=0),
         lateness_us=np.median([f.lateness_us for f in found], axis=0),
         noise_us=float(np.median([f.noise_us for f in found])),
         iters=sum(f.iters for f in found),
     )
+
+
+def _cap(measurements: int, threshold: float) -> float:
+    """What one measurement may count towards the verdict: never the threshold's worth of
+    all of them, so one burst among quiet measurements cannot name a rank alone (one
+    measurement is all the evidence there is: RATIO_CAP).
+
+    NOTE: at RATIO_CAP alone, a step of three sizes named a rank on one size's burst (10 / 3
+    is over 3): "rank 0 late by 0 us (score 4.4)" on a clean pooled run, twice in full test
+    runs (bench/RESULTS.md, "Test time, fifth session")."""
+    if measurements < 2:
+        return RATIO_CAP
+    return min(RATIO_CAP, threshold * (measurements - 1))
 
 
 # -- rows -> measurements -----------------------------------------------------------------
@@ -188,7 +202,7 @@ def late_ranks_in_step(
         groups.setdefault((key[1], ranks), []).append(matrix)
     found: dict[tuple[Any, int], LateRank] = {}
     for (job, ranks), matrices in groups.items():
-        sc = scores(matrices)
+        sc = scores(matrices, threshold)
         for i in np.flatnonzero(sc.verdict >= threshold):
             w = who[(job, ranks[i])]
             evidence = (

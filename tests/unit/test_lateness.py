@@ -188,6 +188,26 @@ def test_one_measurement_cannot_outvote_the_others():
     assert late_ranks_in_step(rows_of(measurements, FOUR_ON_TWO)) == []
 
 
+@pytest.mark.parametrize("sizes", [2, 3])
+def test_one_burst_cannot_name_a_rank_in_a_step_of_few_sizes(sizes):
+    # A step of 2-3 sizes (a nightly's 64-256 KiB): one size's burst on rank 0 once counted
+    # 10 / 3 noise units, over the threshold alone. A delay on every size still counts.
+    rng = np.random.default_rng(3)
+    measurements = sweep(rng, 2, jitter_us=50.0, sizes=sizes)
+    measurements[0] = collective_samples(
+        rng, 2, 10, base_us=30.0, jitter_us=50.0, delay_us={0: 20_000}
+    )
+    assert late_ranks_in_step(rows_of(measurements, ["head"] * 2)) == []
+    late = sweep(rng, 2, jitter_us=50.0, sizes=sizes, delay_us={0: 20_000})
+    assert [lr.rank for lr in late_ranks_in_step(rows_of(late, ["head"] * 2))] == [0]
+
+
+def test_one_measurement_is_all_the_evidence_a_step_of_one_size_has():
+    rng = np.random.default_rng(4)
+    late = sweep(rng, 4, jitter_us=50.0, sizes=1, delay_us={3: 20_000})
+    assert [lr.rank for lr in late_ranks_in_step(rows_of(late, FOUR_ON_TWO))] == [3]
+
+
 def test_bisection_measures_a_round_side_by_side_and_needs_a_measure():
     rounds: list[list[tuple[int, ...]]] = []
     score = group_time({6: 3.0}, np.random.default_rng(2))
