@@ -21,17 +21,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # without (bench/RESULTS.md, "Test time, fifth session").
 os.environ.setdefault("RAY_enable_metrics_collection", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Each node's dashboard agent samples every process on the machine for the dashboard nobody
+# opens here (every 5 s by default); once a minute keeps it alive and cheap.
+os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
 # Rich wraps tables at 80 columns when not on a terminal; tests read whole lines.
 os.environ["COLUMNS"] = "250"
 
 
 @pytest.hookimpl(tryfirst=True)  # NOTE: before xdist's own, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under xdist (`-n 2 --dist loadgroup`, scripts/test.sh): each module runs whole on one
-    worker (its module fixtures once), and the modules that start Ray clusters of their own
-    (`own_cluster`: nine simulated nodes, Ray in a Slurm job, fresh `fleetval run`s) run one
-    after another on one worker, never two such start-ups at once on 2 cores. The longest
-    first, so none of them ends the run alone; the order within a module stays as collected."""
+    """Under xdist (`-n 3 --dist loadgroup --no-loadscope-reorder`, scripts/test.sh): each
+    module runs whole on one worker (its module fixtures once), and the modules that start Ray
+    clusters of their own (`own_cluster`: nine simulated nodes, Ray in a Slurm job, fresh
+    `fleetval run`s) run one after another on one worker, never two such start-ups at once on
+    2 cores. The longest first, so none of them ends the run alone: xdist hands out groups in
+    this order (without --no-loadscope-reorder it would sort them by their number of tests,
+    and the own_cluster chain, ten tests, would start last); within a module, as collected."""
     for item in items:
         own = item.get_closest_marker("own_cluster") is not None
         item.add_marker(
