@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README): set up with test extras, lint, then every test that needs no GPU.
-# Three xdist workers on two cores: the suite waits on deadlines and other processes a third of
-# the time, so a third worker fills it (bench/RESULTS.md, "Test time, sixth session").
+# Three xdist workers on two cores: with two, the cores idled 13% of a run (both waiting on
+# deadlines at once); a third fills it (bench/RESULTS.md, "Test time, sixth session").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
