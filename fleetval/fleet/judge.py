@@ -18,7 +18,8 @@ What a node is follows from the jobs it was in (`assess`):
   references for re-pairing, so a node that failed its own phase never is one;
 - no fast pair, slow (firm) with two different partners, one of them good: bad;
 - otherwise, if in no fast pair: pending (re-pair with a good node).
-A slow pair of two good nodes names the link; two firm slow measurements of it make it bad.
+A slow pair of two good nodes names the link; two firm slow measurements of it make it bad
+(across two groups: where another crossing of them was fast, or none was measured).
 Jobs across two topology groups that are slow while jobs inside each group are fast name
 a trunk (`Trunk`): those jobs are evidence against no node and no link.
 """
@@ -505,5 +506,5 @@ def _links(a: Assessment, on_trunk: set[int], topology: Topology) -> None:
         # Fast elsewhere, slow together. Once slow (or unclear) and never fast: again.
         if len(firm) >= 2 and not _trunk_open(a, pair, on_trunk, topology):
             a.bad_links[pair] = [_line(j) for j in js]
-        elif not any(j.fast for j in js):
+        elif len(firm) >= 2 or not any(j.fast for j in js):
             a.pending_links[pair] = [_line(j) for j in js]
