@@ -35,8 +35,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     clusters of their own (`own_cluster`: nine simulated nodes, Ray in a Slurm job, fresh
     `fleetval run`s) run one after another on one worker, never two such start-ups at once on
     2 cores. The longest first, so none of them ends the run alone: xdist hands out groups in
-    this order (without --no-loadscope-reorder it would sort them by their number of tests,
-    and the own_cluster chain, ten tests, would start last); within a module, as collected."""
+    this order (without --no-loadscope-reorder, xdist >= 3.8, it sorts them by their number
+    of tests, and the own_cluster chain, ten tests, started after the unit modules); within a
+    module, as collected."""
     for item in items:
         own = item.get_closest_marker("own_cluster") is not None
         item.add_marker(
