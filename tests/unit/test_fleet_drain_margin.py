@@ -3,7 +3,7 @@
 A healthy node re-paired with a proven-good partner can read just under the threshold
 (noise and a transient together); where it was also slow with the other end of a bad link,
 two slow partners drained it and the link was never named (1,024 nodes in 64 racks, seed
-16: node-0708 at 86.41 GB/s against 86.51). Only a job slow by more than the noise past the
+16: node-0708 at 86.41 GB/s against 86.47). Only a job slow by more than the noise past the
 threshold (`Judged.firm`) drains a node or confirms a link (`fleetval.fleet.judge`).
 """
 
