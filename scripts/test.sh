@@ -4,6 +4,10 @@
 # deadlines at once); a third fills it (bench/RESULTS.md, "Test time, sixth session").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Bytecode caches on, whatever the machine says: without them every pytest worker rewrites and
+# compiles each test module again (a third of its collection), and every `fleetval` process and
+# rank actor the tests start compiles fleetval's modules again.
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup.sh test
 python3 -m ruff check fleetval api reports tests bench
 python3 -m pytest -q -p no:cacheprovider --durations=25 -n 3 --dist loadgroup --no-loadscope-reorder "$@"
