@@ -89,7 +89,10 @@ def change_points(
     pen = penalty if penalty is not None else 3.0 * math.log(n)
     import ruptures as rpt  # NOTE: imports scipy.stats (~0.3 s): only when there is a series
 
-    breaks = rpt.Pelt(model="l2", min_size=min_size, jump=1).fit(z).predict(pen=pen)
+    # NOTE: PELT on the L2 cost, in ruptures' C kernel (a linear kernel's cost is the L2 one):
+    # the same breaks as Pelt(model="l2", jump=1) (tests/unit/test_trend.py checks), whose
+    # Python cost calls np.var per candidate segment: 300 random series took 24 s, here 0.03 s
+    breaks = rpt.KernelCPD(kernel="linear", min_size=min_size).fit(z).predict(pen=pen)
     return [b for b in breaks if b < n]
 
 

@@ -39,6 +39,9 @@ def test_digamma_trigamma_and_its_inverse_match_scipy() -> None:
     x = np.r_[np.linspace(0.05, 10, 500), np.geomspace(10, 1e6, 50)]
     assert np.abs(st.digamma(x) - special.digamma(x)).max() < 1e-9
     assert np.abs(st.trigamma(x) / special.polygamma(1, x) - 1).max() < 1e-9
+    assert np.abs(st.tetragamma(x) / special.polygamma(2, x) - 1).max() < 1e-9
+    y = np.geomspace(1e-12, 1e12, 500)  # Newton's start covers every scale
+    assert np.allclose(st.trigamma(st.trigamma_inverse(y)), y, rtol=1e-12)
     assert np.allclose(st.trigamma(st.trigamma_inverse(st.trigamma(x))), st.trigamma(x), rtol=1e-9)
 
 
