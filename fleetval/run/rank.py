@@ -6,6 +6,7 @@ answered from a second thread while a check blocks the first inside a collective
 
 from __future__ import annotations
 
+import gc
 import glob
 import ipaddress
 import os
@@ -158,7 +159,14 @@ class RankActor:
         self._ctx: RankContext | None = None
         self._wants_gpu = gpus_per_rank > 0
         self._env_before: dict[str, str | None] = {}  # what join() changed, for reset()
+        # NOTE: importing torch makes ~1M objects: the collector's passes over them took ~6%
+        # of a rank's start, and every full pass of the rank's life would scan them again.
+        # They live as long as the process: collect none of them (frozen), now or later.
+        gc.disable()
         import torch
+
+        gc.freeze()
+        gc.enable()
 
         # before torch first touches the GPU runtime, which reads the variables once
         hip_visibility(os.environ, rocm=bool(getattr(torch.version, "hip", None)))
