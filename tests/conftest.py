@@ -49,15 +49,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             pytest.mark.xdist_group("own_cluster" if own else item.nodeid.split("::")[0])
         )
 
-    # A module's place, whole (its tests keep their order): own_cluster first, then the modules
-    # on the session's cluster, then the rest; each part by its marks. NOTE: the session-cluster
-    # modules before the rest, so the worker that ran the own_cluster chain is mostly left unit
-    # modules when it is done, not a third session cluster to start (~20 CPU-s).
+    # A module's place, whole (its tests keep their order): the own_cluster chain first, as
+    # collected, then the modules on the session's cluster, then the rest, each part by its
+    # marks. NOTE: the session-cluster modules before the rest, so the worker that ran the
+    # chain is mostly left unit modules when it is done, not a third session cluster to start
+    # (~20 CPU-s). The chain ends with the 8-node sweeps, whose last five tests take no time:
+    # xdist hands a worker its next module once two of its tests are left, and behind a long
+    # one (the fresh `fleetval run`s, 120 s) that module waited while the others idled.
     place: dict[str, tuple[bool, ...]] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
+        if item.get_closest_marker("own_cluster") is not None:
+            place[module] = (False,)
+            continue
         key = (
-            item.get_closest_marker("own_cluster") is None,
+            True,
             "ray_cluster" not in item.fixturenames,
             *(item.get_closest_marker(m) is None for m in ("multinode", "slow")),
         )
