@@ -39,16 +39,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     module runs whole on one worker (its module fixtures once), and the modules that start Ray
     clusters of their own (`own_cluster`: nine simulated nodes, Ray in a Slurm job, fresh
     `fleetval run`s) run one after another on one worker, never two such start-ups at once on
-    2 cores. The longest first, so none of them ends the run alone: xdist hands out groups in
-    this order (without --no-loadscope-reorder, xdist >= 3.8, it sorts them by their number
-    of tests, and the own_cluster chain, ten tests, started after the unit modules); within a
-    module, as collected."""
-    for item in items:
-        own = item.get_closest_marker("own_cluster") is not None
-        item.add_marker(
-            pytest.mark.xdist_group("own_cluster" if own else item.nodeid.split("::")[0])
-        )
-
+    2 cores. xdist hands out the groups in the order set below (without
+    --no-loadscope-reorder, xdist >= 3.8, it sorts them by their number of tests, and the
+    own_cluster chain, ten tests, started after the unit modules)."""
     # A module's place, whole (its tests keep their order): the own_cluster chain first, as
     # collected, then the modules on the session's cluster, then the rest, each part by its
     # marks. NOTE: the session-cluster modules before the rest, so the worker that ran the
@@ -59,14 +52,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     place: dict[str, tuple[bool, ...]] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
-        if item.get_closest_marker("own_cluster") is not None:
-            place[module] = (False,)
-            continue
-        key = (
+        own = item.get_closest_marker("own_cluster") is not None
+        item.add_marker(pytest.mark.xdist_group("own_cluster" if own else module))
+        key = (False,) if own else (
             True,
             "ray_cluster" not in item.fixturenames,
             *(item.get_closest_marker(m) is None for m in ("multinode", "slow")),
-        )
+        )  # fmt: skip
         place[module] = min(place.get(module, key), key)
     items.sort(key=lambda item: place[item.nodeid.split("::")[0]])
 

@@ -159,10 +159,9 @@ class RankActor:
         self._ctx: RankContext | None = None
         self._wants_gpu = gpus_per_rank > 0
         self._env_before: dict[str, str | None] = {}  # what join() changed, for reset()
-        # NOTE: importing torch makes ~155,000 objects the collector tracks: its passes over
-        # them took ~7% of a rank's start, and every full pass of the rank's life would scan
-        # them again.
-        # They live as long as the process: collect none of them (frozen), now or later.
+        # NOTE: importing torch makes ~155,000 objects the collector tracks, which live as long
+        # as the process: its passes over them took ~7% of a rank's start, and every full pass
+        # of the rank's life would scan them again. Frozen, none of them is scanned.
         gc.disable()
         import torch
 
