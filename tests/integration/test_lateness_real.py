@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fleetval.detect.lateness import lateness, late_ranks_in_step
+from fleetval.detect.lateness import late_ranks_in_step, lateness
 from fleetval.run.execute import run_suite
 from fleetval.run.pool import RankPool
 from fleetval.store.dataset import Store
