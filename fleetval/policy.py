@@ -56,13 +56,10 @@ class FailurePolicy(BaseModel):
     flight_recorder_s: PositiveFloat = 10.0
     files_s: PositiveFloat = 20.0
     # Warm ranks (a service's pool, a sweep's): a rank must answer its health ping within
-    # ping_s and its reset within reset_s to be reused, else it is replaced; a job of a new
-    # shape waits room_s for its group beside the idle groups of other shapes before they
-    # are freed for it (at once where the free resources cannot hold it); an idle group is
-    # freed after idle_s (it holds GPUs other drivers may want).
+    # ping_s and its reset within reset_s to be reused, else it is replaced; an idle group
+    # is freed after idle_s (it holds GPUs other drivers may want).
     ping_s: PositiveFloat = 2.0
     reset_s: PositiveFloat = 10.0
-    room_s: PositiveFloat = 2.0
     idle_s: PositiveFloat = 300.0
     # Cancel: every wait of a run looks at the cancel event this often; a foreground run's
     # first Ctrl-C exits the process anyway if its cancel has not finished within

@@ -115,11 +115,9 @@ def warm_pool(ray_cluster: object) -> Iterator[RankPool]:
 
 @pytest.fixture(autouse=True)
 def _whole_cluster(request: pytest.FixtureRequest) -> None:
-    """A test on the session's cluster that does not take the warm pool gets the whole
-    cluster: the pool's idle ranks are freed first (its placement and leak checks see no one
-    else's). Tests off that cluster leave them warm for the next that takes them."""
-    names = request.fixturenames
-    if "ray_cluster" in names and "warm_pool" not in names:
+    """A test that does not take the warm pool gets the whole cluster: the pool's idle ranks
+    are freed first (its placement and leak checks see no one else's)."""
+    if "warm_pool" not in request.fixturenames:
         for pool in WARM:
             pool.close()
 

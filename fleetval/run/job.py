@@ -90,7 +90,7 @@ def job_ranks(job: Job, state: RunState) -> Iterator[list[RankHandle]]:
     clean = False
     try:
         if pooled is None:
-            pg = create_group(job, t, tick, state.pool.make_room if state.pool else None)
+            pg = create_group(job, t, tick)
             ranks = start_ranks(job, pg, t, tick)
         assign(ranks, job, state.run_id, state.suite.seed)
         fingerprint_nodes(ranks, state, t.rendezvous_s)
@@ -107,33 +107,22 @@ def job_ranks(job: Job, state: RunState) -> Iterator[list[RankHandle]]:
 
 
 def create_group(
-    job: Job,
-    policy: FailurePolicy,
-    tick: Callable[[], None] | None = None,
-    make_room: Callable[[], bool] | None = None,
+    job: Job, policy: FailurePolicy, tick: Callable[[], None] | None = None
 ) -> PlacementGroup:
     """A ready placement group for the job, or JobAborted (the group removed, as on a cancel
-    raised by `tick`).
-
-    `make_room` frees a pool's idle groups: called at once when the free resources cannot
-    hold the job, or when the group is not placed within `room_s` (the free resources were
-    there, but not on the nodes the job may use)."""
-    if make_room is not None and not _fits_free(job):
-        make_room()
+    raised by `tick`)."""
+    bundles = [job.bundle()] * job.world_size
     selector = job.label_selector()
     pg = placement_group(
-        [job.bundle()] * job.world_size,
+        bundles,
         strategy=job.strategy.value,
         bundle_label_selector=[selector] * job.world_size if selector else None,
     )
     timeout_s = policy.placement_s
-    deadline = time.monotonic() + timeout_s
-    first = deadline if make_room is None else min(deadline, time.monotonic() + policy.room_s)
     try:
-        ((kind, err),) = gather([pg.ready()], first, tick=tick, poll_s=policy.poll_s)
-        if kind == "pending" and make_room is not None and first < deadline:
-            make_room()
-            ((kind, err),) = gather([pg.ready()], deadline, tick=tick, poll_s=policy.poll_s)
+        ((kind, err),) = gather(
+            [pg.ready()], time.monotonic() + timeout_s, tick=tick, poll_s=policy.poll_s
+        )
     except BaseException:
         remove_placement_group(pg)
         raise
@@ -145,15 +134,6 @@ def create_group(
             f"within {timeout_s:g}s; free now: {free.get('CPU', 0):g} CPU, {free.get('GPU', 0):g} GPU"
         ) from (err if isinstance(err, BaseException) else None)
     return pg
-
-
-def _fits_free(job: Job) -> bool:
-    """Whether the cluster's free resources, summed over its nodes, hold the job's bundles."""
-    free = ray.available_resources()
-    return all(
-        free.get(resource, 0.0) >= amount * job.world_size - 1e-9
-        for resource, amount in job.bundle().items()
-    )
 
 
 def start_ranks(

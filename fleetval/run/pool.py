@@ -13,15 +13,12 @@ takes them. Safety comes first:
 - Taken, every rank must answer a health ping (`describe`) within a deadline first; a
   pooled rank that is dead or hung is never reused: its group and actors are torn down and
   the job starts fresh ones.
-- Idle groups of several shapes are kept while the cluster has room for them (a service's
-  CI alternates suites), but never make a job wait: a job of a new shape whose group the
-  free resources cannot hold, or that is not placed within `room_s`, first frees every idle
-  group (`make_room`); a group idle for longer than `idle_s` is freed (`expire`), leaving
-  the GPUs to other drivers.
+- Idle groups hold cluster resources, so a job of another shape first frees every idle
+  group (a job never waits for resources the pool sits on), and a group idle for longer
+  than `idle_s` is freed (`expire`), leaving the GPUs to other drivers.
 
-The deadlines (`ping_s`, `reset_s`, `room_s`, `idle_s`) are the failure policy's
-(`fleetval.policy`): each job's suite's for its ping, reset and room, the pool's own for its
-idle time.
+The deadlines (`ping_s`, `reset_s`, `idle_s`) are the failure policy's (`fleetval.policy`):
+each job's suite's for its ping and reset, the pool's own for its idle time.
 
 `fleetval run` passes no pool (each job tears down at its end, as always); the service keeps
 a `RankPool` for its process and closes it on shutdown; a fleet sweep keeps a `NodePool` (one
@@ -70,8 +67,6 @@ class WarmRanks(Protocol):
 
     def take(self, job: Job, policy: FailurePolicy) -> Pooled | None: ...
 
-    def make_room(self) -> bool: ...
-
     def give_back(
         self, job: Job, pg: PlacementGroup | None, ranks: list[RankHandle], policy: FailurePolicy
     ) -> None: ...
@@ -87,11 +82,16 @@ class RankPool:
         self.reused = 0  # jobs that took pooled ranks (for tests and benchmarks)
 
     def take(self, job: Job, policy: FailurePolicy) -> Pooled | None:
-        """Healthy pooled ranks for this job's shape, or None (the caller starts fresh ones,
-        calling `make_room` when they do not fit beside the idle groups of other shapes); a
-        group with a rank that fails its ping is torn down, never reused."""
+        """Healthy pooled ranks for this job's shape, or None (the caller starts fresh ones).
+
+        Every idle group of another shape is torn down first, so the cold path finds the
+        resources free; a group with a rank that fails its ping is torn down, never reused."""
+        key = pool_key(job)
         with self._lock:
-            entry = self._idle.pop(pool_key(job), None)
+            entry = self._idle.pop(key, None)
+            others, self._idle = list(self._idle.values()), {}
+        for other in others:
+            teardown(other.ranks, other.pg)
         if entry is None:
             return None
         answers = gather(
@@ -138,18 +138,12 @@ class RankPool:
         for entry in gone:
             teardown(entry.ranks, entry.pg)
 
-    def make_room(self) -> bool:
-        """Tear down every idle group, for a job that cannot be placed beside them; whether
-        there was any."""
+    def close(self) -> None:
+        """Tear down every idle group (the service's shutdown)."""
         with self._lock:
             idle, self._idle = list(self._idle.values()), {}
         for entry in idle:
             teardown(entry.ranks, entry.pg)
-        return bool(idle)
-
-    def close(self) -> None:
-        """Tear down every idle group (the service's shutdown)."""
-        self.make_room()
 
     def actor_ids(self) -> list[str]:
         """The idle actors' ids (for tests: which actors a later job reuses)."""
@@ -240,10 +234,6 @@ class NodePool:
                 r.ctx = None
             with self._lock:
                 self._idle[node] = mine
-
-    def make_room(self) -> bool:
-        """Nothing to free: `take` never leaves a sweep's job to place a group of its own."""
-        return False
 
     def close(self) -> None:
         """Tear down every rank and placement group (the sweep's end, on every path)."""

@@ -77,42 +77,6 @@ def test_idle_groups_expire_and_close_frees_everything(ray_session, tmp_path):
         pool.close()
 
 
-def shaped(placement: dict, **timeouts: float):
-    """SUITE with another placement (and failure policy)."""
-    doc = SUITE.model_dump(mode="json", exclude_none=True)
-    return parse_suite(doc | {"placement": placement, "timeouts": timeouts}, "test")
-
-
-@pytest.mark.timeout(180)
-def test_groups_of_two_shapes_stay_warm_until_a_job_needs_their_room(ray_session, tmp_path):
-    """Suites of two shapes alternating keep both warm; a job that cannot be placed beside
-    the idle groups (its node is full of them) frees them all after `room_s` and runs."""
-    store, pool = Store(tmp_path), RankPool()
-    whole_a = shaped(
-        {"world_sizes": [1], "gpus_per_rank": 0, "cpus_per_rank": 2, "nodes": ["node-a"]}
-    )
-    two = shaped({"world_sizes": [2], "gpus_per_rank": 0})
-    half_a = shaped(
-        {"world_sizes": [1], "gpus_per_rank": 0, "nodes": ["node-a"]}, room_s=0.5
-    )  # fmt: skip
-    try:
-        assert run_suite(whole_a, store, pool=pool).status == "pass"
-        (a,) = pool.actor_ids()
-        assert run_suite(two, store, pool=pool).status == "pass"
-        both = pool.actor_ids()
-        assert len(both) == 3 and a in both  # two shapes idle side by side
-        assert run_suite(whole_a, store, pool=pool).status == "pass"
-        assert pool.reused == 1 and sorted(pool.actor_ids()) == sorted(both)
-
-        # node-a's 2 CPUs are held by the idle rank of the first shape: the job waits room_s,
-        # then every idle group is freed, and it is placed.
-        assert run_suite(half_a, store, pool=pool).status == "pass"
-        (fresh,) = pool.actor_ids()
-        assert fresh not in both and pool.reused == 1
-    finally:
-        pool.close()
-
-
 SWEEP = parse_suite(
     {
         "name": "warm-sweep",
