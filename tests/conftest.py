@@ -29,6 +29,9 @@ os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
 # 4-node cluster 0.042 -> 0.027 cores, its start 12 -> 10 CPU-s (bench/RESULTS.md).
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
+# Ranks at normal priority, as fleetval's embedded Ray and the deploy recipes start them (Ray's
+# default for workers, nice 15, puts every pytest worker and CLI process ahead of them).
+os.environ.setdefault("RAY_worker_niceness", "0")
 # Rich wraps tables at 80 columns when not on a terminal; tests read whole lines.
 os.environ["COLUMNS"] = "250"
 

@@ -418,6 +418,9 @@ def _extra(
             "numa_nodes": {str(k): format_cpulist(v) for k, v in _guarded(numa_cpus, {}).items()}
             or None,
             "env": _relevant_env(),
+            # The priority this process (a rank) ran at: Ray's default for workers is 15, at
+            # which any normal-priority process on the host takes the CPU first.
+            "niceness": os.nice(0),
         },
         sort_keys=True,
         default=str,

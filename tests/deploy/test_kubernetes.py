@@ -119,13 +119,15 @@ def test_overlay_builds_and_validates(overlay: str) -> None:
 
 
 def test_ray_nodes_are_labelled_with_the_kubernetes_node_name() -> None:
-    """Downward API spec.nodeName -> $FLEETVAL_NODE -> `ray start --labels` with fleetval's key."""
+    """Downward API spec.nodeName -> $FLEETVAL_NODE -> `ray start --labels` with fleetval's key;
+    every Ray node starts its workers (the ranks) at nice 0, not Ray's 15."""
     for doc in (d for d in _base() if d["kind"] in CRDS):
         spec = doc["spec"].get("rayClusterSpec", doc["spec"])
         for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
             assert group["rayStartParams"]["labels"] == f"{NODE_LABEL}=$FLEETVAL_NODE"
             env = {e["name"]: e for e in group["template"]["spec"]["containers"][0]["env"]}
             assert env["FLEETVAL_NODE"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+            assert env["RAY_worker_niceness"]["value"] == "0"  # ranks at normal priority
 
 
 def test_rayjob_workers_match_the_fleet_cluster() -> None:

@@ -8,6 +8,7 @@ which only the `fleetval/node` label the script sets can give them.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -216,7 +217,8 @@ def test_sbatch_runs_smoke_with_slurm_node_names(slurm: Slurm, tmp_path: Path) -
     data = tmp_path / "data"
     job = slurm.sbatch(
         "run", "smoke", "--label", "via=slurm",
-        env={"FLEETVAL_DATA": str(data), "RAY_START_ARGS": "--num-cpus=4"},
+        # RAY_worker_niceness unset (the tests set 0): the script's own default must hold
+        env={"FLEETVAL_DATA": str(data), "RAY_START_ARGS": "--num-cpus=4", "RAY_worker_niceness": ""},
     )  # fmt: skip
     state = slurm.wait_done(job, deadline_s=300)
     out = slurm.output(job)
@@ -234,6 +236,9 @@ def test_sbatch_runs_smoke_with_slurm_node_names(slurm: Slurm, tmp_path: Path) -
     assert set(rows["node"]) == {NODE}, rows
     assert rows["count_star()"].sum() > 0
     assert set(rows["status"]) <= {"pass", "info", "skip"}, rows
+    # The ranks ran at normal priority (Ray's default for workers is nice 15).
+    ((extra,),) = duckdb.sql(f"select extra from '{data}/nodes/*.parquet'").fetchall()
+    assert json.loads(extra)["niceness"] == 0
 
 
 def test_sbatch_prints_drain_commands_for_culprit_nodes(slurm: Slurm, tmp_path: Path) -> None:

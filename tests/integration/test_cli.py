@@ -149,12 +149,16 @@ def test_ctrl_c_tears_down_and_keeps_finished_steps(tmp_path, ray_session):
     # A second Ctrl-C, and a cancel cut at its grace: tests/unit/test_interrupt.py.
 
 
-def test_the_embedded_instance_listens_on_loopback_only(tmp_path):
+def test_the_embedded_instance_is_loopback_only_with_ranks_at_normal_priority(tmp_path):
     """`fleetval run` with no --address: Ray's servers, its workers and the ranks' collectives
-    listen on 127.0.0.1 only, as `ss -ltnp` would list them for the run's processes."""
+    listen on 127.0.0.1 only, as `ss -ltnp` would list them for the run's processes; the
+    ranks ran at nice 0 (Ray's default for workers is 15), as the node's fingerprint says."""
     from rayprocs import descendants, listening
 
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    from fleetval.store.dataset import Store
+
+    # NOTE: without the tests' RAY_worker_niceness: the embedded instance must set it itself
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_worker_niceness")}
     cmd = [sys.executable, "-m", "fleetval.cli", "run", write_suite(tmp_path, QUICK),
            "--data", str(tmp_path / "data")]  # fmt: skip
     proc = subprocess.Popen(
@@ -172,6 +176,8 @@ def test_the_embedded_instance_listens_on_loopback_only(tmp_path):
         f"{ip}:{port}" for ip, port in seen if ip not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")
     )
     assert not exposed, f"listening beyond loopback: {exposed}"
+    (node,) = Store(tmp_path / "data").nodes().to_pylist()
+    assert json.loads(node["extra"])["niceness"] == 0
 
 
 def test_unreachable_address_is_bad_input_and_fails_fast(tmp_path):
