@@ -16,7 +16,7 @@ from fleetval.run.plan import NODE_LABEL, ClusterShape, NodeShape
 LOOPBACK = "127.0.0.1"
 # NOTE: Ray starts its workers at nice 15 by default, and the ranks are the measurement: at 15
 # any normal-priority process on the host comes first. 4 CPU ranks on 2 cores beside 3 busy
-# processes took 84 s to import torch and answer, 11 s at nice 0 (bench/RESULTS.md). The deploy
+# processes took 81.5 s to start, 8.5 s at nice 0 (bench/bench_rank_priority.py). The deploy
 # recipes set the same (RAY_worker_niceness=0); each node's fingerprint records what ran.
 RANK_NICENESS = 0
 

@@ -92,8 +92,8 @@ def test_a_slow_node_is_named_by_lateness_and_by_isolation(tmp_path, warm_pool):
     """NOTE: 30 ms for lateness, as for one rank, not 10: when a node's ranks are all late,
     how much their sleep oversleeps each iteration counts as noise, and on a loaded 2-core CI
     host a 10 ms node delay once went unnamed (stop 35; the message now shows each size's
-    noise). Isolation needs no more than 10 ms (its groups time ~1 ms), and each 10 ms more
-    costs it ~10 s here.
+    noise). Isolation needs no more than 10 ms (its groups time ~1 ms), and 30 ms there cost
+    the test 15 s more.
     """
     rows = run(
         tmp_path,
