@@ -330,6 +330,7 @@ def fingerprint_nodes(ranks: list[RankHandle], state: RunState, timeout_s: float
             "node_ip": r.placed.node_ip,
             "ray_node_id": r.placed.node_id,
         }
+        warn_low_priority(name, fp)
     dead = tuple(
         firsts[n].culprit(CulpritReason.CRASH, _failure_text(k, v, "fingerprint"))
         for n, (k, v) in zip(names, answers, strict=True)
@@ -337,6 +338,24 @@ def fingerprint_nodes(ranks: list[RankHandle], state: RunState, timeout_s: float
     )
     if dead:
         raise JobAborted(f"rank lost while fingerprinting its node: {_names(dead)}", dead)
+
+
+def warn_low_priority(node: str, fingerprint: dict[str, Any]) -> bool:
+    """Warn (and say so) when a node's ranks ran below normal priority: a cluster started without
+    RAY_worker_niceness=0 (docs/deploy.md), whose ranks yield to every other process on it."""
+    try:
+        nice = json.loads(fingerprint.get("extra") or "{}").get("niceness")
+    except (ValueError, AttributeError):
+        return False
+    if not isinstance(nice, int) or nice <= 0:
+        return False
+    log.warning(
+        "node %s: ranks run at nice %d, behind every other process on it (start-up and timings "
+        "measure that load): start Ray there with RAY_worker_niceness=0",
+        node,
+        nice,
+    )
+    return True
 
 
 def dump_dir(run_id: str, job: int) -> str:
