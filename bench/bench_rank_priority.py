@@ -20,6 +20,7 @@ import time
 import ray
 
 from fleetval.run.execute import run_suite
+from fleetval.run.outcome import Event
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
 from fleetval.vocab import EventKind
@@ -44,13 +45,14 @@ def one(niceness: int, busy: int, ranks: int) -> tuple[float, float, str]:
     )
     spinners = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(busy)]
     started: list[float] = []
+
+    def on_event(event: Event) -> None:
+        if event.kind == EventKind.STEP_START:
+            started.append(time.monotonic())
+
     t0 = time.monotonic()
     try:
-        record = run_suite(
-            spec,
-            Store(tempfile.mkdtemp()),
-            on_event=lambda e: e.kind == EventKind.STEP_START and started.append(time.monotonic()),
-        )
+        record = run_suite(spec, Store(tempfile.mkdtemp()), on_event=on_event)
     finally:
         for p in spinners:
             p.kill()
