@@ -23,15 +23,17 @@ import threading
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetval.api.db import QueueStatus, ServiceDB, Submission
 from fleetval.api.supervised import Supervised
-from fleetval.run.execute import Event, cluster_shape, connect, run_suite
-from fleetval.run.pool import RankPool
 from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
 from fleetval.suite import parse_suite
 from fleetval.vocab import EventKind, RunStatus
+
+if TYPE_CHECKING:
+    from fleetval.run.execute import Event
+    from fleetval.run.pool import RankPool
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,7 @@ class Executor(Supervised):
     """Runs the queue of one data directory through the library, one run at a time."""
 
     what = "executor"
+    pool: RankPool  # warm rank actors between runs: made by the thread, closed when it ends
 
     def __init__(self, db: ServiceDB, store: Store, address: str | None) -> None:
         super().__init__()
@@ -105,7 +108,6 @@ class Executor(Supervised):
         self.active = False  # this process holds the executor lock
         self.ray_error = ""
         self._claimed: str | None = None  # the run the loop is on
-        self.pool = RankPool()  # warm rank actors between runs; closed when the thread ends
 
     def degraded(self) -> str:
         """Why this process cannot run the queue now ("" when it can, or stands by)."""
@@ -135,6 +137,11 @@ class Executor(Supervised):
                 return
             self.active = True
             self.recover()
+        # NOTE: Ray loads here, in the thread that holds the lock, not with the app: an API
+        # replica (`--no-executor`) and a standby worker never import it (bench/RESULTS.md).
+        from fleetval.run.pool import RankPool
+
+        self.pool = RankPool()
         try:
             self._connect()
             self._supervise()
@@ -202,6 +209,8 @@ class Executor(Supervised):
 
     def _connect(self) -> None:
         """Start (or join) Ray now, so the first submission does not pay for it."""
+        from fleetval.run.execute import connect
+
         try:
             connect(self.address, min_cpus=EMBEDDED_MIN_CPUS)
         except Exception as err:  # every run will say why it could not start
@@ -213,6 +222,8 @@ class Executor(Supervised):
     def _publish_cluster(self) -> None:
         """The cluster's shape as the planner sees it, for the plan check at submit (every
         worker reads it from the database)."""
+        from fleetval.run.execute import cluster_shape
+
         try:
             shape = cluster_shape()
         except Exception as err:  # NOTE: a lost connection: the run itself will say so
@@ -221,6 +232,8 @@ class Executor(Supervised):
         self.db.set_meta(CLUSTER_KEY, [asdict(n) for n in shape.nodes])
 
     def _execute(self, sub: Submission) -> None:
+        from fleetval.run.execute import run_suite
+
         tracker = _Tracker(self.db, sub.run_id)
         self.db.record_event(sub.run_id, {"kind": EventKind.RUN_START, "attempt": sub.attempt})
         cancel, done = threading.Event(), threading.Event()

@@ -14,7 +14,6 @@ from pydantic import BaseModel
 
 from fleetval.checks.spec import plural
 from fleetval.nodesets import SHOWN, compress, more
-from fleetval.reports import plots
 from fleetval.signoff.evaluate import Signoff
 from fleetval.signoff.sweep import SweepView
 from fleetval.text import human_bytes
@@ -80,6 +79,10 @@ _env.filters["letter"] = lambda state: state.value[0].upper() if state else "-"
 
 def _plots(s: Signoff) -> dict[str, Any]:
     """Every plot of the page as inline SVG; absent views are said in words instead."""
+    # NOTE: matplotlib loads here, for an HTML page, not with the module: Markdown and JSON
+    # reports, and every process that imports the service's app, skip it (bench/RESULTS.md).
+    from fleetval.reports import plots
+
     v = s.views
     busbw = {c: plots.busbw_plot(c, series, f"busbw-{c}") for c, series in v.busbw.items()}
     scaling = (
@@ -95,6 +98,8 @@ def _plots(s: Signoff) -> dict[str, Any]:
 
 def _trends(sw: SweepView) -> dict[str, str]:
     """Each node's GB/s over the sweeps, all on one scale: 0 to the most any node measured."""
+    from fleetval.reports import plots
+
     top = max((c.score or 0.0 for t in sw.history for c in t.cells), default=0.0)
     return {t.node: plots.sparkline([c.score for c in t.cells], top) for t in sw.history}
 

@@ -171,7 +171,9 @@ def test_the_read_side_imports_neither_torch_nor_ray(modules: str) -> None:
 
 # Validating a suite, `fleetval submit`, `fleetval checks` and the API process (which is a Ray driver: its
 # executor runs suites) import no torch: a check's parameters live in its torch-free
-# `params.py`; only a rank running a step imports its `rank.py`.
+# `params.py`; only a rank running a step imports its `rank.py`. An API process that runs no
+# executor (a replica, `--no-executor`) imports no Ray either, and no matplotlib until it
+# draws an HTML report: a replica starts in 1.4 CPU-s and 110 MiB, not 2.1 and 178 (RESULTS).
 VALIDATE = """
 import sys, tempfile
 from pathlib import Path
@@ -198,7 +200,8 @@ with tempfile.TemporaryDirectory() as tmp:
         for name, path in shipped_suites().items():
             r = client.post("/v1/runs", json={"suite": name}, headers=auth)
             assert r.status_code in (200, 201), (name, r.status_code, r.text)
-print(len(shipped_suites()), submit_side, "torch" in sys.modules)
+api_side = sorted(m for m in ("torch", "ray", "matplotlib") if m in sys.modules)
+print(len(shipped_suites()), submit_side, api_side)
 """
 
 
@@ -213,7 +216,7 @@ def test_validating_submitting_and_serving_import_no_torch() -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     count, *rest = out.stdout.splitlines()[-1].split()  # the last line: what was imported
-    assert int(count) >= 5 and " ".join(rest) == "[] False", out.stdout
+    assert int(count) >= 5 and " ".join(rest) == "[] []", out.stdout
 
 
 def test_the_layouts_name_only_modules_that_exist() -> None:
