@@ -173,7 +173,7 @@ def test_the_read_side_imports_neither_torch_nor_ray(modules: str) -> None:
 # executor runs suites) import no torch: a check's parameters live in its torch-free
 # `params.py`; only a rank running a step imports its `rank.py`. An API process that runs no
 # executor (a replica, `--no-executor`) imports no Ray either, and no matplotlib until it
-# draws an HTML report: a replica starts in 1.4 CPU-s and 110 MiB, not 2.1 and 178 (RESULTS).
+# draws an HTML report: a replica starts in 1.2 CPU-s and 110 MiB, not 2.1 and 178 (RESULTS).
 VALIDATE = """
 import sys, tempfile
 from pathlib import Path
@@ -205,7 +205,7 @@ print(len(shipped_suites()), submit_side, api_side)
 """
 
 
-def test_validating_submitting_and_serving_import_no_torch() -> None:
+def test_validating_submitting_and_serving_import_no_torch_and_a_replica_no_ray() -> None:
     out = subprocess.run(
         [sys.executable, "-c", VALIDATE],
         capture_output=True,
