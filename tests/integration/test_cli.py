@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetval.cli import app
+from fleetval.store.dataset import Store
 
 runner = CliRunner()
 
@@ -136,8 +137,6 @@ def wait_ended(proc: subprocess.Popen[str], within_s: float) -> tuple[float, str
 def test_ctrl_c_tears_down_and_keeps_finished_steps(tmp_path, ray_session):
     """SIGINT mid-step: the run ends within seconds, actors killed and group removed
     (ray_session asserts it), the run recorded as cancelled with the first step's rows."""
-    from fleetval.store.dataset import Store
-
     proc, data = start_endless_run(tmp_path, ray_session.address)
     proc.send_signal(signal.SIGINT)  # the endless step is running: its file never comes
     seconds, err = wait_ended(proc, 30)
@@ -154,8 +153,6 @@ def test_the_embedded_instance_is_loopback_only_with_ranks_at_normal_priority(tm
     listen on 127.0.0.1 only, as `ss -ltnp` would list them for the run's processes; the
     ranks ran at nice 0 (Ray's default for workers is 15), as the node's fingerprint says."""
     from rayprocs import descendants, listening
-
-    from fleetval.store.dataset import Store
 
     # NOTE: without the tests' RAY_worker_niceness: the embedded instance must set it itself
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_worker_niceness")}
