@@ -66,6 +66,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: place[item.nodeid.split("::")[0]])
 
 
+@pytest.hookimpl(optionalhook=True)  # NOTE: xdist's hook: its controller, once per worker
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """Stop at once where xdist's grouping did not take: the modules would be dealt out test by
+    test, three Slurm clusters and three fresh `fleetval run`s starting at once on 2 cores, and
+    fail as timeouts far from the cause. xdist marks each grouped test's id with `@group`;
+    pytest 9.2 ignores that mark (pytest-dev/pytest-xdist#1386), so pyproject caps pytest."""
+    config = node.config  # type: ignore[attr-defined]
+    if config.getoption("dist") == "loadgroup" and ids and not all("@" in i for i in ids):
+        raise pytest.UsageError(
+            f"--dist loadgroup did not group the tests under pytest {pytest.__version__} "
+            "(pytest-dev/pytest-xdist#1386): install the test extra's pytest (<9.2)"
+        )
+
+
 HEAD = "head"
 WORKERS = ("node-a", "node-b", "node-c")
 
