@@ -137,16 +137,18 @@ class Executor(Supervised):
                 return
             self.active = True
             self.recover()
-        # NOTE: Ray loads here, in the thread that holds the lock, not with the app: an API
-        # replica (`--no-executor`) and a standby worker never import it (bench/RESULTS.md).
-        from fleetval.run.pool import RankPool
-
-        self.pool = RankPool()
         try:
-            self._connect()
-            self._supervise()
-        finally:
-            self.pool.close()
+            # NOTE: Ray loads here, in the thread that holds the lock, not with the app: an API
+            # replica (`--no-executor`) and a standby worker never import it (RESULTS.md).
+            from fleetval.run.pool import RankPool
+
+            self.pool = RankPool()
+            try:
+                self._connect()
+                self._supervise()
+            finally:
+                self.pool.close()
+        finally:  # NOTE: also when Ray fails to import: a held lock would strand the queue
             self.active = False
             lock.close()  # releases the lock for a standby worker
 
