@@ -112,7 +112,11 @@ def test_a_schedule_fires_survives_a_restart_and_shows_in_metrics(ray_cluster, t
         replica.wait(30)
         server.stop()
         stopped = time.time()
-        time.sleep(7)  # at least two fire times come due while nothing runs
+        # Down 9 s: at least two fire times come due while nothing runs, and the latest of them
+        # lies more than 6 s after the stop whatever the restart costs (the 3 s grid's last
+        # point before the restart); down 7 s, a quick restart caught up a fire time 5.2 s
+        # after it, which the assertion below could not tell from the first one after it.
+        time.sleep(9)
         server.start()
         after_restart = wait_fired(server, len(before) + 2)
         times = assert_each_fire_time_once(server)
