@@ -180,9 +180,13 @@ def results(
     """The measurement rows of a run, filtered; --summary: one nccl-tests line per size."""
     with bad_input_exits():
         store = open_store(data)
-        table = store.results([_resolve(store, run)])
-    filters = {"step": step, "check": check, "collective": collective, "rank": rank, "node": node}
-    table = _filtered(table, filters)
+        run_id = _resolve(store, run)
+        every = store.results([run_id])
+        filters = {"step": step, "check": check, "collective": collective, "rank": rank,
+                   "node": node}  # fmt: skip
+        table = _filtered(every, filters)
+        if not len(table) and len(every):
+            raise ValueError(_no_match(run_id, every, filters))
     fmt = Format.JSON if as_json else fmt
     if summary:
         from fleetval.analysis.nccl_summary import nccl_summary
@@ -206,6 +210,17 @@ def results(
     for r in rows:
         out.add_row(*(_cell(r.get(c)) for c in cols))
     console.print(out)
+
+
+def _no_match(run_id: str, every: pa.Table, filters: dict[str, object]) -> str:
+    """Why a filter matched no row: what the run holds for each filter given."""
+    given = {k: v for k, v in filters.items() if v is not None}
+    said = " ".join(f"--{k} {v}" for k, v in given.items())
+    held = "; ".join(
+        f"{k}s: {', '.join(map(str, sorted({x for x in every[k].to_pylist() if x is not None})))}"
+        for k in given
+    )
+    return f"no row of run {run_id} matches {said} (the run's {held})"
 
 
 def _csv(table: pa.Table) -> str:

@@ -558,13 +558,14 @@ def result_rows(ing: Ingested, run_id: str) -> list[dict[str, Any]]:
     for r in ing.results:
         status = (Status.INFO if r.wrong is None else Status.PASS if r.wrong == 0
                   else Status.FAIL)  # fmt: skip
+        check = "bandwidth_in_place" if r.in_place else "bandwidth"
         for host, dev in first.items():
             rows.append(
                 dict(
                     run_id=run_id,
                     job=0,
-                    step=ing.tool,
-                    check="bandwidth_in_place" if r.in_place else "bandwidth",
+                    step=check,  # the run's steps are its checks (fleetval.run.imported)
+                    check=check,
                     collective=ing.collective_of(r),
                     op=r.op,
                     dtype=r.dtype,

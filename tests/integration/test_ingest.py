@@ -163,3 +163,49 @@ def test_an_ambiguous_table_exits_2_naming_the_ambiguity_and_writes_nothing(
 def test_nccl_log_says_the_cuda_driver_version(tmp_path: Path) -> None:
     code, out = cli("nccl-log", str(REAL / "nccl-tests-320-cuda-driver-12060.log"))
     assert code == 0 and "CUDA 12.6 (driver CUDA 12.6)" in out
+
+
+def test_summary_of_an_imported_table_counts_ranks_and_sets_in_place_beside(
+    tmp_path: Path,
+) -> None:
+    """The 16-rank, 2-node a3mega table and ROCm/rccl#2078's 16-rank tail: `ranks` is the world
+    size (not the rows, one per node and half), and each size is one line with the out-of-place
+    and in-place figures side by side, as nccl-tests prints them."""
+    data = tmp_path / "data"
+    tail = REAL / "rccl-2078-ainic-all-reduce-tail.txt"
+    table_run, tail_run = ingest(data, TABLE, tail)
+    for run in (table_run, tail_run):
+        code, out = cli("results", run, "--summary", "--json", "--data", str(data))
+        assert code == 0, out
+        lines = json.loads(out)
+        assert {line["ranks"] for line in lines} == {16}
+        assert len({line["size"] for line in lines}) == len(lines)  # one line per size
+    by_size = {line["size"]: line for line in json.loads(cli(
+        "results", table_run, "--summary", "--json", "--data", str(data))[1])}  # fmt: skip
+    # `8  2  float  sum  -1  135.8 0.00 0.00 0  123.5 0.00 0.00 0` in the file
+    small = by_size[8]
+    assert small["time_us"] == 135.8 and small["ip_time_us"] == 123.5
+    assert small["time_min_us"] == small["time_max_us"] == 135.8
+    big = by_size[8589934592]  # `47535 180.71 338.82 0  47743 179.92 337.35 0`
+    assert (big["busbw_gbps"], big["ip_busbw_gbps"]) == (338.82, 337.35)
+    assert big["wrong"] == big["ip_wrong"] == 0
+
+
+def test_show_and_results_name_an_imported_run_s_steps_alike(tmp_path: Path) -> None:
+    """`show` lists the steps `bandwidth` and `bandwidth_in_place`; `results --step` takes
+    those names, and a filter that matches nothing says so (exit 2) instead of an empty table."""
+    data = tmp_path / "data"
+    [run] = ingest(data, TABLE)
+    code, out = cli("show", run, "--json", "--data", str(data))
+    steps = {s["step"] for s in json.loads(out)["run"]["summary"]["steps"]}
+    assert steps == {"bandwidth", "bandwidth_in_place"}
+    for step in steps:
+        code, out = cli("results", run, "--step", step, "--json", "--data", str(data))
+        assert code == 0, out
+        rows = json.loads(out)
+        assert len(rows) == 62 and {r["step"] for r in rows} == {step}
+    code, out = cli("results", run, "--step", "nccl-tests", "--data", str(data))
+    assert code == 2
+    said = " ".join(out.split())
+    assert "no row of run" in said and "--step nccl-tests" in said
+    assert "steps: bandwidth, bandwidth_in_place" in said

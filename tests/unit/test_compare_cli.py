@@ -146,7 +146,8 @@ def test_results_filters_and_nccl_summary(data: Path) -> None:
     run = _ids(data)[0]
     rows = json.loads(_cli(data, "results", run, "--json", "--rank", "1").stdout)
     assert rows and {r["rank"] for r in rows} == {1}
-    assert json.loads(_cli(data, "results", run, "--json", "--node", "nowhere").stdout) == []
+    nowhere = _cli(data, "results", run, "--json", "--node", "nowhere")
+    assert nowhere.exit_code == 2 and "(the run's nodes: node-0)" in nowhere.output
     summary = json.loads(_cli(data, "results", run, "--summary", "--json").stdout)
     ranks = len({r["rank"] for r in json.loads(_cli(data, "results", run, "--json").stdout)})
     line = summary[0]
