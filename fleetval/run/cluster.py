@@ -19,6 +19,11 @@ LOOPBACK = "127.0.0.1"
 # processes took 81.5 s to start, 8.5 s at nice 0 (bench/bench_rank_priority.py). The deploy
 # recipes set the same (RAY_worker_niceness=0); each node's fingerprint records what ran.
 RANK_NICENESS = 0
+# The embedded instance offers more logical CPUs than the machine has cores (ranks mostly wait
+# on I/O: smoke's 4 ranks on 2 cores), but not without end: each rank is a process that takes
+# seconds of CPU to start, and 64 ranks on 2 cores did not all start within a placement
+# deadline of 60 s. 4 a core holds the shipped suites' largest fixed world size (8) on 2 cores.
+EMBEDDED_RANKS_PER_CORE = 4
 
 
 class ClusterUnreachable(ValueError):
@@ -46,8 +51,7 @@ def connect(address: str | None, min_cpus: float = 0) -> None:
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         return
-    # NOTE: logical CPUs may exceed physical cores: validation ranks mostly wait on I/O.
-    cpus = max(os.cpu_count() or 1, int(min_cpus + 0.999))
+    cpus = embedded_cpus(min_cpus)
     with _loopback_node():
         ray.init(
             address="local",  # a fresh instance, even when a test cluster left its address file
@@ -58,6 +62,29 @@ def connect(address: str | None, min_cpus: float = 0) -> None:
             log_to_driver=False,
             _system_config={"worker_niceness": RANK_NICENESS},
         )
+
+
+def will_embed(address: str | None) -> bool:
+    """Whether connect(address) would start an embedded instance."""
+    return not (address or os.environ.get("RAY_ADDRESS")) and not ray.is_initialized()
+
+
+def embedded_cpus(min_cpus: float = 0) -> int:
+    """The logical CPUs an embedded instance starts with: `min_cpus` where the machine can
+    run that many ranks (EMBEDDED_RANKS_PER_CORE a core), at least one a core."""
+    cores = os.cpu_count() or 1
+    return max(cores, min(int(min_cpus + 0.999), EMBEDDED_RANKS_PER_CORE * cores))
+
+
+def embedded_limit(suite_cpus: float) -> str | None:
+    """Why the embedded instance cannot hold `suite_cpus` CPUs of ranks, or None when it can."""
+    if embedded_cpus(suite_cpus) >= suite_cpus:
+        return None
+    cores = os.cpu_count() or 1
+    return (
+        f"the embedded local Ray takes at most {EMBEDDED_RANKS_PER_CORE * cores:g} CPUs of ranks "
+        f"({EMBEDDED_RANKS_PER_CORE} a core, {cores} cores here); name a cluster with --address"
+    )
 
 
 @contextmanager

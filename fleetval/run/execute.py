@@ -17,10 +17,17 @@ from typing import Any
 
 from fleetval import status
 from fleetval.checks import declared_metrics
-from fleetval.run.cluster import ClusterUnreachable, check_reachable, cluster_shape, connect
+from fleetval.run.cluster import (
+    ClusterUnreachable,
+    check_reachable,
+    cluster_shape,
+    connect,
+    embedded_limit,
+    will_embed,
+)
 from fleetval.run.job import JobAborted, job_ranks
 from fleetval.run.outcome import Culprit, Event, EventSink, RunCancelled, RunState, StepOutcome
-from fleetval.run.plan import Job, make_plan
+from fleetval.run.plan import Job, PlanError, make_plan
 from fleetval.run.pool import RankPool
 from fleetval.run.step import StepBroke, culprit_row, run_step
 from fleetval.store.dataset import RunRecord, Store, new_run_id
@@ -172,6 +179,20 @@ def recording(
         store.write_run(state.record)
 
 
+def _check_embedded(address: str | None, worlds: list[int], cpus_per_rank: float) -> None:
+    """A world size the embedded instance could never start is refused before Ray starts
+    (PlanError: exit 2), not blamed on ranks `not placed` a placement deadline later."""
+    if not will_embed(address):
+        return  # a cluster's own shape judges it (make_plan)
+    for world in worlds:
+        why = embedded_limit(world * cpus_per_rank)
+        if why:
+            raise PlanError(
+                f"placement.world_sizes: world size {world} needs {world} bundles of "
+                f"{cpus_per_rank:g} CPU; {why}"
+            )
+
+
 def run_suite(
     suite: Suite,
     store: Store,
@@ -192,7 +213,9 @@ def run_suite(
     With a `pool` (the service's), jobs take warm ranks from it and give clean ones back.
     """
     fixed = [w for w in suite.placement.world_sizes if w != "all"]
-    connect(address, max(fixed, default=0) * suite.placement.cpus_per_rank)
+    need = max(fixed, default=0) * suite.placement.cpus_per_rank
+    _check_embedded(address, fixed, suite.placement.cpus_per_rank)
+    connect(address, need)
     plan = make_plan(suite, cluster_shape())
     total = sum(len(j.steps) for j in plan.jobs)
     with recording(

@@ -177,6 +177,30 @@ def test_the_embedded_instance_is_loopback_only_with_ranks_at_normal_priority(tm
     assert json.loads(node["extra"])["niceness"] == 0
 
 
+def test_a_world_size_the_embedded_instance_cannot_start_is_bad_input(tmp_path):
+    """More ranks than the embedded instance can start on this machine (4 a core): refused
+    before Ray starts, naming the field, exit 2, nothing stored; not ranks `not placed`."""
+    from fleetval.run.cluster import EMBEDDED_RANKS_PER_CORE
+
+    world = EMBEDDED_RANKS_PER_CORE * (os.cpu_count() or 1) + 1
+    suite = write_suite(
+        tmp_path,
+        f"name: x\nplacement: {{world_sizes: [{world}]}}\nsteps:\n  - check: collectives\n",
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "fleetval", "run", suite, "--data", str(tmp_path / "data")],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"placement.world_sizes: world size {world} needs {world} bundles" in said
+    assert "the embedded local Ray takes at most" in said and "--address" in said
+    assert time.monotonic() - t0 < 30  # no Ray started, no placement deadline waited out
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").rglob("*.parquet"))
+
+
 def test_unreachable_address_is_bad_input_and_fails_fast(tmp_path):
     import time
 
