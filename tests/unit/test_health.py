@@ -458,3 +458,16 @@ def test_a_probe_that_raises_is_a_fail_with_its_error() -> None:
     assert f.message == (
         "probe failed: OSError: nvidia-smi: couldn't communicate with the NVIDIA driver"
     )
+
+
+def test_loopback_ifname_where_the_job_meets_on_loopback_passes(
+    gloo_group: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NCCL_SOCKET_IFNAME=lo is what fleetval sets where a job's ranks meet on 127.0.0.1 (the
+    embedded local Ray): a clean health run there passes; the same setting in a job across
+    nodes, or on a group that met elsewhere, still warns that other nodes cannot connect."""
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
+    rows = h.run_health(_ctx("gloo"), h.HealthParams(check="health"))
+    (row,) = [r for r in rows if r.metric == "nccl_env_socket_ifname"]
+    assert row.status == "pass" and "as fleetval sets it" in row.message
+    assert h.judge_socket_ifname("lo", {"lo", "eth0"}).status == Status.WARN

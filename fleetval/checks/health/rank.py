@@ -236,8 +236,11 @@ def _selected(value: str, available: set[str]) -> tuple[list[str], list[str]]:
     return chosen, unmatched
 
 
-def judge_socket_ifname(value: str | None, interfaces: set[str]) -> Finding:
-    """NCCL_SOCKET_IFNAME selects interfaces that exist (and not only loopback)."""
+def judge_socket_ifname(
+    value: str | None, interfaces: set[str], *, loopback_job: bool = False
+) -> Finding:
+    """NCCL_SOCKET_IFNAME selects interfaces that exist (and not only loopback, unless the
+    job's ranks all meet on this node's loopback: `loopback_job`, where fleetval sets it)."""
     m = "nccl_env_socket_ifname"
     have = ", ".join(sorted(interfaces)) or "none"
     details = {"value": value, "interfaces": sorted(interfaces)}
@@ -260,6 +263,14 @@ def judge_socket_ifname(value: str | None, interfaces: set[str]) -> Finding:
             m,
             Status.FAIL,
             f"NCCL_SOCKET_IFNAME={value} selects no interface on this node (have: {have})",
+            details=details,
+        )
+    if chosen == ["lo"] and loopback_job:
+        return Finding(
+            m,
+            Status.PASS,
+            f"NCCL_SOCKET_IFNAME={value} selects only loopback, as fleetval sets it where a "
+            "job's ranks meet on 127.0.0.1 (one node, e.g. the embedded local Ray)",
             details=details,
         )
     if chosen == ["lo"]:
@@ -674,6 +685,20 @@ def _safe(metric: str, probe: Callable[..., Finding], *args: Any, **kwargs: Any)
         return _failed(metric, e)
 
 
+def _rendezvous_on_loopback() -> bool:
+    """Whether this job's group met on a loopback address (its TCP store's host): there
+    fleetval.run.job.rank_env sets NCCL_SOCKET_IFNAME=lo itself."""
+    import ipaddress
+
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        while hasattr(store, "underlying_store"):  # PrefixStore around the TCPStore
+            store = store.underlying_store
+        return ipaddress.ip_address(store.host).is_loopback
+    except (AttributeError, RuntimeError, ValueError):  # no group, or not a TCP store
+        return False
+
+
 def run_health(ctx: CheckContext, p: HealthParams) -> list[Row]:
     """This rank's devices, CPU affinity, NCCL/RCCL set-up and memory are as the suite expects."""
     # The collective goes first: every rank reaches it whatever the local probes find, and
@@ -682,11 +707,14 @@ def run_health(ctx: CheckContext, p: HealthParams) -> list[Row]:
     log, why_none = _nccl_log(ctx)
     rocm, env = _is_rocm(), dict(os.environ)
     multinode = ctx.rank.world_size > ctx.rank.local_world_size
+    on_loopback = not multinode and _rendezvous_on_loopback()
     findings += [
         _safe("visible_devices", _visible, ctx, rocm),
         _safe("cpu_affinity_numa", _affinity, ctx),
         _safe("nccl_version", _version, ctx, log, p, rocm),
-        judge_socket_ifname(env.get("NCCL_SOCKET_IFNAME"), _listdir("/sys/class/net")),
+        judge_socket_ifname(
+            env.get("NCCL_SOCKET_IFNAME"), _listdir("/sys/class/net"), loopback_job=on_loopback
+        ),
         judge_ib_hca(env.get("NCCL_IB_HCA"), _listdir("/sys/class/infiniband")),
         judge_gdr_level(env.get("NCCL_NET_GDR_LEVEL")),
         judge_transport(
