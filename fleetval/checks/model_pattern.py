@@ -1,80 +1,92 @@
 """`gpu_model` patterns a suite declares (busbw minimums, micro-benchmark expectations).
 
 A suite is user input, and a pattern is searched in every node's GPU model on every report:
-a regular expression that does not compile would end a run or a report in a traceback, and
-one that backtracks exponentially (`(.*){20}!`) would stall the whole process, the service's
-event loop and scheduler included. So a pattern is checked when the suite is parsed: short,
-it compiles, no backreference, and no quantifier over anything but one character (a literal,
-`.`, a class) with at most `MAX_REPEATS` of them. With the subject cut to
-`MAX_SUBJECT` characters, a search is then polynomial and small: `H100(?!.*(PCIe|NVL))`,
-`MI300X|MI325X` and `A100.*SXM` pass; `(a+)+`, `(.*){20}` and `(x|x)*` do not.
+a pattern that backtracks (`(.?){40}!`) would hold the interpreter for seconds to forever,
+the service's event loop and scheduler with it. So every pattern is matched by RE2
+(`google-re2`), whose time is linear in the subject whatever the pattern, and checked when
+the suite is parsed (a clear 422 or exit 2 rather than a failure at report time): at most
+`MAX_PATTERN` characters, RE2 syntax (no backreferences, no lookaround).
+
+One form of lookaround is kept, because a SKU is often named by what its model does *not*
+say: a pattern may end in one negative lookahead `(?!.*X)`, as in `H100(?!.*(PCIe|NVL))`.
+It means what Python's `re` means by it (some match of the head is not followed by X) and
+is matched as two RE2 searches: the head's last possible end, then X after it.
 """
 
 from __future__ import annotations
 
-import re
-from re import _constants as sre  # NOTE: the stdlib's own parse tree of a pattern
-from re import _parser
-from typing import Annotated, Any
+import functools
+from typing import Annotated
 
+import re2
 from pydantic import AfterValidator
 
 MAX_PATTERN = 128  # characters in a pattern
 MAX_SUBJECT = 128  # characters of a GPU model searched (real names are under 40)
-MAX_REPEATS = 2  # quantifiers that repeat more than once (`*`, `+`, `{m,n}`) in one pattern
-_REPEATS = {sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT}
-_ONE_CHAR = {sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN, sre.CATEGORY}
-_BACKREFS = {sre.GROUPREF, sre.GROUPREF_EXISTS}
+_NOT_FOLLOWED = "(?!.*"  # the one lookaround kept: a trailing `(?!.*X)`
 
 
-def _nodes(tree: Any) -> list[tuple[Any, Any]]:
-    """Every (op, argument) of a parsed pattern, depth first."""
-    out = []
-    for op, av in tree:
-        out.append((op, av))
-        children: list[Any] = []
-        if op in _REPEATS:
-            children = [av[2]]
-        elif op == sre.SUBPATTERN:
-            children = [av[3]]
-        elif op == sre.BRANCH:
-            children = list(av[1])
-        elif op in (sre.ASSERT, sre.ASSERT_NOT):
-            children = [av[1]]
-        elif op == sre.ATOMIC_GROUP:
-            children = [av]
-        for child in children:
-            out += _nodes(child)
-    return out
+@functools.cache
+def _options(*, longest: bool) -> re2.Options:
+    opts = re2.Options()
+    opts.case_sensitive = False
+    opts.log_errors = False  # NOTE: RE2 logs every parse error to stderr otherwise
+    opts.longest_match = longest
+    return opts
+
+
+def _compile(pattern: str, *, longest: bool = False) -> re2._Regexp:
+    try:
+        return re2.compile(pattern, _options(longest=longest))
+    except re2.error as err:
+        why = err.args[0].decode() if err.args and isinstance(err.args[0], bytes) else str(err)
+        raise ValueError(why) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _split(pattern: str) -> tuple[re2._Regexp, re2._Regexp | None]:
+    """(the head, searched so that its last end is found; X of a trailing `(?!.*X)` or None)."""
+    if pattern.endswith(")"):
+        at = pattern.find(_NOT_FOLLOWED)
+        while at >= 0:
+            head, tail = pattern[:at], pattern[at + len(_NOT_FOLLOWED) : -1]
+            try:  # NOTE: only the split where both sides are RE2 is the real one
+                return _compile(f"(?s:.*)(?:{head})", longest=True), _compile(tail)
+            except ValueError:
+                at = pattern.find(_NOT_FOLLOWED, at + 1)
+    try:
+        return _compile(f"(?s:.*)(?:{pattern})", longest=True), None
+    except ValueError as err:
+        lookaround = "(?=" in pattern or "(?!" in pattern or "(?<" in pattern
+        hint = (
+            " (lookaround is not supported, except one `(?!.*X)` at the very end)"
+            if lookaround
+            else ""
+        )
+        raise ValueError(f"{pattern!r} is not an RE2 regular expression: {err}{hint}") from None
 
 
 def check_model_pattern(pattern: str) -> str:
-    """The pattern, or ValueError saying what makes it unsafe to search."""
+    """The pattern, or ValueError saying why it cannot be searched."""
     if len(pattern) > MAX_PATTERN:
         raise ValueError(f"a GPU model pattern has at most {MAX_PATTERN} characters")
-    try:
-        tree = _parser.parse(pattern)
-    except re.error as err:
-        raise ValueError(f"{pattern!r} is not a regular expression: {err}") from None
-    nodes = _nodes(tree)
-    if any(op in _BACKREFS for op, _ in nodes):
-        raise ValueError(f"{pattern!r}: backreferences are not allowed in a GPU model pattern")
-    repeats = [av for op, av in nodes if op in _REPEATS]
-    for _lo, _hi, body in repeats:
-        if len(body) != 1 or body[0][0] not in _ONE_CHAR:
-            raise ValueError(
-                f"{pattern!r}: a quantifier may repeat one character or class only (it may "
-                "backtrack for ever otherwise); write e.g. `H100.*SXM` or `MI300X|MI325X`"
-            )
-    if sum(1 for _lo, hi, _ in repeats if hi > 1) > MAX_REPEATS:
-        raise ValueError(f"{pattern!r}: at most {MAX_REPEATS} quantifiers (*, +, {{m,n}})")
+    _split(pattern)
     return pattern
 
 
-# A suite's `gpu_model`: a checked regular expression, searched case-insensitively.
+# A suite's `gpu_model`: an RE2 regular expression, searched case-insensitively.
 ModelPattern = Annotated[str, AfterValidator(check_model_pattern)]
 
 
 def model_matches(pattern: str, model: str) -> bool:
-    """Whether a checked pattern is found in a GPU model (case-insensitive)."""
-    return re.search(pattern, model[:MAX_SUBJECT], re.IGNORECASE) is not None
+    """Whether a checked pattern is found in a GPU model (case-insensitive), in linear time."""
+    head, not_followed = _split(pattern)
+    subject = model[:MAX_SUBJECT]
+    # NOTE: with leftmost-longest semantics, `.*HEAD` anchored at 0 ends where the last
+    # possible match of HEAD ends; X absent after that end is X absent after some end.
+    found = head.match(subject)
+    if found is None or not_followed is None:
+        return found is not None
+    end = found.end()
+    line_end = subject.find("\n", end)  # `.` in `(?!.*X)` stops at a newline
+    return not_followed.search(subject, end, len(subject) if line_end < 0 else line_end) is None

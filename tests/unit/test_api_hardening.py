@@ -50,8 +50,8 @@ def with_gates(pattern: str) -> dict:
 # -- 1. a suite's gpu_model pattern is checked when the suite is parsed -------------------
 
 
-@pytest.mark.parametrize("pattern", ["(", "(.*){20}!", "(a+)+$", "x" * 200])
-def test_a_bad_or_runaway_gpu_model_pattern_is_422_at_submit(api, pattern):
+@pytest.mark.parametrize("pattern", ["(", r"(a)\1", "(?<=H)100", "x" * 200])
+def test_a_bad_gpu_model_pattern_is_422_at_submit(api, pattern):
     client, h = api
     started = time.monotonic()
     r = client.post("/v1/runs", json={"suite": with_gates(pattern)}, headers=h["alice"])
@@ -72,7 +72,7 @@ def test_the_cli_exits_2_on_a_bad_gpu_model_pattern(tmp_path):
     import yaml
 
     suite = tmp_path / "bad.yaml"
-    suite.write_text(yaml.safe_dump(with_gates("(.*){20}!")))
+    suite.write_text(yaml.safe_dump(with_gates(r"(a)\1")))
     res = CliRunner().invoke(cli_app, ["run", str(suite), "--data", str(tmp_path / "d")])
     assert res.exit_code == 2, res.output
     assert "gates.busbw.minimums.0.gpu_model" in res.output

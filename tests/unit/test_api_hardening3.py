@@ -1,0 +1,201 @@
+"""Requests and suites written to hurt, third pass (issue 40): patterns that cannot backtrack,
+names that cannot walk the file system, methods named in a 405, quotas that hold under
+concurrency. HTTP is probed on a real `fleetval serve` on loopback (no executor, no Ray)
+over a temporary data directory the tests write first."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from fleetval.api.db import Scope, ServiceDB
+from fleetval.checks.model_pattern import MAX_SUBJECT, check_model_pattern, model_matches
+from fleetval.store.dataset import Store
+from tests.helpers.net import free_port
+from tests.helpers.stores import H100, healthy, write_run
+
+TINY = {
+    "name": "tiny",
+    "placement": {"world_sizes": [2], "gpus_per_rank": 0},
+    "steps": [{"check": "collectives", "collectives": ["barrier"], "size": 64}],
+}
+# Forty optional characters then one that never comes: Python's `re` tries 2^40 ways.
+BACKTRACKS = ".?" * 40 + "!"
+
+
+class Serve:
+    """`fleetval serve --no-executor --no-scheduler` on a free loopback port."""
+
+    def __init__(self, data: Path, *args: str) -> None:
+        self.data, self.args = data, args
+        self.url = ""
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Serve:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "PYTHONPATH": os.getcwd()}
+        cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port)]
+        cmd += ["--data", str(self.data), "--no-executor", "--no-scheduler", "--no-access-log"]
+        with (self.data / "server.log").open("ab") as log:
+            self.proc = subprocess.Popen([*cmd, *self.args], env=env, stdout=log, stderr=log)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            assert self.proc.poll() is None, (self.data / "server.log").read_text()
+            time.sleep(0.2)
+        raise AssertionError("serve did not start: " + (self.data / "server.log").read_text())
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:  # a process stuck in C code handles no signal
+                self.proc.kill()
+                self.proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A serve over a store of two H100 runs (one whose stored suite holds a pattern that
+    backtracks), with a read, a submit and an admin token."""
+    data = tmp_path_factory.mktemp("served")
+    store = Store(data)
+    rng = np.random.default_rng(3)
+    write_run(store, "20261101-000000-base01", healthy("20261101-000000-base01", rng))
+    minimum = {"gpu_model": BACKTRACKS, "collective": "all_reduce", "min_busbw_gbps": 1}
+    gates = {"busbw": {"minimums": [minimum], "use_defaults": False}}
+    write_run(store, "20261101-000100-evil01", healthy("20261101-000100-evil01", rng), gates=gates)
+    db = ServiceDB(data)
+    tokens = {
+        "read": db.create_token(Scope.READ, "reader"),
+        "alice": db.create_token(Scope.SUBMIT, "alice"),
+        "root": db.create_token(Scope.ADMIN, "root"),
+    }
+    db.close()
+    server = Serve(data).start()
+    headers = {k: {"Authorization": f"Bearer {v}"} for k, v in tokens.items()}
+    try:
+        yield server.url, headers
+    finally:
+        server.stop()
+
+
+# -- 1. gpu_model patterns are matched in linear time -----------------------------------
+
+
+def test_the_worst_pattern_built_matches_in_under_10_ms():
+    from fleetval.checks import model_pattern
+
+    # NOTE: the slowest of those tried (nested counted repeats make the largest RE2 program
+    # a 128-character pattern can); the backtracking classics are far under it
+    worst = ["(.{0,9}){0,99}!", "(.{0,30}){0,30}!", BACKTRACKS, "(.*){20}!", "(a|aa)*c"]
+    subjects = ["a" * MAX_SUBJECT, "ab" * 64, "é" * MAX_SUBJECT, "a" * 100_000]
+    for pattern in worst:
+        check_model_pattern(pattern)
+        for subject in subjects:
+            took = []
+            for _ in range(3):
+                model_pattern._split.cache_clear()  # the compile counts too
+                started = time.perf_counter()
+                assert not model_matches(pattern, subject)
+                took.append(time.perf_counter() - started)
+            assert min(took) < 0.010, (pattern, subject[:10], min(took))
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"H100(?!.*(PCIe|NVL))",
+        r"H200(?!.*NVL)",
+        r"A100(?!.*PCIE)",
+        r"A100.*(?!.*80GB)",
+        r"(?!.*PCIe)",
+        "MI300X|MI325X",
+        "A100.*SXM",
+        "^NVIDIA",
+        "SXM$",
+        r"\bH100\b",
+        "h1?00",
+        "cpu",
+    ],
+)
+def test_a_pattern_means_what_pythons_re_means(pattern):
+    import re
+
+    models = [
+        H100, "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "H100 SXM H100 PCIe", "PCIe H100",
+        "NVIDIA H200", "NVIDIA H200 NVL", "AMD Instinct MI300X", "MI325X", "cpu", "",
+        "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB", "h100 nvl h100", "A100 80GB A100",
+    ]  # fmt: skip
+    for model in models:
+        assert model_matches(pattern, model) == bool(re.search(pattern, model, re.I)), model
+
+
+@pytest.mark.parametrize(
+    "pattern, says",
+    [
+        (r"(a)\1", "invalid escape"),
+        (r"(?<=H)100", "lookaround"),
+        (r"H100(?=.*SXM)", "lookaround"),
+        (r"(?:H100(?!.*PCIe))|MI300X", "lookaround"),
+        (r"(\pL|\pN|\pP|\pS){0,999}!", "too large"),
+        ("x" * 200, "at most 128"),
+    ],
+)
+def test_a_pattern_re2_cannot_match_is_refused_with_the_reason(pattern, says):
+    with pytest.raises(ValueError, match=says):
+        check_model_pattern(pattern)
+
+
+def test_a_stored_backtracking_pattern_stalls_neither_its_report_nor_healthz(served):
+    url, h = served
+    # The stored run's report searches the pattern in its H100's model: seconds to forever
+    # under a backtracking engine, with /healthz waiting behind it.
+    health: list[float] = []
+
+    def probe() -> None:
+        time.sleep(0.3)
+        started = time.monotonic()
+        httpx.get(f"{url}/healthz", timeout=15)
+        health.append(time.monotonic() - started)
+
+    report = f"{url}/v1/runs/20261101-000100-evil01/report"
+    accept = {**h["read"], "Accept": "application/json"}
+    started = time.monotonic()
+    prober = threading.Thread(target=probe)
+    prober.start()
+    r = httpx.get(report, headers=accept, timeout=15)
+    prober.join()
+    assert r.status_code == 200, r.text
+    assert time.monotonic() - started < 10
+    assert health and health[0] < 5
+
+
+def test_a_pattern_is_checked_at_submit_by_what_re2_accepts(served):
+    url, h = served
+    minimum = {"gpu_model": BACKTRACKS, "collective": "all_reduce", "min_busbw_gbps": 1}
+    suite = {**TINY, "gates": {"busbw": {"minimums": [minimum]}}}
+    r = httpx.post(f"{url}/v1/runs", json={"suite": suite}, headers=h["alice"], timeout=10)
+    assert r.status_code == 201, r.text
+    bad = {**minimum, "gpu_model": r"(?<=H)100"}
+    suite = {**TINY, "gates": {"busbw": {"minimums": [bad]}}}
+    r = httpx.post(f"{url}/v1/runs", json={"suite": suite}, headers=h["alice"], timeout=10)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["loc"][-1] == "gpu_model"
+    assert "lookaround" in r.json()["detail"]
