@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -30,6 +31,9 @@ from fleetval.signoff.gates import Gates
 from fleetval.vocab import Backend, FaultKind, Strategy
 
 SUITES_PACKAGE = "fleetval.suites"  # shipped suites: package data, found in any install
+# A step's name names files and directories in the store: one path component, never `..`.
+STEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_LEADING_PATH = re.compile(r"([a-z_]+(?:\.[\w-]+)+): ")  # "faults.0.step: ..." of a check below
 
 
 class SuiteError(ValueError):
@@ -142,6 +146,12 @@ class Suite(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        for i, step in enumerate(self.steps):
+            if step.name is not None and not STEP_NAME.fullmatch(step.name):
+                raise ValueError(
+                    f"steps.{i}.name: {step.name[:80]!r}: a step name is 1-64 letters, digits, "
+                    "'.', '_' or '-', starting with a letter or digit"
+                )
         names = [s.step_name for s in self.steps]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -201,7 +211,10 @@ def _problems(err: ValidationError) -> list[str]:
             msg = f"unknown key {e['loc'][-1]!r}"
         elif e["type"] == "union_tag_not_found":
             msg = f"a step needs `check:` one of {', '.join(CHECKS)}"
-        out.append(f"{_path_of(e['loc'])}: {msg}")
+        path = _path_of(e["loc"])
+        if path == "(suite)" and (lead := _LEADING_PATH.match(msg)):  # the field it names
+            path, msg = lead.group(1), msg[lead.end() :]
+        out.append(f"{path}: {msg}")
     return out
 
 

@@ -199,3 +199,22 @@ def test_a_pattern_is_checked_at_submit_by_what_re2_accepts(served):
     assert r.status_code == 422, r.text
     assert r.json()["errors"][0]["loc"][-1] == "gpu_model"
     assert "lookaround" in r.json()["detail"]
+
+
+# -- 9. step names name files: one safe path component, checked at parse time ------------
+
+
+@pytest.mark.parametrize("name", ["../../../../tmp/evil", "a/b", ".hidden", "x" * 65])
+def test_a_step_name_that_is_no_safe_file_name_is_422_naming_the_field(served, name):
+    url, h = served
+    suite = {**TINY, "steps": [{**TINY["steps"][0], "name": name}]}
+    r = httpx.post(f"{url}/v1/runs", json={"suite": suite}, headers=h["alice"], timeout=10)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["loc"] == ["body", "suite", "steps", "0", "name"]
+
+
+def test_a_plain_step_name_is_accepted(served):
+    url, h = served
+    suite = {**TINY, "steps": [{**TINY["steps"][0], "name": "barrier-1.fast_path"}]}
+    r = httpx.post(f"{url}/v1/runs", json={"suite": suite}, headers=h["alice"], timeout=10)
+    assert r.status_code == 201, r.text
