@@ -9,11 +9,13 @@ added to ours. Pure except for that optional import.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import pickle
 import tempfile
 from collections.abc import Mapping, Sequence
+from contextlib import redirect_stdout
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -76,18 +78,60 @@ def missing(dumps: Mapping[int, Mapping[str, Any]]) -> list[Missing]:
     return out
 
 
-def torch_verdict(traces: Mapping[int, bytes]) -> list[str]:
-    """torch's own analyser over the dumps, where this build has it: its mismatch findings."""
+def last_record(trace: bytes | None) -> int:
+    """The highest record id in a dump (-1 for none): the mark a job's entries come after."""
+    if not trace:
+        return -1
+    try:
+        entries = load(trace).get("entries") or []
+    except Exception:  # NOTE: an unreadable buffer marks nothing: every later entry is kept
+        return -1
+    return max((e.get("record_id", -1) for e in entries), default=-1)
+
+
+def since(trace: bytes, mark: int) -> bytes:
+    """The dump with only the entries recorded after `mark`, pickled again.
+
+    NOTE: the recorder's buffer is per process and torch has no call to empty it: a pooled
+    rank's dump holds earlier jobs' entries under the same group name and sequence ids."""
+    dump = load(trace)
+    dump["entries"] = [e for e in dump.get("entries") or [] if e.get("record_id", 0) > mark]
+    return pickle.dumps(dump)
+
+
+def with_groups(dump: Mapping[str, Any], world: Sequence[int]) -> dict[str, Any]:
+    """The dump with a `pg_config` entry for every group its entries name, where it has none.
+
+    NOTE: gloo records entries but leaves `pg_config` empty, and torch's analyser looks each
+    entry's group up there; a group it lacks is taken to span the job's ranks (fleetval's
+    checks run on the default group)."""
+    config = dict(dump.get("pg_config") or {})
+    for e in dump.get("entries") or []:
+        pg = e.get("process_group")
+        if isinstance(pg, list | tuple) and pg and str(pg[0]) not in config:
+            desc = str(pg[1]) if len(pg) > 1 else ""
+            config[str(pg[0])] = {"name": str(pg[0]), "desc": desc, "ranks": str(list(world))}
+    config.pop("", None)  # gloo's placeholder
+    return {**dump, "pg_config": config}
+
+
+def torch_verdict(
+    dumps: Mapping[int, Mapping[str, Any]], world: Sequence[int] | None = None
+) -> list[str]:
+    """torch's own analyser over the dumps (it reads pickles only: each dump is pickled for it),
+    its mismatch findings; one line saying why where it could not run."""
     try:
         from torch.distributed.flight_recorder.components.builder import build_db
         from torch.distributed.flight_recorder.components.config_manager import JobConfig
         from torch.distributed.flight_recorder.components.loader import read_dir
-    except ImportError:
-        return []
+    except ImportError as err:
+        return [f"torch's analyser not run: this torch lacks it ({err})"]
     try:
-        with tempfile.TemporaryDirectory() as folder:
-            for rank, trace in traces.items():
-                Path(folder, f"fr-rank-{rank}").write_bytes(trace)
+        ranks = sorted(world if world is not None else dumps)
+        # NOTE: the analyser prints its report; the culprit's detail carries what it found
+        with tempfile.TemporaryDirectory() as folder, redirect_stdout(io.StringIO()):
+            for rank, dump in dumps.items():
+                Path(folder, f"fr-rank-{rank}").write_bytes(pickle.dumps(with_groups(dump, ranks)))
             args = JobConfig().parse_args(
                 [folder, "--prefix", "fr-rank-", "--allow-incomplete-ranks"]
             )
@@ -95,7 +139,7 @@ def torch_verdict(traces: Mapping[int, bytes]) -> list[str]:
             db = build_db(details, args, version)
     except Exception as err:  # evidence only; our own reading stands without it
         log.info("torch's Flight Recorder analyser failed: %s", err)
-        return []
+        return [f"torch's analyser failed: {type(err).__name__}: {err}"]
     return [
         f"torch analyser: rank {', '.join(map(str, sorted(c.missing_ranks)))} missing from "
         f"{c.collective_name} #{c.collective_seq_id}"
@@ -116,8 +160,9 @@ def confirm(
         log.info("unreadable Flight Recorder dump: %s", err)
         return list(culprits)
     found = missing(dumps)
+    world = sorted({r.rank for r in ranks} | set(traces))
     silent = sorted({r.rank for r in ranks} - set(traces))
-    notes = [m.describe() for m in found] + torch_verdict(traces)
+    notes = [m.describe() for m in found] + torch_verdict(dumps, world)
     if silent:
         notes.append(f"no dump from rank {', '.join(map(str, silent))}")
     if not notes:

@@ -176,7 +176,7 @@ def start_ranks(
             failed.append(
                 (handles[-1], _failure_text(kind, value, f"describe within {timeout_s:g}s"))
             )
-    handles.sort(key=lambda r: (r.placed.node, r.placed.gpu_ids, r.placed.node_id))
+    handles.sort(key=lambda r: (r.placed.node, r.placed.gpu_order, r.placed.node_id))
     if failed:
         for rank, h in enumerate(handles):  # ranks as they would have been, to name the culprit
             h.ctx = _bare_ctx(rank, job, h.placed)
@@ -371,7 +371,8 @@ def rank_env(run_id: str, job: Job, master: str) -> dict[str, str]:
     collective timed out, which would turn the healthy peers of a hung rank into "crashes"
     before the driver can ask them anything; 2 aborts the communicator and raises instead.
     Both dump variables are set: torch reads TORCH_FR_DUMP_TEMP_FILE in recent releases and
-    TORCH_NCCL_DEBUG_INFO_TEMP_FILE in older ones. The user's own settings win.
+    TORCH_NCCL_DEBUG_INFO_TEMP_FILE in older ones; so are both buffer sizes (TORCH_FR_BUFFER_SIZE
+    since torch 2.9, TORCH_NCCL_TRACE_BUFFER_SIZE before). The user's own settings win.
     """
     env = _loopback_env(master)
     if job.backend != "nccl":
@@ -379,6 +380,7 @@ def rank_env(run_id: str, job: Job, master: str) -> dict[str, str]:
     folder = dump_dir(run_id, job.index)
     prefix = os.path.join(folder, "flight-recorder-rank-")
     env |= {
+        "TORCH_FR_BUFFER_SIZE": "2000",
         "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
         "TORCH_FR_DUMP_TEMP_FILE": prefix,

@@ -21,6 +21,7 @@ import ray
 
 from fleetval.checks import CHECKS
 from fleetval.checks.base import ActiveFault, CheckContext, Heartbeat, Progress, RankContext
+from fleetval.run import flightrec
 from fleetval.run.plan import NODE_LABEL
 from fleetval.store.schema import Row
 
@@ -36,10 +37,26 @@ class Placed:
     node_id: str
     node_ip: str
     hostname: str
-    gpu_ids: tuple[int, ...]
+    gpu_ids: tuple[str, ...]  # as Ray lists them: "3", or "GPU-<uuid>" / "MIG-<uuid>"
     device: str
     device_id: str | None
     pid: int = 0  # the rank process: what an operator (or a test) stops or kills
+
+    @property
+    def gpu_order(self) -> tuple[tuple[int, int, str], ...]:
+        """Sort key: numeric ids in numeric order ("10" after "2"), UUIDs after them."""
+        return tuple((0, int(g), "") if g.isdigit() else (1, 0, g) for g in self.gpu_ids)
+
+
+def assigned_gpus(raw: Sequence[int | str]) -> tuple[str, ...]:
+    """Ray's GPU ids as text: `ray.get_gpu_ids()` gives the node's CUDA_VISIBLE_DEVICES entries,
+    which are UUIDs (`GPU-...`, `MIG-...`) on many nodes, never to be read as numbers."""
+    return tuple(str(g).strip() for g in raw)
+
+
+def has_gpu_device() -> bool:
+    """Whether this node has a GPU device file (NVIDIA's /dev/nvidiaN, AMD's /dev/kfd)."""
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
 
 
 def _device_id(index: int) -> str | None:
@@ -102,14 +119,71 @@ def device_index(visible: str | None, gpu_ids: Sequence[int | str], device_count
                 f"Ray assigned GPU {wanted}, but the visible devices are {visible}"
             )
         index = ids.index(wanted)
-    else:
+    elif wanted.isdigit():
         index = int(wanted)
+    else:
+        raise DeviceBindingError(
+            f"Ray assigned GPU {wanted}, but no visible-devices variable lists it to find its index"
+        )
     if index >= device_count:
         raise DeviceBindingError(
             f"GPU {wanted} is device index {index}, but torch sees {device_count} device(s)"
             f" (visible devices: {visible or 'all'})"
         )
     return index
+
+
+def bind_device(
+    *,
+    wants_gpu: bool,
+    node: str,
+    gpu_ids: Sequence[str],
+    cuda_available: bool,
+    gpu_device_files: bool,
+    visible: str | None,
+    device_count: int,
+    torch_build: str = "",
+) -> int | None:
+    """This rank's device index, or None for a CPU rank.
+
+    A rank that asked for a GPU on a node that has GPUs, where torch sees none (a CPU build of
+    torch, a driver torch cannot use), raises naming the node: it would otherwise measure the
+    CPU (gloo) or fail every rank's NCCL init with no culprit. A node without any GPU device
+    file declares its GPUs to Ray only (a simulated cluster): its ranks run on CPU.
+    """
+    if not wants_gpu:
+        return None
+    if not cuda_available:
+        if not gpu_device_files:
+            return None
+        ids = ", ".join(gpu_ids) or "none"
+        raise DeviceBindingError(
+            f"node {node}: Ray gave this rank GPU {ids}, the node has GPU devices, but torch "
+            f"cannot use any ({torch_build or 'torch.cuda.is_available() is false'})"
+        )
+    return device_index(visible, gpu_ids, device_count)
+
+
+FR_BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # torch >= 2.9, older
+
+
+def _fr_dump(*, stacks: bool) -> bytes | None:
+    """This process's Flight Recorder buffer, pickled (what torch's analyser unpickles).
+
+    NOTE: torch >= 2.9 names it `_dump_fr_trace` (every backend records, gloo too),
+    earlier releases `_dump_nccl_trace`; both take the same flags."""
+    from torch._C import _distributed_c10d as c10d
+
+    for name in ("_dump_fr_trace", "_dump_nccl_trace"):
+        dump = getattr(c10d, name, None)
+        if dump is None:
+            continue
+        try:
+            out = dump(includeCollectives=True, includeStackTraces=stacks, onlyActive=False)
+        except (RuntimeError, TypeError):  # built without the recorder, or its buffer is off
+            return None
+        return out.encode() if isinstance(out, str) else out
+    return None
 
 
 def init_process_group(ctx: RankContext, master: str, port: int, timeout_s: float) -> None:
@@ -159,6 +233,8 @@ class RankActor:
         self._ctx: RankContext | None = None
         self._wants_gpu = gpus_per_rank > 0
         self._env_before: dict[str, str | None] = {}  # what join() changed, for reset()
+        self._fr_mark = -1  # the recorder's last record id before this job
+        self._nccl_log: str | None = None  # the file NCCL logs to in this process
         # NOTE: importing torch makes ~155,000 objects the collector tracks, which live as long
         # as the process: its passes over them took ~7% of a rank's start, and every full pass
         # of the rank's life would scan them again. Frozen, none of them is scanned.
@@ -174,17 +250,27 @@ class RankActor:
     def describe(self) -> Placed:
         """Where this actor runs and which device it binds; raises if its GPU is unusable."""
         rt = ray.get_runtime_context()
-        gpu_ids = tuple(int(g) for g in ray.get_gpu_ids())
+        gpu_ids = assigned_gpus(ray.get_gpu_ids())
+        node = rt.get_node_labels().get(NODE_LABEL) or socket.gethostname()
         device, device_id = "cpu", None
         import torch
 
-        if self._wants_gpu and torch.cuda.is_available():
-            index = device_index(
-                os.environ.get(visible_devices_var()), gpu_ids, torch.cuda.device_count()
-            )
+        available = torch.cuda.is_available()
+        index = bind_device(
+            wants_gpu=self._wants_gpu,
+            node=node,
+            gpu_ids=gpu_ids,
+            cuda_available=available,
+            gpu_device_files=not available and has_gpu_device(),
+            visible=os.environ.get(visible_devices_var()),
+            device_count=torch.cuda.device_count() if available else 0,
+            torch_build=f"torch {torch.__version__}, built for CUDA {torch.version.cuda}, "
+            f"HIP {getattr(torch.version, 'hip', None)}",
+        )
+        if index is not None:
             device, device_id = f"cuda:{index}", _device_id(index)
         return Placed(
-            node=rt.get_node_labels().get(NODE_LABEL) or socket.gethostname(),
+            node=node,
             node_id=rt.get_node_id(),
             node_ip=ray.util.get_node_ip_address(),
             hostname=socket.gethostname(),
@@ -202,25 +288,60 @@ class RankActor:
     def join(
         self, ctx: RankContext, master: str, port: int, timeout_s: float, env: dict[str, str]
     ) -> None:
-        self._env_before |= {k: os.environ.get(k) for k in env if k not in self._env_before}
-        os.environ.update(env)
+        self._set_env(env)
         for var in ("TORCH_FR_DUMP_TEMP_FILE", "NCCL_DEBUG_FILE"):
             if env.get(var):  # NCCL and the recorder write there, but never make the folder
                 os.makedirs(os.path.dirname(env[var]), exist_ok=True)
         self._ctx = ctx
+        # NOTE: both are per process, and a pooled actor joins many jobs: the recorder keeps
+        # earlier jobs' entries (under the same group name) and NCCL opens its debug file once.
+        # This job's evidence is what comes after these marks.
+        self._fr_mark = flightrec.last_record(_fr_dump(stacks=False))
+        if ctx.backend == "nccl":
+            self._mark_nccl_log()
         self._heartbeat.set(phase="rendezvous")
         init_process_group(ctx, master, port, timeout_s)
         self._heartbeat.set(phase="ready")
 
+    def _set_env(self, env: dict[str, str]) -> None:
+        """Set variables for this job, remembering what they were for reset()."""
+        self._env_before |= {k: os.environ.get(k) for k in env if k not in self._env_before}
+        os.environ.update(env)
+
+    def _mark_nccl_log(self) -> None:
+        """Where NCCL writes this process's log, and how long it is before this job."""
+        from fleetval.checks.health.rank import NCCL_LOG_OFFSET_VAR, NCCL_LOG_VAR, nccl_log_path
+
+        if self._nccl_log is None:  # NCCL opens the file at its first init: it stays that one
+            raw = os.environ.get("NCCL_DEBUG_FILE")
+            self._nccl_log = nccl_log_path(raw, os.getpid()) if raw else None
+        if self._nccl_log is not None:
+            size = os.path.getsize(self._nccl_log) if os.path.isfile(self._nccl_log) else 0
+            self._set_env({NCCL_LOG_VAR: self._nccl_log, NCCL_LOG_OFFSET_VAR: str(size)})
+
+    def _on_device(self) -> None:
+        """Make this rank's GPU the current device of the calling thread.
+
+        NOTE: the current device is per thread, and Ray runs this actor's calls on two
+        (max_concurrency=2): a call on the thread that did not join would put CUDA events and
+        object-collective tensors on cuda:0 beside a communicator bound to cuda:k."""
+        if self._ctx is not None and self._ctx.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.set_device(torch.device(self._ctx.device))
+
     def leave(self) -> None:
         import torch.distributed as dist
 
+        self._on_device()
         if dist.is_initialized():
             dist.destroy_process_group()
 
     def reset(self) -> None:
         """Back to a fresh actor's state, for the next job (a pool's): the process group
-        destroyed, the environment join() set undone, no rank context, a new heartbeat."""
+        destroyed, the environment join() set undone, no rank context, a new heartbeat, and
+        the allocator's cached blocks returned (an idle pooled rank holds none, and the next
+        job's free-memory reading is its own)."""
         self.leave()
         for key, value in self._env_before.items():
             if value is None:
@@ -230,10 +351,16 @@ class RankActor:
         self._env_before = {}
         self._ctx = None
         self._heartbeat = Heartbeat()
+        gc.collect()  # NOTE: a check's buffers in a reference cycle hold their blocks till then
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
 
     def run_step(self, step: Any, faults: tuple[ActiveFault, ...]) -> list[Row]:
         if self._ctx is None:
             raise RuntimeError("run_step before join(): the driver must form the group first")
+        self._on_device()
         ctx = CheckContext(self._ctx, step.step_name, faults, self._heartbeat)
         self._heartbeat.set(step=step.step_name, phase="start", collective=None, iteration=None,
                             calls=0, planned=None, step_started_at=time.time())  # fmt: skip
@@ -246,24 +373,17 @@ class RankActor:
         return self._heartbeat.get()
 
     def flight_recorder(self) -> bytes | None:
-        """This rank's NCCL Flight Recorder trace (each collective's state), where torch has one.
+        """This job's Flight Recorder trace from this rank (each collective's state), pickled as
+        torch's analyser reads it; None where nothing records (gloo without a buffer size).
 
         Answered from the actor's second thread, so it works while a collective hangs.
         """
-        if self._ctx is None or self._ctx.backend != "nccl":
+        if self._ctx is None:
             return None
-        from torch._C import _distributed_c10d as c10d
-
-        for name in ("_dump_nccl_trace_json", "_dump_nccl_trace"):
-            dump = getattr(c10d, name, None)
-            if dump is None:
-                continue
-            try:
-                out = dump()
-            except RuntimeError:  # built without the recorder, or its buffer size is 0
-                return None
-            return out.encode() if isinstance(out, str) else out
-        return None
+        if self._ctx.backend != "nccl" and not any(os.environ.get(v) for v in FR_BUFFER_VARS):
+            return None
+        trace = _fr_dump(stacks=True)
+        return None if trace is None else flightrec.since(trace, self._fr_mark)
 
     def files(self, pattern: str, max_bytes: int = 64 << 20) -> dict[str, bytes]:
         """Files on this node matching a glob (Flight Recorder dumps, NCCL logs), for the driver."""

@@ -27,7 +27,7 @@ from fleetval.checks.health.hardware import (
     read_node_hardware,
 )
 from fleetval.checks.health.params import HealthParams
-from fleetval.formats.nccllog import NcclLogSummary, network_family, read_nccl_log
+from fleetval.formats.nccllog import NcclLogSummary, network_family, parse_nccl_log
 from fleetval.store.schema import Row
 from fleetval.text import short
 from fleetval.vocab import Status
@@ -35,6 +35,10 @@ from fleetval.vocab import Status
 GIB = 1024**3
 GDR_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")  # NCCL_NET_GDR_LEVEL names, nearest first
 VISIBLE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+# Set by the rank actor at each join: the file NCCL logs to in this process (it opens it once,
+# at its first init, so a pooled rank's later jobs log there too) and its size before the job.
+NCCL_LOG_VAR = "FLEETVAL_NCCL_LOG"
+NCCL_LOG_OFFSET_VAR = "FLEETVAL_NCCL_LOG_OFFSET"
 
 
 @dataclass(frozen=True)
@@ -547,6 +551,32 @@ def expand_debug_file(value: str, hostname: str, pid: int) -> str:
     return re.sub(r"%[hp%]", lambda m: table[m.group(0)], value)
 
 
+def nccl_log_path(raw: str, pid: int) -> str:
+    """The file NCCL_DEBUG_FILE names in process `pid` on this host.
+
+    NOTE: NCCL expands %h with the hostname cut at its first dot."""
+    return expand_debug_file(raw, socket.gethostname().split(".")[0], pid)
+
+
+def read_log_from(path: str, offset: int) -> NcclLogSummary | None:
+    """The summary of what a log gained after `offset` bytes, or None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return parse_nccl_log(text)
+
+
+def collective_version_in_use(
+    loaded: str | None, header: str | None, log: NcclLogSummary | None
+) -> str | None:
+    """The NCCL/RCCL version this rank runs: the loaded library's own answer, else its log's
+    banner, else (statically linked) the header torch was built with."""
+    return loaded or (log.version if log is not None else None) or header
+
+
 def parse_meminfo_available(text: str) -> int | None:
     """MemAvailable of /proc/meminfo, in bytes."""
     m = re.search(r"^MemAvailable:\s+(\d+)\s*kB", text, re.MULTILINE)
@@ -630,12 +660,15 @@ def _nccl_log(ctx: CheckContext) -> tuple[NcclLogSummary | None, str]:
     """This rank's NCCL log summary, or None and the reason there is none."""
     if ctx.rank.backend != "nccl":
         return None, f"no NCCL log: backend is {ctx.rank.backend}"
-    raw = os.environ.get("NCCL_DEBUG_FILE")
-    if not raw:
-        return None, "no NCCL log: NCCL_DEBUG_FILE is not set"
-    # NOTE: NCCL expands %h with the hostname cut at its first dot.
-    path = expand_debug_file(raw, socket.gethostname().split(".")[0], os.getpid())
-    log = read_nccl_log(path) if Path(path).is_file() else None
+    path = os.environ.get(NCCL_LOG_VAR)
+    if not path:
+        raw = os.environ.get("NCCL_DEBUG_FILE")
+        if not raw:
+            return None, "no NCCL log: NCCL_DEBUG_FILE is not set"
+        path = nccl_log_path(raw, os.getpid())
+    # NOTE: from this job's join on: a pooled rank's file holds its earlier jobs' logs too
+    offset = int(os.environ.get(NCCL_LOG_OFFSET_VAR) or 0)
+    log = read_log_from(path, offset) if Path(path).is_file() else None
     return log, f"no NCCL log at {path}"
 
 
@@ -663,7 +696,11 @@ def _version(ctx: CheckContext, log: NcclLogSummary | None, p: HealthParams, roc
     library = "rccl" if rocm else "nccl"
     version, why = None, f"backend is {ctx.rank.backend}: no NCCL in use"
     if ctx.rank.backend == "nccl" and ctx.on_gpu:
-        version = environment.version_string(torch.cuda.nccl.version()) or (log and log.version)
+        # NOTE: torch.cuda.nccl.version() is the header torch was built with; a node whose
+        # LD_LIBRARY_PATH or plugin set-up loads another libnccl runs that one.
+        loaded, _ = environment.runtime_collective_version()
+        header = environment.version_string(torch.cuda.nccl.version())
+        version = collective_version_in_use(loaded, header, log)
         why = ""
     optional = "min_nccl_version" in p.optional
     return judge_nccl_version(
