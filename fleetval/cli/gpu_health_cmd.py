@@ -17,9 +17,11 @@ if TYPE_CHECKING:
 FilesArg = Annotated[
     list[Path],
     typer.Argument(
-        help="nvidia-smi -q / -q -x / --query-gpu / nvlink -s|-e, amd-smi metric / xgmi (text "
-        "or --json), dmesg or journalctl -k; a directory is one node (its name) holding such "
-        "files, and several directories are also checked for firmware drift"
+        help="nvidia-smi -q / -q -x / --query-gpu / nvlink -s|-e / topo -m, dcgmi diag / nvlink "
+        "-s, amd-smi metric / xgmi, lspci -vv, dmesg or journalctl -k: whole or pasted blocks, "
+        "several tools in one file, behind prompts, timestamps or srun/kubectl prefixes; a "
+        "directory is one node (its name) holding such files, and several directories are "
+        "also checked for firmware drift"
     ),
 ]
 
@@ -35,17 +37,22 @@ def gpu_health(
     as_json: JsonOpt = False,
 ) -> None:
     """Per GPU: each finding with its evidence, severity and recommended action. Exit 0 when
-    nothing is found, 1 on a finding, 2 when a file is none of the formats read."""
+    nothing is found, 1 on a finding, 2 when a file holds no block of a tool fleetval reads."""
     from fleetval.detect.hardware import HwThresholds, judge_fleet
-    from fleetval.formats.hwcapture import read_capture_files
+    from fleetval.formats.hwcapture import scan_files
 
     with bad_input_exits():
-        nodes = {node: read_capture_files(paths) for node, paths in _nodes(files).items()}
+        found = {node: scan_files(paths) for node, paths in _nodes(files).items()}
+    nodes = {n: (f.readings, f.events, f.observations) for n, f in found.items()}
     t = HwThresholds(expect_nvlinks=expect_nvlinks, expect_xgmi_links=expect_xgmi_links)
     verdicts = judge_fleet(nodes, t)
+    blocks = {path: bs for f in found.values() for path, bs in f.blocks.items()}
     if as_json:
-        typer.echo(json.dumps(_json(verdicts), indent=2))
+        out = _json(verdicts)
+        out["blocks"] = {p: [b.__dict__ for b in bs] for p, bs in blocks.items()}
+        typer.echo(json.dumps(out, indent=2))
     else:
+        _print_blocks(blocks)
         _print(verdicts)
     if any(v.bad for vs in verdicts.values() for v in vs):
         raise typer.Exit(Exit.FAILED)
@@ -98,6 +105,14 @@ def _worst(verdicts: dict[str, list[GpuVerdict]]) -> tuple[str, str]:
     node, action, reason = max(actions, key=lambda a: ACTION_RANK[a[1]])
     prefix = f"{node}: " if len(verdicts) > 1 and reason else ""
     return action.value, prefix + reason
+
+
+def _print_blocks(blocks: dict[str, list[Any]]) -> None:
+    for path, bs in blocks.items():
+        read = ", ".join(
+            f"{b.kind} (lines {b.first}-{b.last}{', partial' if b.partial else ''})" for b in bs
+        )
+        console.print(f"{path}: {read}", highlight=False, soft_wrap=True)
 
 
 def _print(verdicts: dict[str, list[GpuVerdict]]) -> None:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from fleetval.formats.gpuhw import GpuReading, KernelEvent, pci_key
+from fleetval.formats.hwobs import Observation
 from fleetval.vocab import Status
 
 
@@ -97,25 +98,58 @@ class XidRule(NamedTuple):
     node_fault: bool  # False: an application's error, the node's only when it recurs
 
 
-# NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors), the codes fleets act on.
+# NVIDIA's Xid catalog of current drivers (docs.nvidia.com/deploy/xid-errors): each code's
+# meaning, and its published immediate resolution as the action (RESET_GPU: reset GPU;
+# RESTART_BM / RESTART_VM: reboot node; the NVLink workflows: reset GPU; RESTART_APP: the
+# application's error, the node's only when it recurs; IGNORE: recorded only).
 XID_TABLE: dict[int, XidRule] = {
+    8: XidRule("GPU stopped processing (application)", Status.INFO, Action.NONE, False),
     13: XidRule("graphics engine exception (application)", Status.INFO, Action.NONE, False),
     31: XidRule("GPU memory page fault (application)", Status.INFO, Action.NONE, False),
+    32: XidRule(
+        "invalid or corrupted push buffer stream (application)", Status.INFO, Action.NONE, False
+    ),
+    38: XidRule("driver firmware error", Status.WARN, Action.WATCH, True),
     43: XidRule("GPU stopped processing (application)", Status.INFO, Action.NONE, False),
     45: XidRule("preemptive cleanup after an earlier error", Status.INFO, Action.NONE, False),
     48: XidRule("double-bit ECC error", Status.FAIL, Action.RESET_GPU, True),
+    62: XidRule("internal micro-controller halt", Status.FAIL, Action.RESET_GPU, True),
     63: XidRule("ECC page retirement or row remap recorded", Status.WARN, Action.RESET_GPU, True),
     64: XidRule("ECC page retirement or row remap failed", Status.FAIL, Action.DRAIN_RMA, True),
+    68: XidRule("NVDEC0 exception (application)", Status.INFO, Action.NONE, False),
+    69: XidRule("graphics engine class error (application)", Status.INFO, Action.NONE, False),
     74: XidRule("NVLink error", Status.FAIL, Action.RESET_GPU, True),
     79: XidRule("GPU has fallen off the bus", Status.FAIL, Action.REBOOT_NODE, True),
     92: XidRule("high single-bit ECC error rate", Status.WARN, Action.WATCH, True),
     94: XidRule("contained ECC error", Status.WARN, Action.RESET_GPU, True),
     95: XidRule("uncontained ECC error", Status.FAIL, Action.RESET_GPU, True),
+    109: XidRule("context switch timeout", Status.FAIL, Action.RESET_GPU, True),
     119: XidRule("GSP RPC timeout", Status.FAIL, Action.REBOOT_NODE, True),
     120: XidRule("GSP error", Status.FAIL, Action.REBOOT_NODE, True),
-    149: XidRule("NVLink/C2C link fatal event", Status.FAIL, Action.RESET_GPU, True),
+    121: XidRule("C2C link error", Status.WARN, Action.WATCH, True),
+    136: XidRule("NVLink link training failed", Status.FAIL, Action.RESET_GPU, True),
+    140: XidRule("unrecovered ECC error", Status.FAIL, Action.RESET_GPU, True),
+    143: XidRule("GPU initialization error", Status.FAIL, Action.RESET_GPU, True),
+    144: XidRule("NVLink SAW error", Status.FAIL, Action.RESET_GPU, True),
+    145: XidRule("NVLink RLW error", Status.FAIL, Action.RESET_GPU, True),
+    146: XidRule("NVLink TLW error", Status.FAIL, Action.RESET_GPU, True),
+    147: XidRule("NVLink TREX error", Status.FAIL, Action.RESET_GPU, True),
+    148: XidRule("NVLink NVLPW_CTRL error", Status.FAIL, Action.RESET_GPU, True),
+    149: XidRule("NVLink NETIR error (link/C2C fatal event)", Status.FAIL, Action.RESET_GPU, True),
+    150: XidRule("NVLink MSE error", Status.FAIL, Action.RESET_GPU, True),
+    151: XidRule("key rotation error", Status.FAIL, Action.REBOOT_NODE, True),
     154: XidRule("GPU recovery action changed", Status.FAIL, Action.RESET_GPU, True),
+    155: XidRule("NVLink software-defined error", Status.FAIL, Action.RESET_GPU, True),
+    156: XidRule("resource retirement event", Status.WARN, Action.RESET_GPU, True),
+    157: XidRule("resource retirement failure", Status.WARN, Action.WATCH, True),
 }
+
+# NVRM kernel messages other than Xids
+NVIDIA_EVENTS: dict[str, tuple[Status, Action, str]] = {
+    "rm_init_failed": (Status.FAIL, Action.REBOOT_NODE,
+                       "the driver could not initialise the GPU (RmInitAdapter failed): it is "
+                       "unusable until a reboot; reseat or RMA if it fails again"),
+}  # fmt: skip
 
 # NVML's GPU recovery action (nvmlDeviceGetGpuRecoveryAction) and nvidia-smi's spelling of it
 RECOVERY_ACTIONS: dict[str, Action] = {
@@ -136,6 +170,18 @@ AMD_EVENTS: dict[str, tuple[Status, Action, str]] = {
                        "an uncorrectable error was contained as poison; not yet consumed"),
     "bad_page_threshold": (Status.FAIL, Action.DRAIN_RMA,
                            "retired VRAM pages reached the driver's RMA threshold"),
+    "athub_uncorrectable": (Status.FAIL, Action.RESET_GPU,
+                            "an uncorrectable ATHUB hardware error: the driver resets the GPU, "
+                            "its jobs are lost"),
+    "aca_event": (Status.FAIL, Action.RESET_GPU,
+                  "hardware errors logged by the Accelerator Check Architecture (MCA banks): "
+                  "the GPU is reset; RMA if they recur"),
+    "reset_failed": (Status.FAIL, Action.REBOOT_NODE,
+                     "a GPU reset did not complete (SMU/DPM features could not be disabled): "
+                     "only a reboot brings the GPU back"),
+    "smu_unresponsive": (Status.WARN, Action.WATCH,
+                         "the power-management firmware (SMU) stopped answering the driver: "
+                         "clocks and telemetry are stale; a reset follows if it persists"),
 }  # fmt: skip
 
 
@@ -357,8 +403,9 @@ def judge_events(events: list[KernelEvent], t: HwThresholds) -> dict[str, list[F
 def _event_finding(kind: str, evs: list[KernelEvent], t: HwThresholds) -> Finding:
     last = evs[-1].text
     n = len(evs)
-    if evs[0].vendor == "amd":
-        severity, action, why = AMD_EVENTS[kind]
+    table = AMD_EVENTS if evs[0].vendor == "amd" else NVIDIA_EVENTS
+    if kind in table:
+        severity, action, why = table[kind]
         return Finding(kind, severity, action, why, f"{n}x, last: {last}")
     code = int(kind.removeprefix("xid_"))
     rule = XID_TABLE.get(code)
@@ -381,16 +428,85 @@ def _event_finding(kind: str, evs: list[KernelEvent], t: HwThresholds) -> Findin
     return Finding(kind, rule.severity, rule.action, rule.meaning, f"{n}x, last: {last}")
 
 
+# ---- what tools printed beside the counters ---------------------------------------------------
+
+# dcgmi diag categories -> what a failed test there means (DCGM's user guide: Deployment checks
+# software and configuration; Integration the PCIe/NVLink paths; Hardware the memory and the
+# field diagnostic; Stress the GPU under load)
+DCGM_CATEGORIES: dict[str, tuple[Action, str]] = {
+    "Deployment": (Action.WATCH, "a software or configuration check failed: fix what the "
+                   "message names (it is not the hardware), then rerun the diagnostic"),
+    "Integration": (Action.REBOOT_NODE, "the PCIe/NVLink test failed: links are down or slow; "
+                    "a reboot retrains them, a field diagnostic if it fails again"),
+    "Hardware": (Action.DRAIN_RMA, "the GPU failed a hardware test (memory or the field "
+                 "diagnostic): take it out of service for a field diagnostic and RMA"),
+    "Stress": (Action.RESET_GPU, "the GPU failed under load (bandwidth, power or stress): "
+               "reset it and rerun; RMA if it fails again"),
+}  # fmt: skip
+
+
+def judge_observation(o: Observation) -> Finding | None:
+    """The finding one observation supports; None when what the tool printed is healthy."""
+    if o.ok:
+        return None
+    if o.kind == "dcgm_test":
+        action, why = DCGM_CATEGORIES.get(o.category, (Action.WATCH, "a DCGM test failed"))
+        severity = Status.WARN if o.value.startswith("Warn") or action == Action.WATCH else \
+            Status.FAIL  # fmt: skip
+        detail = f": {o.detail}" if o.detail else ""
+        return Finding(f"dcgm_{_slug(o.subject)}", severity, action, why,
+                       f"dcgmi diag {o.category} {o.subject}: {o.value}{detail}")  # fmt: skip
+    if o.kind == "fabric":
+        return Finding("nvlink_fabric", Status.FAIL, Action.REBOOT_NODE,
+                       "the GPU is not healthily registered with the NVLink fabric: multi-node "
+                       "NVLink jobs fail or fall back; check the fabric manager / IMEX, then "
+                       "reboot", f"Fabric: {o.value} ({o.detail})")  # fmt: skip
+    if o.kind == "nvlink_pair":
+        return Finding("nvlink_pair_fewer", Status.FAIL, Action.RESET_GPU,
+                       "this GPU pair has fewer NVLinks than its peers: links are down; a reset "
+                       "retrains them, RMA if they stay down",
+                       f"topo -m {o.subject}: {o.value} ({o.detail})")  # fmt: skip
+    return Finding(o.kind, Status.WARN, Action.WATCH, f"{o.source} reports a problem",
+                   f"{o.subject}: {o.value}")  # fmt: skip
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def _observation_key(o: Observation, readings: Sequence[GpuReading]) -> str:
+    """The key of the reading this observation is about (UUID, PCI address, then index)."""
+    for r in readings:
+        if (o.uuid and r.uuid == o.uuid) or (
+            o.pci_bus_id and r.pci_bus_id and pci_key(r.pci_bus_id) == pci_key(o.pci_bus_id)
+        ):
+            return r.key()
+    for r in readings:
+        if o.index is not None and r.index == o.index and r.vendor == o.vendor:
+            return r.key()
+    if o.pci_bus_id:
+        return pci_key(o.pci_bus_id)
+    return o.uuid or (f"index:{o.index}" if o.index is not None else "node")
+
+
 # ---- a node ----------------------------------------------------------------------------------
 
 
 def judge_node(
-    readings: list[GpuReading], events: list[KernelEvent], t: HwThresholds
+    readings: list[GpuReading],
+    events: list[KernelEvent],
+    t: HwThresholds,
+    observations: Sequence[Observation] = (),
 ) -> list[GpuVerdict]:
-    """Each GPU's verdict from its readings, its peers on the node and the kernel events at
-    its PCI address; events at an address no reading names get a verdict of their own (the
-    GPU may have vanished)."""
+    """Each GPU's verdict from its readings, its peers on the node, the kernel events at its
+    PCI address and what other tools printed about it; events and observations no reading
+    names get a verdict of their own (the GPU may have vanished, or the paste named none)."""
     by_event = judge_events(events, t)
+    for o in observations:
+        if (found := judge_observation(o)) is not None:
+            key = _observation_key(o, readings)
+            if found not in by_event.setdefault(key, []):
+                by_event[key].append(found)
     peers = peer_findings(readings, t)
     verdicts = []
     for r in readings:
@@ -398,7 +514,8 @@ def judge_node(
         found = judge_reading(r, t) + peers.get(k, []) + by_event.pop(k, [])
         verdicts.append(GpuVerdict(k, gpu_label(r), r, found))
     for k, findings in sorted(by_event.items()):
-        verdicts.append(GpuVerdict(k, f"PCI {k}" if k != "node" else "node", None, findings))
+        if findings:
+            verdicts.append(GpuVerdict(k, _key_label(k), None, findings))
     return verdicts
 
 
@@ -470,15 +587,24 @@ def firmware_drift(
 
 
 def judge_fleet(
-    nodes: Mapping[str, tuple[list[GpuReading], list[KernelEvent]]], t: HwThresholds
+    nodes: Mapping[str, tuple[Any, ...]], t: HwThresholds
 ) -> dict[str, list[GpuVerdict]]:
-    """Each node judged on its own, then its GPUs' firmware against the fleet's."""
-    verdicts = {node: judge_node(readings, events, t) for node, (readings, events) in nodes.items()}
-    drift = firmware_drift({node: readings for node, (readings, _) in nodes.items()}, t)
+    """Each node judged on its own (readings, kernel events and, where given, observations),
+    then its GPUs' firmware against the fleet's."""
+    verdicts = {node: judge_node(ev[0], ev[1], t, *ev[2:3]) for node, ev in nodes.items()}
+    drift = firmware_drift({node: ev[0] for node, ev in nodes.items()}, t)
     for node, vs in verdicts.items():
         for v in vs:
             v.findings.extend(drift.get((node, v.key), []))
     return verdicts
+
+
+def _key_label(key: str) -> str:
+    if key == "node":
+        return "node"
+    if key.startswith("index:"):
+        return f"GPU {key.removeprefix('index:')}"
+    return f"GPU {key}" if key.startswith("GPU-") else f"PCI {key}"
 
 
 def gpu_label(r: GpuReading) -> str:

@@ -1,7 +1,9 @@
 """Kernel-log events about GPUs, from `dmesg`, `journalctl -k` or a log shipper: NVIDIA's
 `NVRM: Xid (PCI:dddd:bb:dd): code, ...` and "fallen off the bus" lines, and amdgpu RAS
 events (poison consumed or created, bad-page threshold reached), each with its PCI address.
-Whatever prefix a line carries (timestamps, host names, `kern :err :`) is ignored."""
+`RmInitAdapter failed!`, amdgpu ATHUB and ACA hardware errors, a failed reset and an SMU that
+stops answering. Whatever prefix a line carries (timestamps, host names, `kern :err :`) is
+ignored; an NVRM message printed over several lines is joined first."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ import re
 from fleetval.formats.gpuhw import KernelEvent
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)\b,?\s*(.*)$")
-_FALLEN = re.compile(r"NVRM: GPU ([0-9A-Fa-f:.]+): GPU has fallen off the bus")
+_FALLEN = re.compile(
+    r"NVRM: (?:GPU ([0-9A-Fa-f:.]+): GPU has fallen off the bus"
+    r"|The NVIDIA GPU ([0-9A-Fa-f:.]+)\b.*fallen off the bus)"
+)
+_RM_INIT = re.compile(r"NVRM: GPU ([0-9A-Fa-f:.]+): RmInitAdapter failed!")
 _RECOVERY = re.compile(r"recovery action changed from .*? to 0x[0-9a-f]+ \(([^)]+)\)")
 _AMDGPU = re.compile(r"amdgpu ([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d): (.*)$")
 # amdgpu RAS messages -> event kind
@@ -18,17 +24,39 @@ _AMD_KINDS = (
     (re.compile(r"poison is consumed", re.IGNORECASE), "poison_consumed"),
     (re.compile(r"poison is created", re.IGNORECASE), "poison_created"),
     (re.compile(r"Saved bad pages \d+ reaches threshold value \d+"), "bad_page_threshold"),
+    (
+        re.compile(r"uncorrectable hardware error\(ERREVENT_ATHUB_INTERRUPT\)"),
+        "athub_uncorrectable",
+    ),
+    (re.compile(r"Accelerator Check Architecture events logged"), "aca_event"),
+    (
+        re.compile(r"GPU reset\(\d+\) failed|ASIC reset failed|Failed to disable smu features"),
+        "reset_failed",
+    ),
+    (re.compile(r"SMU: I'm not done with your previous command"), "smu_unresponsive"),
 )
 
 
 def read_kernel_log(text: str) -> list[KernelEvent]:
     """Every GPU event in a kernel log, in order; lines about anything else are skipped."""
     events = []
-    for line in text.splitlines():
+    for line in _joined(text.splitlines()):
         event = _nvidia(line) or _amd(line)
         if event is not None:
             events.append(event)
     return events
+
+
+def _joined(lines: list[str]) -> list[str]:
+    """NVRM messages printed over several lines (the continuation indented, without a
+    timestamp, "NVRM: " again) as one line."""
+    out: list[str] = []
+    for line in lines:
+        if out and "NVRM:" in out[-1] and re.match(r"^\s+NVRM: ", line):
+            out[-1] = f"{out[-1]} {line.strip().removeprefix('NVRM: ')}"
+        else:
+            out.append(line)
+    return out
 
 
 def _nvidia(line: str) -> KernelEvent | None:
@@ -39,7 +67,10 @@ def _nvidia(line: str) -> KernelEvent | None:
                            code=int(m.group(2)), text=text,
                            recovery_action=action.group(1) if action else None)  # fmt: skip
     if m := _FALLEN.search(line):
-        return KernelEvent(vendor="nvidia", kind="fallen_off_bus", pci_bus_id=m.group(1), text=text)
+        return KernelEvent(vendor="nvidia", kind="fallen_off_bus", pci_bus_id=m.group(1) or m.group(2),
+                           text=text)  # fmt: skip
+    if m := _RM_INIT.search(line):
+        return KernelEvent(vendor="nvidia", kind="rm_init_failed", pci_bus_id=m.group(1), text=text)
     return None
 
 

@@ -31,10 +31,15 @@ _GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)
 
 
 def read_nvidia_smi_q(text: str) -> list[GpuReading]:
-    """Every GPU block of `nvidia-smi -q` (or of `-q -d ECC,PAGE_RETIREMENT,...`)."""
-    if "NVSMI LOG" not in text:
-        raise SmiError("nvidia-smi -q: expected the '==NVSMI LOG==' header")
+    """Every GPU block of `nvidia-smi -q` (or of `-q -d ECC,PAGE_RETIREMENT,...`); a pasted
+    excerpt without the banner is read from its `GPU 00000000:1B:00.0` lines, and one without
+    those either (a single section, as `grep -A` prints it) as one GPU of unknown identity."""
     top, blocks = _blocks(text.splitlines())
+    if not blocks and "NVSMI LOG" not in text:
+        g = tree(text.splitlines())
+        if not any(isinstance(v, dict) and v for v in g.values()):
+            raise SmiError("nvidia-smi -q: expected the '==NVSMI LOG==' header or GPU sections")
+        return [_from_q(None, None, g, None)]
     driver = top.get("Driver Version")
     return [_from_q(i, bus, tree(lines), driver) for i, (bus, lines) in enumerate(blocks)]
 
@@ -52,7 +57,9 @@ def _blocks(lines: list[str]) -> tuple[dict[str, Any], list[tuple[str, list[str]
     return tree(head), blocks
 
 
-def _from_q(index: int, bus: str, g: dict[str, Any], driver: str | None) -> GpuReading:
+def _from_q(
+    index: int | None, bus: str | None, g: dict[str, Any], driver: str | None
+) -> GpuReading:
     name = g.get("Product Name")
     return GpuReading(
         vendor="nvidia",
@@ -402,7 +409,7 @@ def _from_csv(r: dict[str, Any]) -> GpuReading:
 
 # ---- nvidia-smi nvlink -s / -e ---------------------------------------------------------------
 
-_NVLINK_GPU = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
+_NVLINK_GPU = re.compile(r"^GPU (\d+): (.+?) \(UUID: ([^)]*)\)\s*$")
 _NVLINK_LINK = re.compile(r"^\s*Link (\d+): (.*)$")
 
 
@@ -412,11 +419,12 @@ def read_nvidia_smi_nvlink(text: str) -> list[GpuReading]:
     gpus: list[dict[str, Any]] = []
     for line in text.splitlines():
         if m := _NVLINK_GPU.match(line):
-            gpus.append({"index": int(m.group(1)), "name": m.group(2), "uuid": m.group(3),
+            uuid = m.group(3) if re.match(r"GPU-[0-9a-fA-F]{8}-", m.group(3)) else None
+            gpus.append({"index": int(m.group(1)), "name": m.group(2), "uuid": uuid,
                          "links": {}, "errors": {}, "all_inactive": False})  # fmt: skip
         elif gpus and (m := _NVLINK_LINK.match(line)):
             _link_line(gpus[-1], int(m.group(1)), m.group(2).strip())
-        elif gpus and "all links are inactive" in line:
+        elif gpus and "all links are inactive" in line.lower():
             gpus[-1]["all_inactive"] = True
     if not gpus:
         raise SmiError("nvidia-smi nvlink: expected 'GPU n: <name> (UUID: GPU-...)' lines")

@@ -1,0 +1,95 @@
+"""`dcgmi` output: `dcgmi diag` tables in the three layouts DCGM printed (2.x: "Blacklist" and
+"Pass - All"; 3.x: a Metadata section and "Denylist"; 4.x: lower-case test names with a
+"GPUn: Pass" row per GPU), and `dcgmi nvlink -s` / `--link-status` (U, D, X, _ per link).
+
+Cells wrap at a fixed width, mid-word: a message is joined from its raw cell slices before
+its spaces are collapsed, so "disab" + "led" reads "disabled".
+"""
+
+from __future__ import annotations
+
+import re
+
+from fleetval.formats.gpuhw import GpuReading
+from fleetval.formats.hwobs import Observation
+
+_ROW = re.compile(r"^\s*\| (.{25}) \| (.{1,45})")  # the cells are 25 and 45 wide
+_SECTION = re.compile(r"^\s*[|+]-----\s+(\w+)\s+-+\+")
+_PER_GPU = re.compile(r"^GPU(\d+):\s*(Pass|Fail|Warn|Skip)\w*", re.IGNORECASE)
+_MESSAGE_ROWS = {"error", "warning", "info"}
+
+
+def is_diag_header(line: str) -> bool:
+    return bool(re.match(r"^\s*\|\s*Diagnostic\s+\|\s*Result\s+\|", line))
+
+
+def read_dcgmi_diag(lines: list[str]) -> tuple[dict[str, str], list[Observation]]:
+    """The Metadata rows and one observation per test and GPU it names (the node when it names
+    none), from the table's lines (starting at its `| Diagnostic | Result |` header)."""
+    meta: dict[str, str] = {}
+    tests: list[dict[str, object]] = []
+    category = ""
+    for line in lines:
+        if m := _SECTION.match(line):
+            category = m.group(1)
+            continue
+        m = _ROW.match(line)
+        if not m or line.strip().startswith("+") or is_diag_header(line):
+            continue
+        name, cell = m.group(1).strip(), m.group(2)
+        if category == "Metadata":
+            meta[name] = cell.strip()
+        elif name and name.lower() not in _MESSAGE_ROWS:
+            tests.append({"name": name, "category": category, "result": cell.strip(),
+                          "gpus": {}, "message": ""})  # fmt: skip
+        elif tests and (g := _PER_GPU.match(cell.strip())):
+            tests[-1]["gpus"][int(g.group(1))] = g.group(2).title()  # type: ignore[index]
+        elif tests:
+            tests[-1]["message"] = f"{tests[-1]['message']}{cell}"
+    return meta, [o for t in tests for o in _observations(t)]
+
+
+def _observations(t: dict[str, object]) -> list[Observation]:
+    result = str(t["result"])
+    message = " ".join(str(t["message"]).split())
+    status = result.split(" - ")[0].strip().title() or "Fail"
+    per_gpu: dict[int, str] = t["gpus"]  # type: ignore[assignment]
+    if not per_gpu and status in ("Fail", "Warn"):
+        named = [int(n) for n in re.findall(r"GPU:? ?(\d+)", f"{result} {message}")]
+        per_gpu = {n: status for n in dict.fromkeys(named)}
+    common = {"vendor": "nvidia", "source": "dcgmi diag", "kind": "dcgm_test",
+              "subject": str(t["name"]), "category": str(t["category"]), "detail": message}  # fmt: skip
+    if not per_gpu:
+        return [Observation(ok=status not in ("Fail", "Warn"), value=result, **common)]
+    return [Observation(ok=s not in ("Fail", "Warn"), value=s, index=i,
+                        **{**common, "detail": _about(message, i)})
+            for i, s in per_gpu.items()]  # fmt: skip
+
+
+def _about(message: str, gpu: int) -> str:
+    """The parts of a message that name this GPU (DCGM joins one part per GPU with ", ")."""
+    parts = re.split(r"(?<=\.),\s+", message)
+    mine = [p for p in parts if re.search(rf"GPU ?{gpu}\b", p)]
+    return ", ".join(mine or parts)
+
+
+# ---- dcgmi nvlink -s ------------------------------------------------------------------------
+
+_GPU_ID = re.compile(r"^\s*gpuId (\d+):\s*$")
+_STATES = re.compile(r"^\s*([UDX_](?: [UDX_])*)\s*$")
+
+
+def read_dcgmi_nvlink_status(lines: list[str]) -> list[GpuReading]:
+    """Per GPU the links up (U) of those that exist (U, D down, X disabled; _ not supported)."""
+    out = []
+    gpu: int | None = None
+    for line in lines:
+        if m := _GPU_ID.match(line):
+            gpu = int(m.group(1))
+        elif gpu is not None and (m := _STATES.match(line)):
+            links = m.group(1).split()
+            total = sum(s != "_" for s in links)
+            out.append(GpuReading(vendor="nvidia", source="dcgmi nvlink", index=gpu,
+                                  nvlink_up=links.count("U"), nvlink_total=total or None))  # fmt: skip
+            gpu = None
+    return out
