@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fleetval.analysis.baselines import BaselineError, UnknownFilterKey
@@ -87,21 +87,22 @@ def _install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(BaselineError)
     @app.exception_handler(CompareError)
-    async def _unresolved(_: Any, err: Exception) -> Any:
+    async def _unresolved(request: Request, err: Exception) -> Any:
         # NOTE: well-formed, but the runs stored now cannot satisfy it: a conflict with state
-        return problem(409, str(err))
+        return problem(409, errors.public(str(err), request))
 
     @app.exception_handler(IndexBuilding)
     async def _building(_: Any, err: Exception) -> Any:
         return problem(503, str(err), headers={"Retry-After": "2"})
 
     @app.exception_handler(UnknownFilterKey)
-    async def _bad_filter(_: Any, err: UnknownFilterKey) -> Any:
+    async def _bad_filter(request: Request, err: UnknownFilterKey) -> Any:
         # NOTE: a key nothing in the store has yet: any key is well-formed (the schema admits
         # it, and a label may appear with the next run), so a conflict with the store's state
         # (409), naming the field; 422 would reject a schema-valid request
-        field = {"loc": ["body", "where", err.key], "msg": str(err), "type": "unknown_key"}
-        return problem(409, str(err), [field])
+        detail = errors.public(str(err), request)
+        field = {"loc": ["body", "where", err.key], "msg": detail, "type": "unknown_key"}
+        return problem(409, detail, [field])
 
 
 def publish_inputs(spec: dict[str, Any], limits: Limits) -> dict[str, Any]:

@@ -136,14 +136,30 @@ def suite_errors(err: SuiteError, kind: str = "invalid_suite") -> list[dict[str,
     return out
 
 
+METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")  # what a route here may serve
+
+
 def _allowed(app: FastAPI, request: Request) -> list[str]:
     """Every method some route serves at this request's path."""
-    methods: set[str] = set()
-    for route in app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        if match != Match.NONE:
-            methods |= getattr(route, "methods", None) or set()
-    return sorted(methods)
+    # NOTE: asked of the routes by matching, not read from their `methods`: an included
+    # router is one route with none (FastAPI >= 0.16x wraps each in an `_IncludedRouter`)
+    return [
+        method
+        for method in METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL
+            for route in app.router.routes
+        )
+    ]
+
+
+def public(detail: str, request: Request) -> str:
+    """A library message as a client may read it: the data directory is the server's own
+    business (a path on it says where tokens and inline suites are kept)."""
+    roots = {str(request.app.state.settings.data_dir), str(request.app.state.store.root)}
+    for root in sorted(roots, key=len, reverse=True):
+        detail = detail.replace(root, "the store")
+    return detail
 
 
 def _summary(errors: list[dict[str, Any]]) -> str:
@@ -192,13 +208,13 @@ def install(app: FastAPI) -> None:
         return problem(404, str(err.args[0]) if err.args else "no such baseline")
 
     @app.exception_handler(CorruptFile)
-    async def _corrupt(_: Request, err: CorruptFile) -> JSONResponse:
+    async def _corrupt(request: Request, err: CorruptFile) -> JSONResponse:
         # NOTE: the server's own data is at fault, never the request: 5xx, naming the file
-        return problem(500, f"stored data cannot be read: {err}")
+        return problem(500, f"stored data cannot be read: {public(str(err), request)}")
 
     @app.exception_handler(StoreError)
-    async def _store(_: Request, err: StoreError) -> JSONResponse:
-        return problem(422, str(err))
+    async def _store(request: Request, err: StoreError) -> JSONResponse:
+        return problem(422, public(str(err), request))
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, err: Exception) -> JSONResponse:

@@ -24,7 +24,8 @@ LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 LabelValue = Annotated[str, StringConstraints(max_length=1024)]
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
 # The store's run ids and baseline names: letters, digits, '.', '_' and '-'.
-RunId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+STORE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+RunId = Annotated[str, StringConstraints(pattern=STORE_NAME)]
 # NOTE: validated by the library (parse_suite: field paths, cross-field rules); the schema
 # says the two forms: a shipped name, or an inline suite, whose schema (`Suite`: the step
 # union by `check`, every parameter) the app adds to the OpenAPI's components from the

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Path, Response
 
 from fleetval.analysis.baselines import Baseline, Baselines
 from fleetval.api.deps import AdminToken, ReadToken, StoreDep
-from fleetval.api.models import BaselineOut, BaselineRequest, BaselineRuns
+from fleetval.api.models import STORE_NAME, BaselineOut, BaselineRequest, BaselineRuns
 
 router = APIRouter(prefix="/v1/baselines", tags=["baselines"])
-BaselineName = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+BaselineName = Annotated[str, Path(pattern=STORE_NAME)]
 _UNRESOLVED = {409: {"description": "It resolves to no stored run (unknown run ids, no match)"}}
 
 

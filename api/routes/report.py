@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Query, Response
 from fleetval.analysis.baselines import Baselines
 from fleetval.api import service
 from fleetval.api.deps import ReadToken, StoreDep
+from fleetval.api.models import STORE_NAME
 from fleetval.reports import render_for_accept
 from fleetval.signoff.sweep import SWEEPS_SHOWN
 
@@ -33,7 +34,9 @@ def report(
     run_id: str,
     _: ReadToken,
     store: StoreDep,
-    baseline: str | None = None,
+    baseline: Annotated[
+        str | None, Query(pattern=STORE_NAME, description="A baseline's name (as everywhere)")
+    ] = None,
     sweeps: Annotated[
         int, Query(ge=1, le=1000, description="A sweep's report: each node over this many sweeps")
     ] = SWEEPS_SHOWN,

@@ -218,3 +218,49 @@ def test_a_plain_step_name_is_accepted(served):
     suite = {**TINY, "steps": [{**TINY["steps"][0], "name": "barrier-1.fast_path"}]}
     r = httpx.post(f"{url}/v1/runs", json={"suite": suite}, headers=h["alice"], timeout=10)
     assert r.status_code == 201, r.text
+
+
+# -- 10. a 405 names the methods the path serves -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method, path, allowed",
+    [
+        ("DELETE", "/v1/runs", "GET, POST"),
+        ("PUT", "/v1/runs/20261101-000000-base01", "GET"),
+        ("POST", "/healthz", "GET"),
+        ("PATCH", "/v1/baselines/b1", "DELETE, GET, PUT"),
+        ("GET", "/v1/compare", "POST"),
+    ],
+)
+def test_a_405_names_the_allowed_methods(served, method, path, allowed):
+    url, h = served
+    r = httpx.request(method, f"{url}{path}", headers=h["root"], timeout=10)
+    assert r.status_code == 405, r.text
+    assert r.headers["allow"] == allowed
+
+
+# -- 11. a baseline name is checked alike everywhere; no problem names the data directory --
+
+
+def test_a_baseline_name_that_is_no_name_is_422_on_report_and_compare(served):
+    url, h = served
+    evil = "../../etc/passwd"
+    report = f"{url}/v1/runs/20261101-000000-base01/report"
+    r = httpx.get(report, params={"baseline": evil}, headers=h["read"], timeout=10)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["loc"] == ["query", "baseline"]
+    body = {"baseline": evil, "runs": ["20261101-000000-base01"]}
+    r = httpx.post(f"{url}/v1/compare", json=body, headers=h["read"], timeout=10)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["loc"] == ["body", "baseline"]
+
+
+def test_a_conflict_does_not_name_the_data_directory(served, tmp_path_factory):
+    url, h = served
+    body = {"runs": ["20261101-000000-nope01"]}
+    r = httpx.put(f"{url}/v1/baselines/b1", json=body, headers=h["root"], timeout=10)
+    assert r.status_code == 409, r.text
+    assert "20261101-000000-nope01" in r.json()["detail"]
+    data = str(tmp_path_factory.getbasetemp())
+    assert data not in r.text and "/tmp" not in r.text and "the store" in r.text
