@@ -13,6 +13,7 @@ from fleetval.cli import (
     run_cmd,
     schedule_cmds,
     serve_cmds,
+    stragglers_cmd,
     sweep_cmd,
 )
 
@@ -38,6 +39,7 @@ app.command("ingest")(ingest_cmds.ingest)
 app.command("nccl-log")(ingest_cmds.nccl_log)
 app.command("gpu-health")(gpu_health_cmd.gpu_health)
 app.command("gpu-watch")(gpu_health_cmd.gpu_watch)
+app.command("stragglers")(stragglers_cmd.stragglers)
 app.add_typer(compare_cmds.baseline_app, name="baseline")
 app.command("serve")(serve_cmds.serve)
 app.command("submit")(serve_cmds.submit)
