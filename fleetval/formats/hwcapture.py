@@ -94,8 +94,13 @@ def scan(text: str) -> Capture:
     _topo(s)
     _lspci(s)
     events = kernlog.read_kernel_log(text)
-    if events or (not s.blocks and kernlog.looks_like_kernel_log(text)):
-        s.blocks.append(Block("kernel log", 1, len(s.lines)))
+    if events:
+        texts = {e.text.split(" NVRM: ")[0] for e in events}
+        at = [i for i, ln in enumerate(text.splitlines()) if ln.strip() and
+              any(ln.strip() in t or t in ln for t in texts)]  # fmt: skip
+        s.add("kernel log", at[0] if at else 0, at[-1] if at else len(s.lines) - 1)
+    elif not s.blocks and kernlog.looks_like_kernel_log(text):
+        s.add("kernel log", 0, len(s.lines) - 1)
     if not s.blocks:
         looked = ", ".join(KINDS)
         raise SmiError(f"not a capture fleetval reads (no block of any of: {looked})")
