@@ -1,6 +1,8 @@
 """The one HTTP client of the commands that talk to a fleetval service (`submit`, `schedule`).
 
-Base URL and bearer token come from `--server`/`--token`; every request has a deadline. A
+Base URL and bearer token come from `--server`/`--token` or the environment ($FLEETVAL_TOKEN,
+or the file $FLEETVAL_TOKEN_FILE names: a command line is visible in `ps` and CI logs, the
+environment and a file are not); every request has a deadline. A
 service that cannot be reached or answers an error (the service's one error shape is an RFC
 9457 problem) raises `ServiceError`, a `ValueError`, so `bad_input_exits` prints the problem's
 detail and exits 2. httpx is imported when a client opens, so other commands start without it.
@@ -9,6 +11,7 @@ detail and exits 2. httpx is imported when a client opens, so other commands sta
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +33,10 @@ ServerOpt = Annotated[str, typer.Option("--server", envvar="FLEETVAL_SERVER", he
 TokenOpt = Annotated[
     str | None,
     typer.Option(
-        "--token", envvar="FLEETVAL_TOKEN", help="Bearer token [default: $FLEETVAL_TOKEN]"
+        "--token",
+        envvar="FLEETVAL_TOKEN",
+        help="Bearer token [default: $FLEETVAL_TOKEN, else the file $FLEETVAL_TOKEN_FILE]; "
+        "prefer those: a command line shows in ps and CI logs",
     ),
 ]
 
@@ -62,12 +68,26 @@ def suite_body(suite: str) -> str | dict[str, Any]:
     return data
 
 
+def resolve_token(token: str | None) -> str | None:
+    """`--token` or $FLEETVAL_TOKEN, else the file $FLEETVAL_TOKEN_FILE names (stripped)."""
+    if token:
+        return token
+    path = os.environ.get("FLEETVAL_TOKEN_FILE")
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError as err:
+        raise ServiceError(f"$FLEETVAL_TOKEN_FILE {path}: {err.strerror}") from None
+
+
 class ServiceClient:
     """One connection to a service: `call` for a request, `events` for a run's progress."""
 
     def __init__(self, server: str, token: str | None) -> None:
         import httpx  # NOTE: here, so the other commands start without it
 
+        token = resolve_token(token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=server, headers=headers, timeout=REQUEST_TIMEOUT_S)
 

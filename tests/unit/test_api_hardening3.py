@@ -264,3 +264,29 @@ def test_a_conflict_does_not_name_the_data_directory(served, tmp_path_factory):
     assert "20261101-000000-nope01" in r.json()["detail"]
     data = str(tmp_path_factory.getbasetemp())
     assert data not in r.text and "/tmp" not in r.text and "the store" in r.text
+
+
+# -- 8. the client reads its token from the environment or a file, never a command line ---
+
+
+def test_the_client_reads_its_token_from_the_file_fleetval_token_file_names(served, tmp_path):
+    url, h = served
+    secret = tmp_path / "token"
+    secret.write_text(h["read"]["Authorization"].removeprefix("Bearer ") + "\n")
+    secret.chmod(0o600)
+    env = {k: v for k, v in os.environ.items() if k != "FLEETVAL_TOKEN"}
+    env |= {"FLEETVAL_TOKEN_FILE": str(secret), "PYTHONPATH": os.getcwd()}
+    cmd = [sys.executable, "-m", "fleetval.cli", "schedule", "list", "--json", "--server", url]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().startswith("[")
+    env["FLEETVAL_TOKEN_FILE"] = str(tmp_path / "absent")
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "FLEETVAL_TOKEN_FILE" in res.stderr, res.stderr
+
+
+def test_the_docs_never_put_a_token_on_a_command_line():
+    root = Path(__file__).resolve().parents[2]
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for n, line in enumerate(doc.read_text().splitlines(), 1):
+            assert "--token $" not in line and "--token ..." not in line, f"{doc.name}:{n}"
