@@ -48,6 +48,9 @@ def run_bandwidth(ctx: CheckContext, p: BandwidthParams) -> list[Row]:
         for size in p.sizes.sizes():
             count = elements_for(collective, size, dtype, world)
             nbytes = count * TORCH_DTYPE[dtype].itemsize
+            # NOTE: the previous case's buffers go before this one's are made: at 16 GiB both
+            # alive at once (and the verification's temporaries) would not fit beside each other
+            case = None
             case = prepare(ctx, collective, op, dtype, count)
             timing = ctx.measure(collective.value, case.launch, warmup=p.warmup, iters=p.iters)
             samples, calls = timing.samples_us, timing.per_call_us

@@ -53,7 +53,9 @@ TORCH_OP: dict[ReduceOp, Any] = {
 REDUCING = {Collective.ALL_REDUCE, Collective.REDUCE, Collective.REDUCE_SCATTER}
 ROOT = 0
 SPAN = 4  # ranks per element that send more than the identity of a sum or product
-CHUNK = 1 << 16  # elements made or verified at once: temporaries of 512 KiB stay in cache
+CHUNK = 1 << 16  # elements made or verified at once on CPU: temporaries of 512 KiB stay in cache
+GPU_CHUNK_MAX = 1 << 26  # on a GPU: a 16 GiB bf16 buffer in 128 chunks, not 131,072 (a sync each)
+CHUNK_BYTES_PER_ELEMENT = 64  # temporaries per element made or verified (int64/float64, masks)
 
 # torch >= 2.12 renamed the tensor-in/tensor-out variants; keep working on older builds.
 _all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
@@ -72,9 +74,12 @@ def avg_rtol(dtype: DType) -> float:
 def _hash(seed: int, idx: torch.Tensor, rank: torch.Tensor | int | None = None) -> torch.Tensor:
     """32 well-mixed bits of (seed, idx[, rank]), elementwise (idx and rank broadcast).
 
-    int64 arithmetic kept below 2**63, so it is the same on every device; in place where it
-    can be, since making and verifying a large message is mostly this function."""
-    x = (idx & 0x7FFFFFFF) * 0x27D4EB2F
+    Every bit of the 64-bit index counts (both halves enter, each times an odd constant), so
+    no pattern repeats within a buffer of any size; indices below 2**31 hash as they always
+    have. int64 arithmetic kept below 2**63, so it is the same on every device; in place where
+    it can be, since making and verifying a large message is mostly this function."""
+    x = (idx & _M32) * 0x27D4EB2F  # < 2**62
+    x.add_(((idx >> 32) & _M32) * 0x2F0F3A5D).bitwise_and_(_M32)  # 0 below 2**32: sums mod 2**32
     if rank is not None:
         x = x + (torch.as_tensor(rank) & _M32) * 0x165667B1
     x.add_(seed * 0x9E3779B1 & _M32).bitwise_and_(_M32)
@@ -147,14 +152,30 @@ def pattern(
     return values(seed, rank, torch.arange(n), op, world or 1)
 
 
-def _chunks(n: int) -> Iterator[tuple[int, int]]:
-    for lo in range(0, n, CHUNK):
-        yield lo, min(lo + CHUNK, n)
+def chunk_elements(device_type: str, free_bytes: int | None = None) -> int:
+    """Elements made or verified at once: on CPU what keeps temporaries in cache; on a GPU a
+    power of two whose temporaries take at most an eighth of the free memory, up to
+    GPU_CHUNK_MAX (large kernels, few host syncs when counting wrong elements)."""
+    if device_type != "cuda":
+        return CHUNK
+    fit = GPU_CHUNK_MAX if free_bytes is None else free_bytes // 8 // CHUNK_BYTES_PER_ELEMENT
+    return max(CHUNK, min(GPU_CHUNK_MAX, 1 << max(fit.bit_length() - 1, 0)))
+
+
+def _chunk_for(device: torch.device) -> int:
+    if device.type != "cuda":
+        return CHUNK
+    return chunk_elements("cuda", torch.cuda.mem_get_info(device)[0])
+
+
+def _chunks(n: int, size: int = CHUNK) -> Iterator[tuple[int, int]]:
+    for lo in range(0, n, size):
+        yield lo, min(lo + size, n)
 
 
 def _fill(out: torch.Tensor, of: Of, plus: int = 0) -> torch.Tensor:
     """Write of(index) + plus into `out` a chunk at a time, in out's dtype and device."""
-    for lo, hi in _chunks(out.numel()):
+    for lo, hi in _chunks(out.numel(), _chunk_for(out.device)):
         out[lo:hi] = of(torch.arange(lo, hi, device=out.device)) + plus
     return out
 
@@ -177,7 +198,7 @@ class Case:
         rtol = avg_rtol(dtype) if op == ReduceOp.AVG else 0.0
         out = self.output.detach().reshape(-1)
         total, by_source = 0, torch.zeros(0, dtype=torch.int64)
-        for lo, hi in _chunks(out.numel()):
+        for lo, hi in _chunks(out.numel(), _chunk_for(out.device)):
             idx = torch.arange(lo, hi, device=out.device)
             got = out[lo:hi].to(torch.float64)
             want = self.expect(idx).to(torch.float64)
@@ -310,21 +331,45 @@ def _moving(ctx: CheckContext, collective: Collective, inp: torch.Tensor) -> Cas
     return Case(lambda: dist.all_to_all_single(out, inp), out.zero_, inp, out, want, by_chunk)
 
 
+def host_staged(backend: str, device: torch.device) -> bool:
+    """Whether send/recv goes through host memory here.
+
+    NOTE: gloo stages CUDA tensors through the host for its collectives, but its send/recv
+    hands the tensor's device pointer to its TCP pair, which then reads GPU memory as host
+    memory (a failure whose transport error names no rank)."""
+    return backend == "gloo" and device.type == "cuda"
+
+
+Peered = list[tuple[torch.Tensor, int]]  # (buffer, peer rank)
+
+
+def exchange(sends: Peered, recvs: Peered, *, staged: bool) -> None:
+    """Post the sends, then the receives, in one batch (no deadlock on nccl) and wait for all;
+    `staged`: through host copies, the received ones copied back to the device after."""
+    if staged:
+        host_recvs = [(torch.empty(t.shape, dtype=t.dtype), peer) for t, peer in recvs]
+        sends = [(t.detach().to("cpu", copy=True), peer) for t, peer in sends]
+        recvs, device_recvs = host_recvs, recvs
+    ops = [dist.P2POp(dist.isend, t, peer) for t, peer in sends]
+    ops += [dist.P2POp(dist.irecv, t, peer) for t, peer in recvs]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    if staged:
+        for (dev, _), (host, _) in zip(device_recvs, recvs, strict=True):
+            dev.copy_(host)
+
+
 def _ring(ctx: CheckContext, inp: torch.Tensor, want: Of, prev: Of) -> Case:
     """Send to rank+1 and receive from rank-1 in one batch (no deadlock on nccl)."""
     r, n = ctx.rank.rank, ctx.rank.world_size
     out = torch.zeros_like(inp)
+    staged = host_staged(ctx.rank.backend, inp.device)
 
     def launch() -> None:
         if n == 1:
             out.copy_(inp)
             return
-        ops = [
-            dist.P2POp(dist.isend, inp, (r + 1) % n),
-            dist.P2POp(dist.irecv, out, (r - 1) % n),
-        ]
-        for req in dist.batch_isend_irecv(ops):
-            req.wait()
+        exchange([(inp, (r + 1) % n)], [(out, (r - 1) % n)], staged=staged)
 
     return Case(launch, out.zero_, inp, out, want, prev)
 
@@ -396,6 +441,7 @@ def run_collectives(ctx: CheckContext, p: CollectivesParams) -> list[Row]:
         ctx, p.check, p.collectives, p.ops, p.dtypes, rows
     ):
         count = elements_for(collective, int(p.size), dtype, ctx.rank.world_size)
+        case = None  # NOTE: the previous case's buffers go before this one's are made
         case = prepare(ctx, collective, op, dtype, count)
         wrong, by_source, samples = 0, {}, []
         for i in range(p.repeats):
