@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from fleetval.cli.common import DataOpt, Exit, JsonOpt, console, err_console
 
@@ -41,15 +42,14 @@ def stragglers(paths: PathsArg, data: DataOpt = None, as_json: JsonOpt = False) 
     job waited. Exit 0 nobody late, 1 a straggler named, 2 nothing readable."""
     from fleetval.detect.stragglers import judge
 
-    traces, steps, skipped = _read(paths)
-    if not traces and not steps:
-        err_console.print(
-            f"[red]error:[/red] nothing readable in {', '.join(map(str, paths))}: looked for "
-            f"{LOOKED_FOR}" + (f"; not read: {', '.join(skipped[:5])}" if skipped else ""),
-            highlight=False,
-        )
+    traces, steps, diag, skipped = _read(paths)
+    if not traces and not steps and not diag:
+        what = f"nothing readable in {', '.join(map(str, paths))}: looked for {LOOKED_FOR}"
+        what += f"; not read: {', '.join(skipped[:5])}" if skipped else ""
+        err_console.print(f"[red]error:[/red] {escape(what)}", highlight=False)
         raise typer.Exit(Exit.BAD_INPUT)
     report = judge(traces, steps)
+    _diagnostics(diag, report)
     context = _node_context(data, sorted({r.host for r in report.named if r.host}))
     if as_json:
         doc = report.to_dict() | {"nodes": context, "not_read": skipped}
@@ -66,12 +66,14 @@ def _files(paths: list[Path]) -> list[Path]:
     return out
 
 
-def _read(paths: list[Path]) -> tuple[list[RankTrace], list[StepLine], list[str]]:
-    """Each file as what it is: a dump, a step log, or neither (named, not fatal)."""
-    from fleetval.formats import frdump, steplog
+def _read(paths: list[Path]) -> tuple[list[RankTrace], list[StepLine], list[Any], list[str]]:
+    """Each file as what it is: a dump, NCCL RAS or Inspector output, a step log, or none of
+    these (named, not fatal)."""
+    from fleetval.formats import frdump, nccldiag, steplog
 
     dumps: list[Path] = []
     steps: list[StepLine] = []
+    diag: list[Any] = []
     skipped: list[str] = []
     for f in _files(paths):
         with f.open("rb") as fh:
@@ -79,7 +81,17 @@ def _read(paths: list[Path]) -> tuple[list[RankTrace], list[StepLine], list[str]
         if frdump.looks_like_dump(head):
             dumps.append(f)
             continue
-        found = steplog.read(f) if b"\x00" not in head else []
+        text = f.read_text(errors="replace") if b"\x00" not in head else ""
+        if nccldiag.looks_like_ras(text):
+            diag.append(nccldiag.parse_ras(text))
+            continue
+        if nccldiag.looks_like_inspector(text):
+            try:
+                diag.append(nccldiag.parse_inspector(text))
+            except ValueError as err:
+                skipped.append(f"{f} ({err})")
+            continue
+        found = steplog.parse(text, file_rank=steplog.file_rank(f)) if text else []
         if found:
             steps += found
         else:
@@ -92,7 +104,20 @@ def _read(paths: list[Path]) -> tuple[list[RankTrace], list[StepLine], list[str]
             traces.append(frdump.read(d, host=d.parent.name if per_host else None))
         except ValueError as err:
             skipped.append(f"{d} ({err})")
-    return traces, steps, skipped
+    return traces, steps, diag, skipped
+
+
+def _diagnostics(diag: list[Any], report: Report) -> None:
+    """NCCL RAS reports and Inspector records, said as evidence beside the verdict."""
+    from fleetval.detect.stragglers import judge_inspector
+    from fleetval.formats.nccldiag import RasReport
+
+    records = [r for d in diag if isinstance(d, list) for r in d]
+    for d in diag:
+        if isinstance(d, RasReport):
+            report.notes += d.notes()
+    if records:
+        judge_inspector(records, report)
 
 
 def _node_context(data: Path | None, hosts: list[str]) -> dict[str, list[str]]:
@@ -133,7 +158,7 @@ def _when(t: float | None) -> str:
 
 def _print(report: Report, context: dict[str, list[str]], skipped: list[str]) -> None:
     def say(line: str) -> None:
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(escape(line), highlight=False, soft_wrap=True)
 
     for w in report.windows:
         steps = f", steps {w.first_step}-{w.last_step}" if w.first_step is not None else ""
@@ -149,7 +174,8 @@ def _print(report: Report, context: dict[str, list[str]], skipped: list[str]) ->
                 f"{r.waited_s:.3g} s; {r.kind} (late at the call)"
             )
     for s in report.step_windows:
-        say(f"steps {s.first_step}-{s.last_step} inflated ({_when(s.start_s)}-{_when(s.end_s)}): "
+        when = f" ({_when(s.start_s)}-{_when(s.end_s)})" if s.end_s is not None else ""
+        say(f"steps {s.first_step}-{s.last_step} inflated{when}: "
             f"peak {s.peak_s:.3g} s against a median of {s.baseline_s:.3g} s, "
             f"{s.cost_s:.3g} s lost")  # fmt: skip
     for host, lines in context.items():
