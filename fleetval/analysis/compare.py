@@ -43,7 +43,7 @@ from fleetval.analysis.compare_settings import (
     settings_from_suite_json,
 )
 from fleetval.analysis.outliers import Outlier, late_rank_outliers, slow_devices
-from fleetval.analysis.runvalues import ID_COLS, Identity, run_values
+from fleetval.analysis.runvalues import ID_COLS, MODEL_COLUMNS, Identity, group_name, run_values
 from fleetval.arrays import arrow, dict_codes, group_rows, np_col, segment_median
 from fleetval.metrics import Direction, MetricDecl, infer, merge
 from fleetval.status import passes_for_compare, usable_as_baseline
@@ -188,12 +188,12 @@ def _decl(decls: dict[str, MetricDecl], metric: str, unit: str | None) -> Metric
 
 
 def _models(store: Store, runs: list[str]) -> pa.Table:
-    return store.nodes(runs).select(["run_id", "node", "gpu_model"])
+    return store.nodes(runs).select(MODEL_COLUMNS)
 
 
 def _sku_of(models: pa.Table, run_id: str) -> dict[str, str]:
     mine = models.filter(pc.is_in(models["run_id"], value_set=arrow([run_id])))
-    return {r["node"]: r["gpu_model"] or "unknown" for r in mine.to_pylist()}
+    return {r["node"]: group_name(r) for r in mine.to_pylist()}
 
 
 # -- the statistics per identity ---------------------------------------------------------------
@@ -521,16 +521,26 @@ def _reason(py: dict[str, list], i: int) -> str:
     change = f"{py['change_pct'][i]:+.2f}%"
     if why == _ONE_RUN:
         return (
-            f"{change}; one run per side: the run-to-run spread is unknown, so no change is "
-            f"supported (threshold {t:g}%); a baseline of 5+ runs gives verdicts"
+            f"{change}; one run per side: the run-to-run spread is unknown{_short_history(py, i, ' (', ')')}, "
+            f"so no change is supported (threshold {t:g}%); a baseline of 5+ runs gives verdicts"
         )
     kind = "prediction interval for one run" if nc == 1 else "interval"
     lo, hi, sd, q = (py[name][i] for name in ("ci_low_pct", "ci_high_pct", "run_sd_pct", "q_value"))
-    past = f" and {py['history'][i]} earlier" if py["history"][i] else ""
+    used = py["history"][i] and (py["history_df"][i] or 0) > 0
+    past = f" and {py['history'][i]} earlier" if used else ""
     return (
         f"{change} {kind} [{lo:+.2f}, {hi:+.2f}], run sd {sd:.2g}% on {_df_parts(py, i)}, "
-        f"q={q:.2g} ({nb}+{nc}{past} runs), threshold {t:g}%"
+        f"q={q:.2g} ({nb}+{nc}{past} runs{_short_history(py, i, '; ', '')}), threshold {t:g}%"
     )
+
+
+def _short_history(py: dict[str, list], i: int, before: str, after: str) -> str:
+    """Said where earlier runs measured the identity but too few to use (no history df)."""
+    h = py["history"][i]
+    if not h or (py["history_df"][i] or 0) > 0:
+        return ""
+    runs = f"{h} earlier run{'s' * (h != 1)}"
+    return f"{before}its {runs}: too few for a history, {st.MIN_HISTORY} are needed{after}"
 
 
 def _df_parts(py: dict[str, list], i: int) -> str:
@@ -656,7 +666,7 @@ def compare_runs(
     all_runs = base_runs + candidates
     history = history_runs(store, [records[c] for c in candidates], base_runs, settings)
     nodes = store.nodes(all_runs + history)
-    models = nodes.select(["run_id", "node", "gpu_model"])
+    models = nodes.select(MODEL_COLUMNS)
     values = run_values(
         store.summaries(all_runs + history),
         models=models if per == "sku" else None,
@@ -672,10 +682,15 @@ def compare_runs(
         o for c in candidates for o in run_outliers(store, records[c], settings, decls, models)
     ]
     notes += _side_notes(len(base_runs), len(candidates))
-    if history:
+    if len(history) >= st.MIN_HISTORY:
         notes.append(
             f"run-to-run spreads also from {len(history)} earlier runs of the suite "
             f"({history[0]} .. {history[-1]}; --history 0: the runs compared alone)"
+        )
+    elif history:
+        notes.append(
+            f"{len(history)} earlier run{'s' * (len(history) != 1)} of the suite: too few for "
+            f"a history of run-to-run spreads ({st.MIN_HISTORY} are needed), left unused"
         )
     failed = tuple(c for c in candidates if not passes_for_compare(records[c].status))
     return Comparison(

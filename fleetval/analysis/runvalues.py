@@ -55,20 +55,33 @@ class Identity:
         return " ".join(p for p in parts if p)
 
 
+# What run_values' `models` holds: a node's GPU model (and count) in each run.
+MODEL_COLUMNS = ["run_id", "node", "gpu_model", "gpu_count"]
+
+
+def group_name(node: dict) -> str:
+    """A node's group in a run: its GPU model; "cpu" for a node without GPUs (as `fleetval
+    run` and the health check call it); "unknown" for GPUs of no recorded model."""
+    if node.get("gpu_model"):
+        return node["gpu_model"]
+    return "cpu" if "gpu_count" in node and not node["gpu_count"] else "unknown"
+
+
 def _groups(summaries: pa.Table, models: pa.Table | None) -> tuple[np.ndarray, list[str]]:
     """Per row the group's code and the group names: the node itself (models None), else
-    its GPU model in that run ("unknown" if none); looked up per (run, node) pair."""
+    its group_name in that run ("unknown" where the run has no record of it); looked up per
+    (run, node) pair."""
     node, nodes = dict_codes(summaries["node"])
     if models is None:
         return node, [n or "" for n in nodes]
     run, runs = dict_codes(summaries["run_id"])
-    names = sorted({m or "unknown" for m in models["gpu_model"].to_pylist()} | {"unknown"})
+    names = sorted({group_name(m) for m in models.to_pylist()} | {"unknown"})
     lookup = np.full((len(runs) + 1) * (len(nodes) + 1), names.index("unknown"), np.int64)
     run_at, node_at = {r: i for i, r in enumerate(runs)}, {n: i for i, n in enumerate(nodes)}
     for rec in models.to_pylist():
         r, n = run_at.get(rec["run_id"]), node_at.get(rec["node"])
         if r is not None and n is not None:
-            lookup[r * (len(nodes) + 1) + n] = names.index(rec["gpu_model"] or "unknown")
+            lookup[r * (len(nodes) + 1) + n] = names.index(group_name(rec))
     return lookup[run * (len(nodes) + 1) + node], names
 
 
@@ -103,7 +116,7 @@ def _measurements(summaries: pa.Table) -> pa.Table:
 def run_values(summaries: pa.Table, *, models: pa.Table | None, cutoff_bytes: int) -> pa.Table:
     """Per (run, identity): the run's value in its metric's units, with the group.
 
-    `models` (run_id, node, gpu_model) groups nodes by GPU model; None groups per node.
+    `models` (MODEL_COLUMNS) groups nodes by GPU model; None groups per node.
     Timed identities are judged size-aware: latency_us below `cutoff_bytes` (or without
     busbw), busbw_gbps above. A group's value is the rank-weighted mean of its nodes' values.
     String columns come dictionary-encoded, each dictionary as pc.dictionary_encode makes it

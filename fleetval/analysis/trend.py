@@ -28,7 +28,7 @@ from fleetval.analysis.compare_settings import (
     CompareSettings,
     settings_from_suite_json,
 )
-from fleetval.analysis.runvalues import ID_COLS, Identity, run_values
+from fleetval.analysis.runvalues import ID_COLS, MODEL_COLUMNS, Identity, run_values
 from fleetval.metrics import Direction, infer
 from fleetval.store.dataset import Store
 
@@ -140,7 +140,7 @@ def history(
 ) -> dict[Identity, tuple[list[str], list[float]]]:
     """Per identity: the runs (oldest first) that measured it and each run's value."""
     settings = settings or CompareSettings()
-    models = store.nodes(run_ids).select(["run_id", "node", "gpu_model"])
+    models = store.nodes(run_ids).select(MODEL_COLUMNS)
     values = run_values(
         store.summaries(run_ids),
         models=models if per == "sku" else None,

@@ -28,7 +28,13 @@ runner = CliRunner()
 
 
 def _write(
-    store: Store, i: int, rng: np.random.Generator, *, slow: float = 1.0, rocm: str = "6.1.2"
+    store: Store,
+    i: int,
+    rng: np.random.Generator,
+    *,
+    slow: float = 1.0,
+    rocm: str = "6.1.2",
+    gpu: str | None = "MI300X",
 ) -> str:
     started = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=i)
     run_id = f"{started:%Y%m%d}-000000-{i:06x}"
@@ -44,7 +50,8 @@ def _write(
                     busbw_gbps=size / med / 1e3, samples_us=tuple(t))
             )  # fmt: skip
     store.write_results(run_id, "bandwidth", rows)
-    store.write_nodes(run_id, [{"node": "node-0", "gpu_model": "MI300X", "rocm_version": rocm}])
+    store.write_nodes(run_id, [{"node": "node-0", "gpu_model": gpu, "gpu_count": 8 if gpu else 0,
+                                "rocm_version": rocm}])  # fmt: skip
     store.write_run(RunRecord(run_id=run_id, suite="bw", status="pass", started_at=started))
     return run_id
 
@@ -155,3 +162,24 @@ def test_results_filters_and_nccl_summary(data: Path) -> None:
     assert line["time_min_us"] <= line["time_avg_us"] <= line["time_max_us"]
     table = _cli(data, "results", run, "--summary")
     assert table.exit_code == 0 and "busbw_gbps" in table.output
+
+
+def test_compare_of_cpu_runs_says_cpu_and_that_a_short_history_went_unused(
+    tmp_path: Path,
+) -> None:
+    """CPU nodes (no GPU model) are the group `cpu`, as `run` and `health` say it; one run per
+    side with 2 earlier runs: every reason and the notes say the history was too short to use
+    (3 are needed), not only that the spread is unknown."""
+    store, rng = Store(tmp_path), np.random.default_rng(1)
+    runs = [_write(store, i, rng, gpu=None) for i in range(4)]  # 2 earlier, baseline, candidate
+    assert _cli(tmp_path, "baseline", "set", "one", "--run", runs[2]).exit_code == 0
+    res = _cli(tmp_path, "compare", "-b", "one", "--run", runs[3], "--json")
+    doc = json.loads(res.stdout)
+    assert doc["history_runs"] == runs[:2]
+    assert {r["identity"]["group"] for r in doc["results"]} == {"cpu"}
+    timed = [r for r in doc["results"] if r["history_runs"]]
+    assert timed and all(
+        "its 2 earlier runs: too few for a history, 3 are needed" in r["reason"] for r in timed
+    )
+    assert any("2 earlier runs of the suite: too few" in n for n in doc["notes"])
+    assert not any("run-to-run spreads also from" in n for n in doc["notes"])
