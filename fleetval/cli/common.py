@@ -14,15 +14,51 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
+from rich.table import Table
 
 from fleetval.store.catalog import Catalog, default_data_dir
 
 if TYPE_CHECKING:
     from fleetval.store.dataset import Store
 
-console = Console()
-err_console = Console(stderr=True)
+# Off a terminal (a pipe, a CI log) no line is cut or wrapped: wider than any table or message.
+PIPE_WIDTH = 100_000
+
+
+class CliConsole(Console):
+    """Rich tables at the terminal's width on a terminal; elsewhere (a pipe, a CI log) plain
+    text at full width: tables as plain columns without a box, as nccl-tests prints them,
+    nothing cut to "..." and no message wrapped, whatever COLUMNS says.
+
+    NOTE: decided at each print, not at start: the stream may change under a test runner.
+    Rich's TTY_COMPATIBLE=1 (or FORCE_COLOR) makes a pipe a terminal."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)  # type: ignore[attr-defined]
+        return size if self.is_terminal else ConsoleDimensions(PIPE_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+    def print(self, *objects: object, **kwargs: object) -> None:  # type: ignore[override]
+        if not self.is_terminal:
+            objects = tuple(_plain(o) for o in objects)
+            kwargs.setdefault("soft_wrap", True)
+        super().print(*objects, **kwargs)  # type: ignore[arg-type]
+
+
+def _plain(obj: object) -> object:
+    """A table as plain columns (no box); anything else as it is."""
+    if isinstance(obj, Table):
+        obj.box, obj.show_edge = None, False
+    return obj
+
+
+console = CliConsole()
+err_console = CliConsole(stderr=True)
 
 
 class Exit(IntEnum):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -63,12 +64,13 @@ def fleet_store(root: Path, n: int) -> tuple[str, list[int]]:
 
 
 def fleetval(data: Path, *args: str) -> str:
-    """The real command in its own process: the console is 80 columns wide."""
-    env = {**os.environ, "COLUMNS": "80", "FLEETVAL_DATA": str(data)}
+    """The real command in its own process, on a terminal 80 columns wide (Rich's
+    TTY_COMPATIBLE: a pipe gets full-width plain text), its styles taken out."""
+    env = {**os.environ, "COLUMNS": "80", "FLEETVAL_DATA": str(data), "TTY_COMPATIBLE": "1"}
     proc = subprocess.run([sys.executable, "-m", "fleetval", *args], capture_output=True,
                           text=True, env=env, timeout=120, check=False)  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr
-    return proc.stdout
+    return re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)
 
 
 @pytest.fixture(scope="module", params=[16, 1024], ids=["16-nodes", "1024-nodes"])

@@ -1,4 +1,5 @@
-"""What users read stays put: show, results --summary, compare and report from a fixed store.
+"""What users read stays put: show, results --summary, compare and report from a fixed store,
+as a pipe or a CI log gets them (plain text, nothing cut).
 
 The store in tests/data/store holds four real `fleetval run` runs (three clean smoke runs, the
 baseline `base`, and one with a 5 ms delay on rank 2). Regenerate the expected files only for a
@@ -58,3 +59,27 @@ def test_output_is_unchanged(name: str, store: Path, tmp_path: Path) -> None:
     if os.environ.get("FLEETVAL_REGEN_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text()
+
+
+def test_through_a_pipe_nothing_is_cut_or_wrapped(store: Path) -> None:
+    """Output read in a CI log or a pipe, even with COLUMNS=40: plain columns with whole
+    headers (no box, no "..."), run ids whole on one line, an error message on one line."""
+    env = {**os.environ, "COLUMNS": "40", "FLEETVAL_DATA": str(store)}
+    env.pop("TTY_COMPATIBLE", None), env.pop("FORCE_COLOR", None)
+
+    def fleetval(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "fleetval", *args], capture_output=True,
+                              text=True, env=env, timeout=120, check=False)  # fmt: skip
+
+    lines = fleetval("results", CANDIDATE, "--summary").stdout.splitlines()
+    header = ["step", "size", "count", "type", "redop", "collective", "ranks", "time_us",
+              "algbw_gbps", "busbw_gbps", "wrong", "time_min_us", "time_avg_us", "time_max_us"]  # fmt: skip
+    assert lines[1].split() == header
+    assert all(len(line.split()) == len(header) for line in lines[2:]) and len(lines) == 7
+    assert not any(c in "\n".join(lines) for c in "…┃│━")
+    compare = fleetval("compare", "--baseline", "base", "--run", CANDIDATE).stdout.splitlines()
+    assert any(line.startswith(f"late rank in {CANDIDATE}: rank 2 (vm)") and
+               line.endswith("(peers 1%)") for line in compare)  # fmt: skip
+    assert not any("…" in line for line in compare)
+    bad = fleetval("results", CANDIDATE, "--step", "nowhere")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
