@@ -291,17 +291,15 @@ def create_schedule(db: ServiceDB, limits: Limits, req: ScheduleRequest, token: 
                 kind="reserved",
             )
     check_submission(db, resolve_suite(req.suite), limits)
-    owned = db.owner_schedules(token.name)
-    if owned >= limits.max_schedules_per_owner:
-        raise TooMany(
-            f"{token.name!r} has {owned} schedules; this service allows "
-            f"{limits.max_schedules_per_owner} (max_schedules_per_owner)"
-        )
-    schedule = db.add_schedule(
-        name=req.name, cron=req.cron, suite=req.suite, labels=req.labels, retries=req.retries,
-        catchup=req.catchup, owner=token.name,
-        next_fire=stamp(next_after(req.cron, datetime.now(UTC))),
-    )  # fmt: skip
+    try:
+        schedule = db.add_schedule(
+            name=req.name, cron=req.cron, suite=req.suite, labels=req.labels,
+            retries=req.retries, catchup=req.catchup, owner=token.name,
+            next_fire=stamp(next_after(req.cron, datetime.now(UTC))),
+            max_per_owner=limits.max_schedules_per_owner,
+        )  # fmt: skip
+    except QuotaExceeded as err:
+        raise TooMany(str(err)) from err
     if schedule is None:
         raise Conflict(f"a schedule named {req.name!r} exists", loc=["body", "name"])
     return schedule

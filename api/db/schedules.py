@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from fleetval.api.db.connection import Connection, now
+from fleetval.api.db.submissions import QuotaExceeded
 from fleetval.api.models import ScheduleOut
 
 # A stored schedule is the API's model itself (api/models.py): one declaration of its fields.
@@ -43,18 +44,36 @@ class ScheduleTable(Connection):
         catchup: str,
         owner: str,
         next_fire: str,
+        max_per_owner: int | None = None,
     ) -> Schedule | None:
-        """A new schedule (committed on return); None when the name is taken."""
-        try:
-            with self._lock:
+        """A new schedule (committed on return); None when the name is taken. With
+        `max_per_owner`, QuotaExceeded when the owner has that many: counted and inserted in
+        one write transaction (across processes too), as a submission's quota is."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                if max_per_owner is not None:
+                    owned = self._conn.execute(
+                        "SELECT COUNT(*) FROM schedules WHERE owner = ?", (owner,)
+                    ).fetchone()[0]
+                    if owned >= max_per_owner:
+                        raise QuotaExceeded(
+                            f"{owner!r} has {owned} schedules; this service allows "
+                            f"{max_per_owner} (max_schedules_per_owner)"
+                        )
                 self._conn.execute(
                     "INSERT INTO schedules (name, cron, suite, labels, retries, catchup, owner,"
                     " created_at, next_fire) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (name, cron, json.dumps(suite), json.dumps(labels), retries, catchup, owner,
                      now(), next_fire),
                 )  # fmt: skip
-        except sqlite3.IntegrityError:
-            return None
+                self._conn.execute("COMMIT")
+            except sqlite3.IntegrityError:
+                self._conn.execute("ROLLBACK")
+                return None
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
         return self.schedule(name)
 
     def schedule(self, name: str) -> Schedule | None:

@@ -290,3 +290,34 @@ def test_the_docs_never_put_a_token_on_a_command_line():
     for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
         for n, line in enumerate(doc.read_text().splitlines(), 1):
             assert "--token $" not in line and "--token ..." not in line, f"{doc.name}:{n}"
+
+
+# -- 13. the schedule quota is checked in the insert's own transaction --------------------
+
+
+def test_concurrent_schedules_never_pass_the_quota_together(tmp_path):
+    (tmp_path / "limits.yaml").write_text("max_schedules_per_owner: 2\n")
+    db = ServiceDB(tmp_path)
+    token = db.create_token(Scope.SUBMIT, "carol")
+    db.close()
+    server = Serve(tmp_path, "--limits", str(tmp_path / "limits.yaml")).start()
+    statuses: list[int] = []
+    barrier = threading.Barrier(16)
+
+    def create(i: int) -> None:
+        body = {"name": f"nightly-{i}", "cron": "@daily", "suite": TINY}
+        with httpx.Client(timeout=30) as client:
+            barrier.wait()
+            r = client.post(f"{server.url}/v1/schedules", json=body,
+                            headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+        statuses.append(r.status_code)
+
+    try:
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        server.stop()
+    assert sorted(statuses) == [201, 201] + [429] * 14, sorted(statuses)
