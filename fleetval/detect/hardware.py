@@ -357,10 +357,10 @@ def _links(r: GpuReading, t: HwThresholds) -> list[Finding]:
                            "NVLinks down: peer traffic falls back to PCIe or fails; a reset "
                            "retrains them, RMA if they stay down",
                            f"NVLinks up: {r.nvlink_up} of {expected}"))  # fmt: skip
-    elif r.nvlink_up == 0:
-        out.append(Finding("nvlink_down", Status.WARN, Action.RESET_GPU,
-                           "every NVLink is inactive (set expect_nvlinks to make this a failure)",
-                           "all links are inactive"))  # fmt: skip
+    elif r.nvlink_up == 0:  # NOTE: no active link is no NVLink fabric in use (a lone SXM GPU)
+        out.append(Finding("nvlink_inactive", Status.INFO, Action.NONE,
+                           "no NVLink is active: no NVLink fabric in use (set expect_nvlinks "
+                           "where one must be)", "all links are inactive"))  # fmt: skip
     for counter, n in sorted(r.nvlink_errors.items()):
         if n >= t.link_errors_watch:
             out.append(Finding(f"nvlink_{counter}_errors", Status.WARN, Action.WATCH,

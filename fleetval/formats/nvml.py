@@ -10,8 +10,8 @@ counts), "RetiredPagesPending", "RemappedRows" (corr, unc, pending, failure),
 "MaxPcieLinkGeneration", "CurrPcieLinkWidth", "MaxPcieLinkWidth", "PcieReplayCounter",
 "PerformanceState", "ClocksEventReasons" (bitmask), "ClockSm", "MaxClockSm", "Temperature",
 "TemperatureSlowdown", "PowerUsage", "EnforcedPowerLimit", "PowerDefaultLimit" (milliwatts),
-"NvLinkStates" (one bool per link that exists), "NvLinkErrors" ({counter: total}),
-"GpuRecoveryAction" (enum).
+"NvLinkStates" (one bool per link that exists), "NvLinkErrors" ({counter: total over the
+links, None where NVML did not answer it}), "GpuRecoveryAction" (enum).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ CLOCK_EVENT_BITS = {
 # nvmlDeviceGpuRecoveryAction_t, as nvidia-smi prints it
 RECOVERY_ACTION = {0: "None", 1: "GPU Reset Required", 2: "Node Reboot Required",
                    3: "Drain P2P", 4: "Drain and Reset"}  # fmt: skip
+NVLINK_COUNTERS = ("replay", "recovery", "crc")  # nvmlDeviceGetNvLinkErrorCounter, summed per name
 
 
 def _text(v: Any) -> str | None:
@@ -55,12 +56,33 @@ def clock_reasons(mask: int | None) -> list[str] | None:
     return [name for bit, name in CLOCK_EVENT_BITS.items() if mask & bit]
 
 
+def nvlink_counts(states: list[bool] | None) -> tuple[int | None, int | None]:
+    """(links up, links in all) from NVML's state per existing link.
+
+    NOTE: NVML answers a state for every link the GPU has, used or not: an SXM GPU alone in a
+    VM has 18 links, none active. No active link is no NVLink fabric in use, read as nvidia-smi
+    reads it ("all links are inactive": 0 up, no total), not as 18 links down."""
+    if states is None:
+        return None, None
+    up = sum(bool(s) for s in states)
+    return up, (len(states) if up else None)
+
+
+def unread_link_counters(r: GpuReading) -> list[str]:
+    """NVLink error counters NVML did not answer on a GPU with active links: not read, never
+    counted as 0."""
+    if r.source != "nvml" or not r.nvlink_up:
+        return []
+    return [c for c in NVLINK_COUNTERS if c not in r.nvlink_errors]
+
+
 def from_nvml(index: int, raw: dict[str, Any]) -> GpuReading:
     """One GPU's NVML answers as a reading."""
     name = _text(raw.get("Name"))
     rows = raw.get("RemappedRows") or (None, None, None, None)
     hist = raw.get("RowRemapperHistogram")
-    links = raw.get("NvLinkStates")
+    links_up, links_total = nvlink_counts(raw.get("NvLinkStates"))
+    errors = {k: v for k, v in (raw.get("NvLinkErrors") or {}).items() if v is not None}
     pstate = raw.get("PerformanceState")
     recovery = raw.get("GpuRecoveryAction")
     return GpuReading(
@@ -105,8 +127,8 @@ def from_nvml(index: int, raw: dict[str, Any]) -> GpuReading:
         power_w=_watts(raw.get("PowerUsage")),
         power_limit_w=_watts(raw.get("EnforcedPowerLimit")),
         power_default_limit_w=_watts(raw.get("PowerDefaultLimit")),
-        nvlink_up=None if links is None else sum(bool(s) for s in links),
-        nvlink_total=None if not links else len(links),
-        nvlink_errors=raw.get("NvLinkErrors") or {},
+        nvlink_up=links_up,
+        nvlink_total=links_total,
+        nvlink_errors=errors,
         recovery_action=None if recovery is None else RECOVERY_ACTION.get(recovery, str(recovery)),
     )

@@ -155,7 +155,7 @@ def test_nvlink_all_up_and_all_inactive() -> None:
     assert all(codes(g) == {} for g in up)
     (down,) = nvsmi.read_nvidia_smi_nvlink(text("nvlink-s-a100-inactive.txt"))
     assert (down.index, down.nvlink_up, down.nvlink_total) == (6, 0, None)
-    assert codes(down) == {"nvlink_down": ("warn", "reset GPU")}
+    assert codes(down) == {"nvlink_inactive": ("info", "none")}  # no fabric in use: no drain
     assert codes(down, HwThresholds(expect_nvlinks=12)) == {"nvlink_down": ("fail", "reset GPU")}
 
 

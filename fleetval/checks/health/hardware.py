@@ -29,7 +29,7 @@ from fleetval.detect.hardware import (
 from fleetval.formats import amdsmi, kernlog, nvsmi
 from fleetval.formats.gpuhw import GpuReading, KernelEvent, merge
 from fleetval.formats.hwcapture import read_capture_files
-from fleetval.formats.nvml import from_nvml
+from fleetval.formats.nvml import from_nvml, unread_link_counters
 from fleetval.formats.smi import SmiError
 from fleetval.store.schema import GPU_METRIC  # one row per GPU, its reading in details
 from fleetval.vocab import Status
@@ -251,7 +251,7 @@ def _nvlinks(nv: Any, h: Any) -> dict[str, Any]:
     """Link states of the links this GPU has (NVML refuses the others), and the DL error
     counters summed over them."""
     states: list[bool] = []
-    errors = {"replay": 0, "recovery": 0, "crc": 0}
+    errors: dict[str, int | None] = {"replay": 0, "recovery": 0, "crc": 0}
     counters = (("replay", 0), ("recovery", 1), ("crc", 2), ("crc", 3))  # DL_REPLAY, ... CRC_DATA
     for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
         state = _ask(nv, nv.nvmlDeviceGetNvLinkState, h, link)
@@ -259,7 +259,9 @@ def _nvlinks(nv: Any, h: Any) -> dict[str, Any]:
             continue
         states.append(bool(state))
         for name, counter in counters:
-            errors[name] += _ask(nv, nv.nvmlDeviceGetNvLinkErrorCounter, h, link, counter) or 0
+            n = _ask(nv, nv.nvmlDeviceGetNvLinkErrorCounter, h, link, counter)
+            total = errors[name]  # NOTE: an unanswered counter is not read, never 0
+            errors[name] = None if n is None or total is None else total + n
     return {"NvLinkStates": states or None, "NvLinkErrors": errors if states else {}}
 
 
@@ -301,6 +303,8 @@ def not_judged(r: GpuReading) -> list[str]:
         missing.append("PCIe link")
     if r.clock_reasons is None:
         missing.append("clock-limit reasons")
+    if unread_link_counters(r):
+        missing.append(f"NVLink {'/'.join(unread_link_counters(r))} error counters")
     return missing
 
 
