@@ -78,6 +78,11 @@ class Limits(BaseModel):
         description="per-iteration samples in one Parquet download (80 MB of doubles), at "
         "least one row's; the file stops at the row before, as with max_parquet_rows",
     )
+    max_baseline_runs: PositiveInt = Field(
+        100,
+        description="runs one filter baseline may resolve to: a `where` without `last` is "
+        "stored with this `last`, a larger `last` is 422",
+    )
     retain_finished_s: PositiveFloat = Field(
         30 * 24 * 3600.0,
         description="finished submissions and their events are pruned this long after their "

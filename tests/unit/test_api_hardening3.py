@@ -321,3 +321,53 @@ def test_concurrent_schedules_never_pass_the_quota_together(tmp_path):
     finally:
         server.stop()
     assert sorted(statuses) == [201, 201] + [429] * 14, sorted(statuses)
+
+
+# -- 12. baselines come in pages; a filter baseline resolves to a bounded number of runs ---
+
+
+def test_baselines_are_listed_in_pages(served):
+    url, h = served
+    for name in ("page-a", "page-b", "page-c"):
+        body = {"runs": ["20261101-000000-base01"]}
+        r = httpx.put(f"{url}/v1/baselines/{name}", json=body, headers=h["root"], timeout=10)
+        assert r.status_code in (200, 201), r.text
+    seen, cursor, pages = [], None, 0
+    while True:
+        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        r = httpx.get(f"{url}/v1/baselines", params=params, headers=h["read"], timeout=10)
+        assert r.status_code == 200, r.text
+        assert len(r.json()) <= 2
+        seen += [b["name"] for b in r.json()]
+        pages += 1
+        cursor = r.headers.get("x-fleetval-next-cursor")
+        if cursor is None:
+            break
+    assert pages >= 2 and seen == sorted(seen) and {"page-a", "page-b", "page-c"} <= set(seen)
+    r = httpx.get(f"{url}/v1/baselines", params={"limit": 0}, headers=h["read"], timeout=10)
+    assert r.status_code == 422
+
+
+def test_a_filter_baseline_resolves_to_at_most_max_baseline_runs(tmp_path):
+    store = Store(tmp_path)
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        write_run(store, f"20261101-00000{i}-run00{i}", healthy(f"20261101-00000{i}-run00{i}", rng))
+    (tmp_path / "limits.yaml").write_text("max_baseline_runs: 2\n")
+    db = ServiceDB(tmp_path)
+    auth = {"Authorization": f"Bearer {db.create_token(Scope.ADMIN, 'root')}"}
+    db.close()
+    server = Serve(tmp_path, "--limits", str(tmp_path / "limits.yaml")).start()
+    try:
+        put = f"{server.url}/v1/baselines/all-release"
+        r = httpx.put(put, json={"where": {"suite": "release"}}, headers=auth, timeout=10)
+        assert r.status_code == 201, r.text
+        assert r.json()["last"] == 2
+        assert r.json()["resolves_to"] == ["20261101-000001-run001", "20261101-000002-run002"]
+        body = {"where": {"suite": "release"}, "last": 3}
+        r = httpx.put(put, json=body, headers=auth, timeout=10)
+        assert r.status_code == 422, r.text
+        assert r.json()["errors"][0]["loc"] == ["body", "last"]
+        assert "max_baseline_runs" in r.json()["detail"]
+    finally:
+        server.stop()
