@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
@@ -251,10 +251,50 @@ def probe_device(ctx: CheckContext, own: Sequence[ModelExpectation] = ()) -> Dev
     return Device(name, expectations_for(name, own))
 
 
+def turns(devices: Sequence[tuple[str, str] | None]) -> list[tuple[int, int]]:
+    """Each rank's (turn, ranks sharing its device), by rank: ranks on one GPU (the same node
+    and device) take turns in rank order; a rank without a GPU (None) never waits."""
+    out = []
+    for rank, dev in enumerate(devices):
+        same = [r for r, d in enumerate(devices) if d is not None and d == dev]
+        out.append((same.index(rank), len(same)) if dev is not None else (0, 1))
+    return out
+
+
+def _turn(ctx: CheckContext) -> tuple[int, int, int]:
+    """(this rank's turn, ranks sharing its GPU, rounds every rank takes part in).
+
+    NOTE: fractional GPU ranks (gloo, gpus_per_rank 0.25) measuring at once would each get a
+    share of the device and fail against its spec sheet."""
+    import torch.distributed as dist
+
+    if not ctx.on_gpu or ctx.rank.world_size == 1 or not dist.is_initialized():
+        return 0, 1, 1
+    mine = (ctx.rank.node, ctx.rank.device_id or f"{ctx.rank.node}/{ctx.device}")
+    devices: list[tuple[str, str] | None] = [None] * ctx.rank.world_size
+    ctx.enter("all_gather_object", 0)
+    dist.all_gather_object(devices, mine)
+    every = turns(devices)
+    turn, sharers = every[ctx.rank.rank]
+    return turn, sharers, max(n for _, n in every)
+
+
 def run_microbench(ctx: CheckContext, p: MicrobenchParams) -> list[Row]:
     """This rank's GPU reaches its model's expected GEMM, memory and host-link throughput."""
+    import torch.distributed as dist
+
     dev = probe_device(ctx, p.expectations)
-    # GEMM first: it also warms clocks and the allocator for the bandwidth tests.
-    rows = [*_gemm_rows(ctx, p, dev), _copy_row(ctx, p, dev), *_host_rows(ctx, p, dev)]
-    ctx.synchronize()
+    turn, sharers, rounds = _turn(ctx)
+    rows: list[Row] = []
+    for now in range(rounds):  # ranks sharing a GPU measure one after another, alone on it
+        if now == turn:
+            # GEMM first: it also warms clocks and the allocator for the bandwidth tests.
+            rows = [*_gemm_rows(ctx, p, dev), _copy_row(ctx, p, dev), *_host_rows(ctx, p, dev)]
+            ctx.synchronize()
+        if rounds > 1:
+            ctx.enter("barrier", now)
+            dist.barrier()
+    if sharers > 1:
+        shared = {"shared_device": {"turn": turn, "sharers": sharers}}
+        rows = [replace(r, details={**(r.details or {}), **shared}) for r in rows]
     return rows
