@@ -216,3 +216,10 @@ def test_named_node_is_joined_with_its_sweeps(tmp_path: Path) -> None:
     assert code == 1, out
     (seen, *_) = json.loads(out)["nodes"]["node-1"]
     assert seen == f"sweeps, oldest first: healthy ({ids[0]}), suspect ({ids[1]})"
+
+
+def test_json_lines_shape_is_parsed() -> None:
+    """No public sample found (tests/data/README.md): the shape the reader accepts."""
+    (s,) = steplog.parse('{"step": 7, "rank": 3, "host": "n1", "time": 1.8e9, "step_time_ms": 950}')
+    assert (s.step, s.rank, s.host, s.time_s) == (7, 3, "n1", 1.8e9)
+    assert s.duration_s == pytest.approx(0.95)
