@@ -140,6 +140,7 @@ class Executor(Supervised):
         try:
             # NOTE: Ray loads here, in the thread that holds the lock, not with the app: an API
             # replica (`--no-executor`) and a standby worker never import it (RESULTS.md).
+            from fleetval.run.cluster import disconnect
             from fleetval.run.pool import RankPool
 
             self.pool = RankPool()
@@ -148,6 +149,7 @@ class Executor(Supervised):
                 self._supervise()
             finally:
                 self.pool.close()
+                disconnect()  # an embedded Ray's processes stop with the service
         finally:  # NOTE: also when Ray fails to import: a held lock would strand the queue
             self.active = False
             lock.close()  # releases the lock for a standby worker

@@ -26,6 +26,9 @@ RANK_NICENESS = 0
 EMBEDDED_RANKS_PER_CORE = 4
 
 
+_embedded = False  # this process started an embedded instance (disconnect stops it)
+
+
 class ClusterUnreachable(ValueError):
     """The Ray address given cannot be reached (bad input: nothing ran)."""
 
@@ -48,11 +51,17 @@ def connect(address: str | None, min_cpus: float = 0) -> None:
         check_reachable(address)
     if ray.is_initialized():
         return
+    # NOTE: this process is a driver, stopped by SIGTERM as a service is (or a CI job at its
+    # timeout): Ray's crash handler would print a stack trace for it that reads as a crash.
+    # The ranks, Ray's workers, keep theirs.
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         return
     cpus = embedded_cpus(min_cpus)
-    with _loopback_node():
+    global _embedded
+    with _loopback_node(), _quiet(_TOKEN_LOGGER, _TOKEN_NOTICE):
+        _embedded = True
         ray.init(
             address="local",  # a fresh instance, even when a test cluster left its address file
             num_cpus=cpus,
@@ -62,6 +71,37 @@ def connect(address: str | None, min_cpus: float = 0) -> None:
             log_to_driver=False,
             _system_config={"worker_niceness": RANK_NICENESS},
         )
+
+
+def disconnect() -> None:
+    """Stop the embedded instance this process started, with its processes (a service that
+    stops takes them along); a cluster joined, or a Ray its caller started, is left alone."""
+    global _embedded
+    if _embedded and ray.is_initialized():
+        ray.shutdown()
+    _embedded = False
+
+
+# Ray's notice that a local instance keeps token authentication on, as fleetval's embedded
+# one does (it listens on loopback only): addressed to whoever starts a cluster, not to
+# someone running a check, and printed by every command that starts one.
+_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+@contextmanager
+def _quiet(logger: str, prefix: str) -> Iterator[None]:
+    """Drop `logger`'s records whose message starts with `prefix`, nothing else."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(prefix)
+
+    log = logging.getLogger(logger)
+    log.addFilter(keep)
+    try:
+        yield
+    finally:
+        log.removeFilter(keep)
 
 
 def will_embed(address: str | None) -> bool:

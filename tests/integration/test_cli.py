@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.metadata
 import io
@@ -208,3 +209,58 @@ def test_unreachable_address_is_bad_input_and_fails_fast(tmp_path):
     res = runner.invoke(app, ["run", "smoke", "--data", str(tmp_path), "--address", "127.0.0.1:1"])
     assert res.exit_code == 2 and "no Ray cluster reachable" in res.output
     assert time.monotonic() - t0 < 10
+
+
+def test_serve_on_the_embedded_ray_stops_cleanly_and_takes_ray_along(tmp_path):
+    """`fleetval serve` with no --address, stopped by SIGTERM as a service manager stops it:
+    no stack trace that reads as a crash, no token-authentication notice, exit 0, and the
+    embedded Ray's processes (GCS, raylet, workers) gone with it, not minutes later."""
+    import httpx
+    from rayprocs import descendants
+
+    from tests.helpers.net import free_port
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    port = free_port()
+    cmd = [sys.executable, "-m", "fleetval", "serve", "--port", str(port),
+           "--data", str(tmp_path / "data")]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)  # fmt: skip
+    try:
+        deadline, ray_pids = time.monotonic() + 180, []
+        while time.monotonic() < deadline and proc.poll() is None:
+            names = {p: _comm(p) for p in descendants(proc.pid)}
+            ray_pids = [p for p, n in names.items() if n in ("gcs_server", "raylet")]
+            with contextlib.suppress(httpx.HTTPError):
+                up = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+                if up and len(ray_pids) == 2:
+                    break
+            time.sleep(0.5)
+        assert len(ray_pids) == 2, "the embedded Ray never started"
+        everything = descendants(proc.pid)[1:]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # NOTE: uvicorn stops gracefully, then re-raises the signal it handled (-15), as it should
+    assert proc.returncode in (0, -signal.SIGTERM), out[-3000:]
+    assert "Application shutdown complete" in out
+    assert "SIGTERM received" not in out and "Token authentication" not in out, out[-3000:]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(p) for p in everything):
+        time.sleep(0.2)
+    assert not [p for p in everything if _alive(p)], "Ray's processes outlived the service"
+
+
+def _comm(pid: int) -> str:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
+    return ""
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its parent."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    return False
