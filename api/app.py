@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -38,6 +39,7 @@ EXTRA_STATUSES = {
     ("POST", "/v1/compare"): (409,),
     ("POST", "/v1/attribute"): (409,),
     ("GET", "/v1/runs/{run_id}/report"): (409,),
+    ("GET", "/v1/runs/{run_id}/results"): (429,),
     ("POST", "/v1/schedules"): (409, 429),
 }
 
@@ -152,6 +154,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.executor, app.state.scheduler = executor, scheduler
     app.state.metrics = metrics.registry(db)
     app.state.streams = StreamSlots(settings.limits)
+    app.state.sample_reads = threading.BoundedSemaphore(settings.limits.max_sample_reads)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.state.pages = PageCache()
     # NOTE: outermost: before any routing

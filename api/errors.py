@@ -236,7 +236,8 @@ _DESCRIPTIONS = {
     409: "Conflicts with the resource's state",
     413: "Body too large",
     422: "Invalid request: `errors` names the fields",
-    429: "Too many active submissions for this owner",
+    429: "Over a limit on work under way (the owner's submissions, reads at once): "
+    "Retry-After says when to try again",
 }
 
 

@@ -78,6 +78,11 @@ class Limits(BaseModel):
         description="per-iteration samples in one Parquet download (80 MB of doubles), at "
         "least one row's; the file stops at the row before, as with max_parquet_rows",
     )
+    max_sample_reads: PositiveInt = Field(
+        4,
+        description="requests reading per-iteration samples (JSON with samples, Parquet) at "
+        "once, per process (429 beyond)",
+    )
     max_baseline_runs: PositiveInt = Field(
         100,
         description="runs one filter baseline may resolve to: a `where` without `last` is "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -10,10 +12,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 
 from fleetval.api import service
 from fleetval.api.deps import DbDep, LimitsDep, ReadToken, StoreDep
+from fleetval.api.errors import TooMany
 from fleetval.api.limits import Limits
 from fleetval.api.models import ResultPage
 from fleetval.store.catalog import CorruptFile, check_name
@@ -71,6 +74,7 @@ def select(
 )
 def results(
     run_id: str,
+    request: Request,
     _: ReadToken,
     db: DbDep,
     store: StoreDep,
@@ -101,10 +105,12 @@ def results(
     filters = {"step": step, "check": check, "collective": collective, "rank": rank, "node": node}
     start = int(cursor or 0)
     if format == "parquet" or (format is None and PARQUET in (accept or "")):
-        return parquet_part(store, run_id, filters, start, limits)
+        with _sample_read(request, limits):
+            return parquet_part(store, run_id, filters, start, limits)
     if samples:
-        page, total = samples_page(store, run_id, filters, start, limit, MAX_PAGE_SAMPLES)
-        rows = page.to_pylist()
+        with _sample_read(request, limits):
+            page, total = samples_page(store, run_id, filters, start, limit, MAX_PAGE_SAMPLES)
+            rows = page.to_pylist()
     else:
         table = select(store, run_id, filters, samples=False)
         rows, total = table.slice(start, limit).to_pylist(), table.num_rows
@@ -116,6 +122,23 @@ def results(
         next_cursor=str(end) if end < total else None,
     )
     return Response(body.model_dump_json(), media_type="application/json")
+
+
+@contextmanager
+def _sample_read(request: Request, limits: Limits) -> Iterator[None]:
+    """One of the process's `max_sample_reads` slots for a read of samples, else 429: each
+    holds up to a page of samples (and a row group's) in memory."""
+    slots = request.app.state.sample_reads
+    if not slots.acquire(blocking=False):
+        raise TooMany(
+            f"{limits.max_sample_reads} reads of samples are under way in this process "
+            "(max_sample_reads); retry shortly",
+            retry_after_s=2,
+        )
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 def parquet_part(

@@ -33,7 +33,7 @@ from fleetval.store.catalog import StoreError as StoreError
 from fleetval.store.catalog import check_name as _check_name
 from fleetval.store.catalog import default_data_dir as default_data_dir
 from fleetval.store.catalog import new_run_id as new_run_id
-from fleetval.store.parquet import parquet_options, read_parquet, table_rows
+from fleetval.store.parquet import parquet_options, read_parquet, table_rows, write_bounded
 from fleetval.store.schema import (
     GPUS_SCHEMA,
     LATENESS_SCHEMA,
@@ -48,10 +48,24 @@ from fleetval.store.schema import (
 )
 from fleetval.store.summaries import LATENESS_READ_COLS, rank_lateness, summarize
 
+# Per-iteration samples in one row group of a results file (2 MiB of doubles): a read of
+# one row's samples decodes at most this many, however many rows and iterations the step had.
+GROUP_SAMPLES = 1 << 18
+
 
 def _write_table(table: pa.Table, path: Path) -> Path:
     options = parquet_options(table.schema)
     return atomic_write(path, lambda f: pq.write_table(table, f, **options))
+
+
+def _write_results(table: pa.Table, path: Path) -> Path:
+    options = parquet_options(table.schema)
+    return atomic_write(
+        path,
+        lambda f: write_bounded(
+            table, f, list_column="samples_us", max_values=GROUP_SAMPLES, **options
+        ),
+    )
 
 
 class Store(Catalog):
@@ -73,7 +87,7 @@ class Store(Catalog):
         """
         _check_name("run", run_id)
         path = self.root / "results" / run_id / f"{_check_name('part', part)}.parquet"
-        _write_table(table, path)
+        _write_results(table, path)
         _write_table(summarize(table), self.root / "summaries" / run_id / f"{part}.parquet")
         _write_table(rank_lateness(table), self.root / "lateness" / run_id / f"{part}.parquet")
         if (gpus := gpus_table(table)).num_rows:

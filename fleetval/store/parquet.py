@@ -33,6 +33,27 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     return {"compression": "zstd", "use_dictionary": strings, "use_byte_stream_split": floats}
 
 
+def write_bounded(
+    table: pa.Table, where: Any, *, list_column: str, max_values: int, **options: Any
+) -> None:
+    """`table` as Parquet whose row groups each hold at most `max_values` elements of
+    `list_column` (at least one row a group): a reader that wants one row decodes one
+    bounded group, never a whole step's samples."""
+    lengths = pc.fill_null(pc.list_value_length(table[list_column]), 0).to_numpy(
+        zero_copy_only=False
+    )
+    ends = lengths.cumsum()
+    with pq.ParquetWriter(where, table.schema, **options) as writer:
+        start = 0
+        while start < table.num_rows:
+            before = int(ends[start - 1]) if start else 0
+            stop = max(int(ends.searchsorted(before + max_values, side="right")), start + 1)
+            writer.write_table(table.slice(start, stop - start), row_group_size=stop - start)
+            start = stop
+        if table.num_rows == 0:
+            writer.write_table(table)
+
+
 def read_parquet(
     files: list[Path],
     schema: pa.Schema,

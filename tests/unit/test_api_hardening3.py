@@ -16,11 +16,13 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from fleetval.api.db import Scope, ServiceDB
 from fleetval.checks.model_pattern import MAX_SUBJECT, check_model_pattern, model_matches
 from fleetval.store.dataset import Store
+from fleetval.store.schema import Row, rows_to_table
 from tests.helpers.net import free_port
 from tests.helpers.stores import H100, healthy, write_run
 
@@ -31,6 +33,34 @@ TINY = {
 }
 # Forty optional characters then one that never comes: Python's `re` tries 2^40 ways.
 BACKTRACKS = ".?" * 40 + "!"
+
+
+WIDE = "20261101-000200-wide01"  # one step of 64 rows x 100,000 samples (51 MB of doubles)
+
+
+def wide_step(run_id: str, *, rows: int, iters: int) -> pa.Table:
+    """A bandwidth step whose every row holds `iters` samples."""
+    table = rows_to_table(
+        [
+            Row(run_id=run_id, step="bw", check="bandwidth", collective="all_reduce", op="sum",
+                dtype="float32", size_bytes=1 << 20, world_size=rows, rank=r, node="gpu-1",
+                iters=iters, time_us_median=10.0)
+            for r in range(rows)
+        ]
+    )  # fmt: skip
+    values = np.random.default_rng(1).uniform(9.0, 11.0, rows * iters)
+    offsets = pa.array(np.arange(0, rows * iters + 1, iters, dtype=np.int32))
+    samples = pa.ListArray.from_arrays(offsets, pa.array(values))
+    at = table.schema.get_field_index("samples_us")
+    return table.set_column(at, table.schema.field(at), samples.cast(table.schema.field(at).type))
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory so far (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
 
 
 class Serve:
@@ -81,6 +111,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
     minimum = {"gpu_model": BACKTRACKS, "collective": "all_reduce", "min_busbw_gbps": 1}
     gates = {"busbw": {"minimums": [minimum], "use_defaults": False}}
     write_run(store, "20261101-000100-evil01", healthy("20261101-000100-evil01", rng), gates=gates)
+    store.write_results_table(WIDE, "part-0", wide_step(WIDE, rows=64, iters=100_000))
     db = ServiceDB(data)
     tokens = {
         "read": db.create_token(Scope.READ, "reader"),
@@ -90,6 +121,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
     db.close()
     server = Serve(data).start()
     headers = {k: {"Authorization": f"Bearer {v}"} for k, v in tokens.items()}
+    headers["pid"] = server.proc.pid  # type: ignore[assignment,union-attr]
     try:
         yield server.url, headers
     finally:
@@ -371,3 +403,45 @@ def test_a_filter_baseline_resolves_to_at_most_max_baseline_runs(tmp_path):
         assert "max_baseline_runs" in r.json()["detail"]
     finally:
         server.stop()
+
+
+# -- 2. a read of samples decodes a bounded row group, and only so many run at once -------
+
+
+def test_one_rows_samples_cost_one_bounded_row_group_not_the_step(served):
+    url, h = served
+    results = f"{url}/v1/runs/{WIDE}/results"
+    small = f"{url}/v1/runs/20261101-000000-base01/results"
+    for _ in range(2):  # warm: imports and the first pages of the small run
+        r = httpx.get(small, params={"samples": "true", "limit": 5}, headers=h["read"], timeout=30)
+        assert r.status_code == 200, r.text
+    before = peak_rss_mb(h["pid"])  # type: ignore[arg-type]
+    r = httpx.get(results, params={"samples": "true", "limit": 1}, headers=h["read"], timeout=30)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["rows"][0]["samples_us"]) == 100_000
+    grew = peak_rss_mb(h["pid"]) - before  # type: ignore[arg-type]
+    # NOTE: the whole step's samples are 51 MB of doubles: decoding its one row group grew
+    # the peak by ~230 MB; a 2 MiB group by ~25 MB (the JSON page and the other columns)
+    assert grew < 60, f"the server's peak grew {grew:.0f} MB for one row's samples"
+
+
+def test_sample_reads_past_max_sample_reads_are_429(served):
+    url, h = served
+    results = f"{url}/v1/runs/{WIDE}/results"
+    statuses: list[tuple[int, str | None]] = []
+    barrier = threading.Barrier(12)
+
+    def read() -> None:
+        with httpx.Client(timeout=60) as client:
+            barrier.wait()
+            r = client.get(results, params={"samples": "true", "limit": 10}, headers=h["read"])
+        statuses.append((r.status_code, r.headers.get("retry-after")))
+
+    threads = [threading.Thread(target=read) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    codes = sorted(code for code, _ in statuses)
+    assert set(codes) == {200, 429} and codes.count(200) >= 4, codes
+    assert all(after for code, after in statuses if code == 429)
