@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fleetval.cli.common import DataOpt, bad_input_exits, console, open_store
+from fleetval.cli.common import DataOpt, JsonOpt, bad_input_exits, console, open_store
 from fleetval.store.catalog import parse_pairs
 
 FORMATS = ("table", "json", "markdown")
@@ -39,6 +39,7 @@ def attribute(
     all_rows: Annotated[
         bool, typer.Option("--all", help="Table and Markdown: unchanged measurements too")
     ] = False,
+    as_json: JsonOpt = False,
     data: DataOpt = None,
 ) -> None:
     """Which version change did it: each component's change and its effect per measurement,
@@ -50,6 +51,7 @@ def attribute(
     from fleetval.analysis.attribute import attribute_store
     from fleetval.analysis.attribute_format import to_markdown, to_rich
 
+    fmt = "json" if as_json else fmt
     with bad_input_exits():
         if fmt not in FORMATS:
             raise ValueError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")

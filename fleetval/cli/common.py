@@ -45,16 +45,15 @@ class CliConsole(Console):
 
     def print(self, *objects: object, **kwargs: object) -> None:  # type: ignore[override]
         if not self.is_terminal:
-            objects = tuple(_plain(o) for o in objects)
+            objects = tuple(self._plain(o) for o in objects)
             kwargs.setdefault("soft_wrap", True)
         super().print(*objects, **kwargs)  # type: ignore[arg-type]
 
-
-def _plain(obj: object) -> object:
-    """A table as plain columns (no box); anything else as it is."""
-    if isinstance(obj, Table):
-        obj.box, obj.show_edge = None, False
-    return obj
+    def _plain(self, obj: object) -> object:
+        """A table as plain columns (no box, its title on the left); anything else as it is."""
+        if isinstance(obj, Table):
+            obj.box, obj.show_edge, obj.title_justify = None, False, "left"
+        return obj
 
 
 console = CliConsole()
