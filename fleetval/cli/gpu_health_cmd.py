@@ -47,15 +47,22 @@ def gpu_health(
     t = HwThresholds(expect_nvlinks=expect_nvlinks, expect_xgmi_links=expect_xgmi_links)
     verdicts = judge_fleet(nodes, t)
     blocks = {path: bs for f in found.values() for path, bs in f.blocks.items()}
+    notes = _one_node_note(files)
     if as_json:
         out = _json(verdicts)
         out["blocks"] = {p: [b.__dict__ for b in bs] for p, bs in blocks.items()}
+        out["notes"] = notes
         typer.echo(json.dumps(out, indent=2))
     else:
+        for note in notes:
+            console.print(f"note: {note}", highlight=False)
         _print_blocks(blocks)
         _print(verdicts)
     if any(v.bad for vs in verdicts.values() for v in vs):
         raise typer.Exit(Exit.FAILED)
+
+
+ONE_NODE = "this node"  # the node plain files (not in a node's directory) are read as
 
 
 def _nodes(paths: list[Path]) -> dict[str, list[Path]]:
@@ -68,8 +75,21 @@ def _nodes(paths: list[Path]) -> dict[str, list[Path]]:
                 raise ValueError(f"{p}: a node directory with no files")
             out[p.name] = found
         else:
-            out.setdefault("this node", []).append(p)
+            out.setdefault(ONE_NODE, []).append(p)
     return out
+
+
+def _one_node_note(paths: list[Path]) -> list[str]:
+    """Several plain files are read as one node's captures, its GPUs judged together (and
+    against each other for drift): said, with how to name nodes apart."""
+    plain = [p for p in paths if not p.is_dir()]
+    if len(plain) < 2:
+        return []
+    return [
+        f"{len(plain)} files read as one node ({ONE_NODE!r}): their GPUs are judged together, "
+        "as one machine's; captures of several nodes go in one directory per node (the "
+        "directory names the node)"
+    ]
 
 
 def _json(verdicts: dict[str, list[GpuVerdict]]) -> dict[str, Any]:
