@@ -18,6 +18,7 @@ from fleetval.api.cache import CachedStore
 from fleetval.api.db import ServiceDB
 from fleetval.api.errors import problem
 from fleetval.api.executor import Executor
+from fleetval.api.heavy import HeavyReads
 from fleetval.api.hot import HotReads
 from fleetval.api.limits import Limits
 from fleetval.api.models import suite_components
@@ -36,9 +37,9 @@ EXTRA_STATUSES = {
     ("POST", "/v1/runs/{run_id}/cancel"): (409,),
     ("PUT", "/v1/baselines/{name}"): (409,),
     ("GET", "/v1/baselines/{name}"): (409,),
-    ("POST", "/v1/compare"): (409,),
-    ("POST", "/v1/attribute"): (409,),
-    ("GET", "/v1/runs/{run_id}/report"): (409,),
+    ("POST", "/v1/compare"): (409, 429),
+    ("POST", "/v1/attribute"): (409, 429),
+    ("GET", "/v1/runs/{run_id}/report"): (409, 429),
     ("GET", "/v1/runs/{run_id}/results"): (429,),
     ("POST", "/v1/schedules"): (409, 429),
 }
@@ -142,6 +143,7 @@ def create_app(settings: Settings) -> FastAPI:
         await asyncio.to_thread(scheduler.stop)
         await asyncio.to_thread(executor.stop)
         await asyncio.to_thread(store.stop_index)
+        app.state.heavy.close()
         db.close()
 
     app = FastAPI(
@@ -155,6 +157,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics = metrics.registry(db)
     app.state.streams = StreamSlots(settings.limits)
     app.state.sample_reads = threading.BoundedSemaphore(settings.limits.max_sample_reads)
+    app.state.heavy = HeavyReads(settings.limits.max_heavy_reads)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.state.pages = PageCache()
     # NOTE: outermost: before any routing

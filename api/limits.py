@@ -83,6 +83,16 @@ class Limits(BaseModel):
         description="requests reading per-iteration samples (JSON with samples, Parquet) at "
         "once, per process (429 beyond)",
     )
+    max_attribute_runs: PositiveInt = Field(
+        1000,
+        description="runs one attribution reads (the newest of those matching; `last` over "
+        "it is 422)",
+    )
+    max_heavy_reads: PositiveInt = Field(
+        2,
+        description="attributions, reports and compares under way at once, per process, on "
+        "a pool of their own (429 beyond)",
+    )
     max_baseline_runs: PositiveInt = Field(
         100,
         description="runs one filter baseline may resolve to: a `where` without `last` is "

@@ -175,6 +175,9 @@ class AttributeRequest(_In):
     # NOTE: a date, published as `format: date` (a pattern would admit "0000-00-00"); JSON
     # has no date type, so its text is parsed even though requests are strict
     since: date | None = Field(default=None, strict=False, description="YYYY-MM-DD")
+    last: Last | None = Field(
+        default=None, description=f"{LAST} (at most the service's max_attribute_runs)"
+    )
     metric: Literal["busbw", "latency"] | None = None
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from fleetval.analysis.attribute import attribute_store
-from fleetval.api.deps import ReadToken, StoreDep
+from fleetval.api.deps import LimitsDep, ReadToken, StoreDep
+from fleetval.api.errors import Unprocessable
 from fleetval.api.models import AttributeRequest
 
 router = APIRouter(prefix="/v1", tags=["attribute"])
@@ -21,11 +22,31 @@ router = APIRouter(prefix="/v1", tags=["attribute"])
         409: {"description": "No run matches, or nothing per node to attribute"},
     },
 )
-def attribute(body: AttributeRequest, _: ReadToken, store: StoreDep) -> Response:
-    result = attribute_store(
+async def attribute(
+    body: AttributeRequest, request: Request, _: ReadToken, store: StoreDep, limits: LimitsDep
+) -> Response:
+    """Over a window (`since`) or the newest `last` runs: never every run by default, and
+    never more than max_attribute_runs (the newest; a note says so)."""
+    cap = limits.max_attribute_runs
+    if body.since is None and body.last is None:
+        raise Unprocessable(
+            "give a window (`since`) or a run cap (`last`): attribution reads every matching "
+            "run's summaries",
+            loc=["body", "since"],
+            kind="missing",
+        )
+    if body.last is not None and body.last > cap:
+        raise Unprocessable(
+            f"last: {body.last} is over this service's limit max_attribute_runs = {cap}",
+            loc=["body", "last"],
+            kind="over_limit",
+        )
+    result = await request.app.state.heavy.run(
+        attribute_store,
         store,
         where=body.where,
         since=body.since,
         metric=body.metric,
+        last=body.last or cap,
     )
     return Response(result.to_json(), media_type="application/json")

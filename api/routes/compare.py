@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from fleetval.analysis.baselines import Baselines
 from fleetval.analysis.compare import compare_runs
@@ -10,6 +10,7 @@ from fleetval.analysis.compare_format import to_json
 from fleetval.api import service
 from fleetval.api.deps import ReadToken, StoreDep
 from fleetval.api.models import CompareRequest
+from fleetval.store.dataset import Store
 
 router = APIRouter(prefix="/v1", tags=["compare"])
 
@@ -25,7 +26,13 @@ router = APIRouter(prefix="/v1", tags=["compare"])
         409: {"description": "Nothing to compare with the runs stored now"},
     },
 )
-def compare(body: CompareRequest, _: ReadToken, store: StoreDep) -> Response:
+async def compare(
+    body: CompareRequest, request: Request, _: ReadToken, store: StoreDep
+) -> Response:
+    return await request.app.state.heavy.run(_compare, body, store)
+
+
+def _compare(body: CompareRequest, store: Store) -> Response:
     Baselines(store).get(body.baseline)  # unknown -> 404 with the known names
     service.require_runs(store, body.runs)  # every id in one query; unknown -> 404
     comparison = compare_runs(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 
 from fleetval.analysis.baselines import Baselines
 from fleetval.api import service
@@ -12,6 +12,7 @@ from fleetval.api.deps import ReadToken, StoreDep
 from fleetval.api.models import STORE_NAME
 from fleetval.reports import render_for_accept
 from fleetval.signoff.sweep import SWEEPS_SHOWN
+from fleetval.store.dataset import Store
 
 router = APIRouter(prefix="/v1/runs", tags=["reports"])
 
@@ -30,8 +31,9 @@ router = APIRouter(prefix="/v1/runs", tags=["reports"])
         409: {"description": "The baseline resolves to no stored run"},
     },
 )
-def report(
+async def report(
     run_id: str,
+    request: Request,
     _: ReadToken,
     store: StoreDep,
     baseline: Annotated[
@@ -43,6 +45,12 @@ def report(
     accept: Annotated[str | None, Header()] = None,
 ) -> Response:
     """The same report as `fleetval report RUN [--baseline NAME] [--sweeps N] -o FILE`."""
+    return await request.app.state.heavy.run(_report, store, run_id, baseline, sweeps, accept)
+
+
+def _report(
+    store: Store, run_id: str, baseline: str | None, sweeps: int, accept: str | None
+) -> Response:
     service.stored_run(store, run_id)  # unknown -> 404 (RunNotFound)
     if baseline is not None:
         Baselines(store).get(baseline)  # unknown -> 404 with the known names

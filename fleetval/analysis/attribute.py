@@ -177,9 +177,11 @@ def attribute_store(
     where: dict[str, str] | None = None,
     since: date | None = None,
     metric: str | None = None,
+    last: int | None = None,
 ) -> Attribution:
     """Attribution over the runs `where` chooses (fnmatch, as `runs`), started on or after
-    `since`; the newest run's suite `compare:` section sets threshold, FDR and latency cutoff."""
+    `since`, the newest `last` of them; the newest run's suite `compare:` section sets
+    threshold, FDR and latency cutoff."""
     _metric_name(metric)  # bad input before any file is read
     records = {r.run_id: r for r in store.runs()}
     runs = [
@@ -187,6 +189,10 @@ def attribute_store(
     ]  # fmt: skip
     if not runs:
         raise AttributionError("no run matches; `fleetval runs` lists them")
+    capped = []
+    if last is not None and len(runs) > last:
+        capped = [f"only the newest {last} of the {len(runs)} matching runs were read"]
+        runs = runs[-last:]
     compare = settings_from_suite_json(records[runs[-1]].suite_json)
     values = run_values(
         store.summaries(runs), models=None, cutoff_bytes=int(compare.latency_cutoff_bytes)
@@ -210,7 +216,9 @@ def attribute_store(
         suite=suites.most_common(1)[0][0],
     )
     return Attribution(
-        findings=result.findings, confounded=result.confounded, notes=(*notes, *result.notes)
+        findings=result.findings,
+        confounded=result.confounded,
+        notes=(*capped, *notes, *result.notes),
     )
 
 

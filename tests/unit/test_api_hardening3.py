@@ -445,3 +445,50 @@ def test_sample_reads_past_max_sample_reads_are_429(served):
     codes = sorted(code for code, _ in statuses)
     assert set(codes) == {200, 429} and codes.count(200) >= 4, codes
     assert all(after for code, after in statuses if code == 429)
+
+
+# -- 3. attribution needs a window or a run cap; heavy reads have a small pool of their own -
+
+
+def test_an_attribution_without_a_window_or_a_run_cap_is_422_naming_it(served):
+    url, h = served
+    r = httpx.post(f"{url}/v1/attribute", json={}, headers=h["read"], timeout=30)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["loc"] == ["body", "since"]
+    r = httpx.post(f"{url}/v1/attribute", json={"last": 10**6}, headers=h["read"], timeout=30)
+    assert r.status_code == 422, r.text
+    assert "max_attribute_runs" in r.json()["detail"]
+    r = httpx.post(f"{url}/v1/attribute", json={"last": 5}, headers=h["read"], timeout=30)
+    assert r.status_code in (200, 409), r.text  # these runs have no per-node versions to vary
+
+
+def test_reports_past_max_heavy_reads_are_429_and_leave_other_routes_free(served):
+    url, h = served
+    report = f"{url}/v1/runs/20261101-000000-base01/report"
+    statuses: list[tuple[int, str | None]] = []
+    light: list[float] = []
+    barrier = threading.Barrier(9)
+
+    def fetch() -> None:
+        with httpx.Client(timeout=60) as client:
+            barrier.wait()
+            r = client.get(report, headers={**h["read"], "Accept": "text/markdown"})
+        statuses.append((r.status_code, r.headers.get("retry-after")))
+
+    def status() -> None:
+        barrier.wait()
+        started = time.monotonic()
+        r = httpx.get(f"{url}/v1/runs/{WIDE}", headers=h["read"], timeout=30)
+        assert r.status_code == 200
+        light.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=fetch) for _ in range(8)]
+    threads.append(threading.Thread(target=status))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    codes = sorted(code for code, _ in statuses)
+    assert set(codes) == {200, 429} and codes.count(200) >= 2, codes
+    assert all(after for code, after in statuses if code == 429)
+    assert light and light[0] < 5

@@ -93,17 +93,20 @@ def test_rest_is_the_same_json_as_the_library(planted):
     api = create_app(Settings(data_dir=planted, run_executor=False, run_scheduler=False))
     read = {"Authorization": f"Bearer {api.state.db.create_token(Scope.READ, 'r')}"}
     with TestClient(api) as client:
-        ok = client.post("/v1/attribute", json={"where": {"cluster": "mi300x-a"}}, headers=read)
+        body = {"where": {"cluster": "mi300x-a"}, "last": 1000}
+        ok = client.post("/v1/attribute", json=body, headers=read)
         since = client.post(
             "/v1/attribute", json={"since": "2026-01-11", "metric": "busbw"}, headers=read
         )
         bad = client.post("/v1/attribute", json={"since": "2026-02-30"}, headers=read)
         extra = client.post("/v1/attribute", json={"metric": "watts", "x": 1}, headers=read)
-        none = client.post("/v1/attribute", json={"where": {"cluster": "b"}}, headers=read)
+        none = client.post(
+            "/v1/attribute", json={"where": {"cluster": "b"}, "last": 5}, headers=read
+        )
         anon = client.post("/v1/attribute", json={})
     assert ok.status_code == 200
     assert ok.json() == json.loads(
-        attribute_store(Store(planted), where={"cluster": "mi300x-a"}).to_json()
+        attribute_store(Store(planted), where={"cluster": "mi300x-a"}, last=1000).to_json()
     )
     assert {f["component"] for f in since.json()["findings"]} == {"rccl"}
     assert bad.status_code == 422 and "since" in bad.text
