@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
+import io
 import json
 import re
 from collections.abc import Mapping
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, Union
+from typing import Annotated, Any, Literal, Self, Union, get_args
 
 import yaml
 from pydantic import (
@@ -201,6 +203,35 @@ def _path_of(loc: tuple[int | str, ...]) -> str:
     return ".".join(parts) or "(suite)"
 
 
+def _did_you_mean(loc: tuple[int | str, ...]) -> str:
+    """A hint (`; did you mean 'iters'?`) for an unknown key close to a key of its model."""
+    keys = _keys_at(loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys of the model at a validation location (a step's by its check's tag)."""
+    model: Any = Suite
+    for part in loc:
+        if isinstance(part, int):
+            continue  # an item of a list: the same model
+        if model is None or (part in CHECKS and loc[0] == "steps"):
+            model = CHECKS[part].params if part in CHECKS else None
+            continue
+        field = model.model_fields.get(part)
+        model = _model_in(field.annotation) if field else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The one pydantic model an annotation holds (X, X | None, list[X], dict[str, X])."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    found = {m for a in get_args(annotation) if (m := _model_in(a)) is not None}
+    return found.pop() if len(found) == 1 else None
+
+
 def _problems(err: ValidationError) -> list[str]:
     out = []
     for e in err.errors():
@@ -208,7 +239,7 @@ def _problems(err: ValidationError) -> list[str]:
         if e["type"] == "union_tag_invalid":
             msg = f"unknown check {e['input'].get('check')!r}; known: {', '.join(CHECKS)}"
         elif e["type"] == "extra_forbidden":
-            msg = f"unknown key {e['loc'][-1]!r}"
+            msg = f"unknown key {e['loc'][-1]!r}{_did_you_mean(e['loc'])}"
         elif e["type"] == "union_tag_not_found":
             msg = f"a step needs `check:` one of {', '.join(CHECKS)}"
         path = _path_of(e["loc"])
@@ -260,8 +291,10 @@ def load_suite(ref: str | Path) -> Suite:
 
 def parse_suite_text(text: str, source: str = "<suite>") -> Suite:
     """A suite from YAML (or JSON) text."""
+    stream = io.StringIO(text)
+    stream.name = source  # type: ignore[misc]  # NOTE: what YAML's error marks name, not "<unicode string>"
     try:
-        data = yaml.safe_load(text)
+        data = yaml.safe_load(stream)
     except yaml.YAMLError as err:
         raise SuiteError(source, [f"(yaml): {err}"]) from err
     return parse_suite(data, source)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console, ConsoleDimensions
+from rich.markup import escape
 from rich.table import Table
 
 from fleetval.store.catalog import Catalog, default_data_dir
@@ -100,7 +101,7 @@ def bad_input_exits() -> Iterator[None]:
     try:
         yield
     except ValueError as err:
-        err_console.print(f"[red]error:[/red] {err}", highlight=False)
+        err_console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False)
         raise typer.Exit(Exit.BAD_INPUT) from err
 
 

@@ -29,9 +29,15 @@ def test_every_shipped_suite_is_valid():
         load_suite(name)
 
 
-def test_unknown_key_names_its_path():
+def test_unknown_key_names_its_path_and_the_key_it_is_close_to():
     assert problems(base(placement={"world_sizes": [2], "strateg": "PACK"})) == [
-        "placement.strateg: unknown key 'strateg'"
+        "placement.strateg: unknown key 'strateg'; did you mean 'strategy'?"
+    ]
+    step = {"check": "bandwidth", "itres": 5}
+    assert sorted(problems(base(steps=[step], timeouts={"step_ss": 9}, zzz=1))) == [
+        "steps.0.itres: unknown key 'itres'; did you mean 'iters'?",
+        "timeouts.step_ss: unknown key 'step_ss'; did you mean 'step_s'?",
+        "zzz: unknown key 'zzz'",  # nothing close: no guess
     ]
 
 
@@ -90,8 +96,9 @@ def test_not_a_mapping_and_bad_yaml(tmp_path: Path):
     assert problems([1, 2]) == ["(suite): expected a mapping, got list"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed\n")
-    with pytest.raises(SuiteError, match=r"\(yaml\)"):
+    with pytest.raises(SuiteError, match=r"\(yaml\)") as err:
         load_suite(bad)
+    assert f'in "{bad}", line 1' in str(err.value) and "<unicode string>" not in str(err.value)
     with pytest.raises(SuiteError, match="no shipped suite of that name"):
         load_suite("no-such-suite")
 
@@ -123,3 +130,34 @@ def test_collective_timeout_not_shorter_than_the_step_is_refused():
                 "timeouts": {"step_s": 60, "collective_s": 60},
             }
         )
+
+
+def test_a_yaml_error_reaches_the_user_whole(tmp_path: Path):
+    """`fleetval run` on a file with a YAML syntax error: exit 2 naming the file and line, the
+    parser's words with their brackets as written (not taken for console markup)."""
+    from typer.testing import CliRunner
+
+    from fleetval.cli import app
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nsteps:\n  - check: [bandwidth\n")
+    res = CliRunner().invoke(app, ["run", str(bad), "--data", str(tmp_path / "data")])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2
+    assert f'in "{bad}", line 3, column 12' in said
+    assert "expected ',' or ']', but got '<stream end>'" in said
+
+
+def test_a_shipped_suite_s_header_names_its_largest_size():
+    """A header that says "to 4 MiB" measures 4 MiB: the largest size its sweeps reach."""
+    import re
+
+    from fleetval.text import human_bytes
+
+    for name, file in shipped_suites().items():
+        said = re.search(r"to (\d+ [KMG]i?B)", file.read_text().splitlines()[0])
+        if not said:
+            continue
+        sizes = [s for step in load_suite(name).steps if hasattr(step, "sizes")
+                 for s in step.sizes.sizes()]  # fmt: skip
+        assert human_bytes(max(sizes)) == said.group(1).replace(" ", ""), name
