@@ -83,3 +83,15 @@ def test_through_a_pipe_nothing_is_cut_or_wrapped(store: Path) -> None:
     assert not any("…" in line for line in compare)
     bad = fleetval("results", CANDIDATE, "--step", "nowhere")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_html_report_s_header_reads_as_a_sentence(store: Path, tmp_path: Path) -> None:
+    """The run line of the HTML sign-off, as a browser shows it: no space before `;` or `.`."""
+    import re
+
+    out = tmp_path / "r.html"
+    env = {**os.environ, "FLEETVAL_DATA": str(store)}
+    subprocess.run([sys.executable, "-m", "fleetval", "report", CANDIDATE, "-o", str(out)],
+                   capture_output=True, text=True, env=env, timeout=120, check=False)  # fmt: skip
+    shown = " ".join(re.sub(r"<[^>]+>", "", out.read_text()).split())
+    assert "; backend gloo; labels driver=581. Generated " in shown
