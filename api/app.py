@@ -151,6 +151,8 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Validate GPU fleets: submit suites, follow runs, fetch results, compare.",
         version="1",
         lifespan=lifespan,
+        docs_url="/docs" if settings.docs else None,
+        redoc_url="/redoc" if settings.docs else None,
     )
     app.state.settings, app.state.db, app.state.store = settings, db, store
     app.state.executor, app.state.scheduler = executor, scheduler

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     # False: schedules are kept but fire from other processes only
     run_scheduler: bool = Field(True, validation_alias=_env("FLEETVAL_SCHEDULER"))
     limits: Limits = Field(default_factory=Limits, validation_alias=_env("FLEETVAL_LIMITS"))
+    # /docs and /redoc load their scripts from a CDN, on the origin where tokens are pasted:
+    # off unless asked (the OpenAPI itself is always at /openapi.json)
+    docs: bool = Field(False, validation_alias=_env("FLEETVAL_DOCS"))
 
     def to_env(self) -> dict[str, str]:
         """The environment a worker's `Settings()` reads these settings back from."""

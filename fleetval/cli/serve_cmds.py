@@ -67,6 +67,13 @@ def serve(
             help="Fire schedules from this process (default; safe beside others on the same data)",
         ),
     ] = True,
+    docs: Annotated[
+        bool,
+        typer.Option(
+            "--docs/--no-docs",
+            help="Serve /docs and /redoc (their scripts come from a CDN); off by default",
+        ),
+    ] = False,
 ) -> None:
     """The REST service: submissions queue durably and run one at a time on Ray."""
     import uvicorn
@@ -83,6 +90,7 @@ def serve(
         limits=ceilings,
         run_executor=executor,
         run_scheduler=scheduler,
+        docs=docs,
     )
     if workers == 1:
         app = create_app(settings)

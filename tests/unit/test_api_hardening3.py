@@ -492,3 +492,18 @@ def test_reports_past_max_heavy_reads_are_429_and_leave_other_routes_free(served
     assert set(codes) == {200, 429} and codes.count(200) >= 2, codes
     assert all(after for code, after in statuses if code == 429)
     assert light and light[0] < 5
+
+
+# -- 7. /docs (scripts from a CDN) only when asked -----------------------------------------
+
+
+def test_docs_are_off_unless_asked(served, tmp_path):
+    url, _ = served
+    assert httpx.get(f"{url}/docs", timeout=10).status_code == 404
+    assert httpx.get(f"{url}/redoc", timeout=10).status_code == 404
+    assert httpx.get(f"{url}/openapi.json", timeout=10).status_code == 200
+    server = Serve(tmp_path, "--docs").start()
+    try:
+        assert httpx.get(f"{server.url}/docs", timeout=10).status_code == 200
+    finally:
+        server.stop()
