@@ -146,10 +146,10 @@ class Catchup(StrEnum):
 class NodeState(StrEnum):
     """A fleet sweep's verdict on one node."""
 
-    HEALTHY = "healthy"  # judged against a reference and met it
-    SUSPECT = "suspect"  # slow once, or not judged to the end: look, do not drain yet
-    DRAIN = "drain"  # slow or failed in two measurements (or its own job failed): take it out
-    UNJUDGED = "unjudged"  # its jobs differed from the fleet within the measured noise only
+    HEALTHY = "healthy"  # the fabric model judges it no slower than the tolerance (95%)
+    SUSPECT = "suspect"  # estimated slow, not proven: look, do not drain yet
+    DRAIN = "drain"  # its effect flagged (false-discovery rate controlled): take it out
+    UNJUDGED = "unjudged"  # too few jobs for the noise to judge it either way
 
 
 class SweepPhase(StrEnum):

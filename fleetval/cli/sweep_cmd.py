@@ -1,5 +1,6 @@
-"""`fleetval sweep SUITE`: per-node verdicts and a drain list; exit 0 healthy, 1 nodes or
-links flagged, 2 bad input. `fleetval sweep-history`: each node over the last sweeps."""
+"""`fleetval sweep SUITE`: per-node verdicts and a drain list; exit 0 every node judged
+healthy, 1 a node, link or trunk flagged, 5 nothing flagged but some nodes not judged, 2 bad
+input. `fleetval sweep-history`: each node over the last sweeps."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def sweep(
     from fleetval.run.sweep import sweep as run_sweep
     from fleetval.suite import load_suite  # NOTE: torch and ray only for commands that run
 
-    flagged = False
+    worst = Exit.OK
     with bad_input_exits():
         spec = load_suite(suite)
         store = open_store(data)
@@ -86,8 +87,9 @@ def sweep(
                     typer.echo(json.dumps(doc, indent=2 if repeat == 1 else None))
                 else:
                     _show(verdict, record.run_id, drain, drain_format.value)
-                flagged |= verdict.flagged
-    raise typer.Exit(Exit.FAILED if flagged else Exit.OK)
+                code = Exit(verdict.exit_code)
+                worst = code if code == Exit.FAILED or worst == Exit.OK else worst
+    raise typer.Exit(worst)
 
 
 def _show(v: FleetVerdict, run_id: str, drain: list[str], drain_format: str) -> None:
@@ -101,8 +103,8 @@ def _show(v: FleetVerdict, run_id: str, drain: list[str], drain_format: str) -> 
     console.print(table)
     for r in v.references:
         typer.echo(
-            f"reference {r.phase.value}{' ' + r.sku if r.sku else ''} round {r.round}: level {r.median:.4g} GB/s "
-            f"over {r.count} jobs, noise {r.noise:.1%}, slow below -{r.tolerance:.0%}"
+            f"level {r.phase.value}{' ' + r.sku if r.sku else ''}: {r.median:.4g} GB/s over "
+            f"{r.count} jobs, noise {r.noise:.1%} (the model's residuals), slow below -{r.tolerance:.0%}"
         )
     # NOTE: plain lines, one per flagged node or link, so scripts can grep them.
     for n in v.named:
@@ -111,8 +113,8 @@ def _show(v: FleetVerdict, run_id: str, drain: list[str], drain_format: str) -> 
         a, b = link.nodes
         if link.confirmed:
             typer.echo(f"slow link {a} <-> {b}: {link.evidence[-1]}")
-        else:  # NOTE: no flag word: a link seen slow once is said, not flagged
-            typer.echo(f"link {a} <-> {b} slow once, not confirmed: {link.evidence[-1]}")
+        else:  # NOTE: no flag word: a link estimated slow but not proven is said, not flagged
+            typer.echo(f"link {a} <-> {b} estimated slow, not proven: {link.evidence[0]}")
     for t in v.trunks:  # NOTE: a trunk drains nobody: the fabric between two groups
         a, b = t.groups
         word = "slow trunk" if t.confirmed else "trunk slow, not confirmed:"
@@ -122,8 +124,13 @@ def _show(v: FleetVerdict, run_id: str, drain: list[str], drain_format: str) -> 
     if drain:
         typer.echo(f"drain list ({drain_format}):")
         typer.echo("\n".join(drain))
-    if not v.flagged:
+    if not v.flagged and not v.unjudged:
         typer.echo(f"fleet healthy: {len(v.nodes)} nodes judged in {v.rounds} rounds")
+    elif not v.flagged:
+        typer.echo(
+            f"nothing flagged, {len(v.unjudged)} of {len(v.nodes)} nodes not judged in "
+            f"{v.rounds} rounds (exit 5): their reasons are above"
+        )
 
 
 def _num(x: float | None) -> str:

@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fleetval.fleet.model import Obs
 from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 
 Pair = tuple[str, str]
@@ -101,6 +102,7 @@ class Fabric:
 
     topology: Topology = NO_TOPOLOGY
     seen: Mapping[Pair, LinkSeen] = field(default_factory=dict)
+    past: tuple[Obs, ...] = ()  # the jobs of the fleet's recent sweeps, for the model
 
 
 NO_FABRIC = Fabric()

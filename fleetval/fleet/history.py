@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fleetval.fleet.coverage import LinkSeen, Pair
+from fleetval.fleet.model import Obs
 from fleetval.store.catalog import Catalog, RunRecord
-from fleetval.vocab import NodeState
+from fleetval.vocab import NodeState, SweepPhase
 
 DRIFT = 0.10  # the newer sweeps' median this much below the older ones': drifting
 
@@ -138,3 +140,31 @@ def link_coverage(runs: list[RunRecord]) -> LinkCoverage:
     names = {n["node"] for r in runs for n in r.summary["sweep"].get("nodes", [])}
     seen = stored_links(runs)
     return LinkCoverage(len(names), {p: s for p, s in seen.items() if set(p) <= names})
+
+
+MODEL_SWEEPS = 30  # past sweeps the fabric model reads (0.5 ** (30 / HALF_LIFE) weighs ~0)
+
+
+def past_jobs(
+    verdicts: list[dict[str, Any]], skus: Mapping[str, str] | None = None
+) -> tuple[Obs, ...]:
+    """The timed and failed jobs of stored sweeps (oldest first) as the model reads them,
+    each aged by how many sweeps ago it ran (the newest: 1)."""
+    skus = skus or {}
+    out = []
+    recent = verdicts[-MODEL_SWEEPS:]
+    for i, v in enumerate(recent):
+        age = len(recent) - i
+        for t in v.get("trials", ()):
+            nodes = tuple(t["nodes"])
+            failed = bool(t.get("failed", t.get("score_gbps") is None and t.get("slow")))
+            score = t.get("score_gbps")
+            if score is None and not failed:
+                continue
+            sku = "+".join(sorted({skus.get(n, "") for n in nodes}))
+            out.append(Obs(SweepPhase(t["phase"]), nodes, score, failed, t["round"], age, sku))
+    return tuple(out)
+
+
+def stored_jobs(runs: list[RunRecord]) -> tuple[Obs, ...]:
+    return past_jobs([r.summary["sweep"] for r in runs])

@@ -39,6 +39,7 @@ from fleetval.fleet.settings import SweepSettings
 from fleetval.fleet.topology import Topology
 from fleetval.vocab import SweepPhase
 
+CONTROL_JOBS = 8  # controls a round takes where it can spare them (twice this at most)
 Crossed = tuple[int, str, str]  # (level's index, group, group): a pair of groups crossed
 
 
@@ -68,8 +69,8 @@ def next_round(
             if split := topo.split(x, y):
                 jobs += _trunk_check(*split, a, busy, rnd, topo)
     for t in a.trunks.values():
-        if not t.confirmed:
-            jobs += _trunk_check(t.level, t.a, t.b, a, busy, rnd, topo, cross=False)
+        if not t.confirmed:  # estimated slow, not proven: crossed again beside jobs inside
+            jobs += _trunk_check(t.level, t.a, t.b, a, busy, rnd, topo)
     waiting = [n for n in nodes if n in a.pending_pair and n not in busy]
     controls = _alone_controls(waiting, a, settings, rnd, topo)
     jobs += controls
@@ -90,7 +91,7 @@ def next_round(
     crossing += _deferred(later, refs, rnd)
     if not jobs and not crossing:
         return []
-    most = max(2 * settings.noise_jobs, len(jobs) + len(crossing))
+    most = max(2 * CONTROL_JOBS, len(jobs) + len(crossing))
     controls = _controls(refs, jobs + crossing, a, rnd, topo, most, fabric.seen)
     return jobs + crossing + controls
 
@@ -113,7 +114,7 @@ def _alone_controls(
     """
     if not a.pending_alone:
         return []
-    most = 2 * settings.noise_jobs if len(waiting) >= 16 * settings.noise_jobs else 2
+    most = 2 * CONTROL_JOBS if len(waiting) >= 16 * CONTROL_JOBS else 2
     return [
         Planned(rnd, SweepPhase.ALONE, (n,), "alone control") for n in _spread(waiting, topo)[:most]
     ]

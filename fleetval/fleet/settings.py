@@ -43,15 +43,14 @@ KNOWN_FLOORS: tuple[Floor, ...] = (
 class SweepSettings(_Model):
     """How a fleet sweep judges and how far it may go."""
 
-    # A job is slow below the fleet's median by more than this share, or by more than
-    # `noise_sigmas` times the noise measured in the same sweep, whichever is larger.
+    # A node, link or trunk is slow when the model's estimate of it is below the fleet's
+    # level by more than this share, beyond its uncertainty (`fleetval.fleet.model`).
     tolerance: float = Field(default=0.15, gt=0, lt=1)
-    noise_sigmas: float = Field(default=4.0, gt=0)
-    # Noise larger than this (relative) makes the fleet reference useless: said, not hidden
-    # (a finding where measured over `noise_jobs` jobs or more). Fewer jobs than that cannot
-    # measure the noise: they are judged with `max_tolerance`.
+    # Where the noise is too large to judge a node within `tolerance`, it is judged within a
+    # wider share that is said, up to this; past it the node is unjudged.
     max_tolerance: float = Field(default=0.6, gt=0, lt=1)
-    noise_jobs: int = Field(default=8, ge=2)
+    # The false-discovery rate over every node, link and trunk effect the model tests.
+    fdr: float = Field(default=0.01, gt=0, lt=0.5)
     # Never recommend draining more than this share of the fleet (at least one node).
     max_drain_share: float = Field(default=0.10, gt=0, le=1)
     # A racked fleet takes more: every pair of racks is crossed (64 racks of 16 nodes: 7).

@@ -18,18 +18,17 @@ from fleetval.fleet.judge import (
     Assessment,
     HwNote,
     Judged,
+    Level,
     Measurement,
     Pair,
     Planned,
-    Reference,
-    RefKey,
     Trunk,
     assess,
-    judge,
-    references,
+    line,
 )
 from fleetval.fleet.planner import first_round, next_round
 from fleetval.fleet.settings import SweepSettings
+from fleetval.text import human_bytes
 from fleetval.vocab import NodeState, SweepPhase
 
 MeasureRound = Callable[[list[Planned]], list[Measurement]]
@@ -62,7 +61,9 @@ class NodeVerdict:
 @dataclass(frozen=True)
 class LinkVerdict:
     nodes: Pair
-    confirmed: bool  # slow twice: a bad link; once and rounds ran out: suspect (said, not flagged)
+    confirmed: (
+        bool  # the model's effect flagged; else estimated slow, not proven (said, not flagged)
+    )
     evidence: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,7 +85,9 @@ class TrunkVerdict:
 
     groups: Pair
     level: str  # rack, switch, domain
-    confirmed: bool  # inside jobs of both groups fast too; else suspect (said, not flagged)
+    confirmed: (
+        bool  # the model's effect flagged; else estimated slow, not proven (said, not flagged)
+    )
     evidence: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -102,7 +105,7 @@ class TrunkVerdict:
 
     @classmethod
     def of(cls, t: Trunk) -> TrunkVerdict:
-        return cls((t.a, t.b), t.level, t.confirmed, tuple(t.evidence))
+        return cls((t.a, t.b), t.level, t.confirmed, t.evidence)
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,7 @@ class LinkMeasured:
 
 
 def link_verdict(j: Judged) -> str:
+    """fast, slow, unclear or failed: the job against its round's level and load."""
     if j.m.failed:
         return "failed"
     return "slow" if j.slow else "unclear" if j.unclear else "fast"
@@ -150,7 +154,7 @@ class FleetVerdict:
     notes: tuple[str, ...] = ()  # said, but not a finding
     rounds: int = 0
     jobs: int = 0
-    references: tuple[Reference, ...] = ()  # each phase's main round first, then per round
+    references: tuple[Level, ...] = ()  # tonight's level per phase and SKU
     breaker: bool = False  # more would be drained than allowed: nothing is
     drain_limit: int = 0
     trials: tuple[Judged, ...] = field(default=(), compare=False)
@@ -160,8 +164,19 @@ class FleetVerdict:
 
     @property
     def flagged(self) -> bool:
-        """Nodes named, links or trunks confirmed slow, or a finding about the fleet."""
-        return bool(self.findings or self.bad_links or self.named or self.bad_trunks)
+        """Nodes drained, links or trunks proven slow, or a finding about the fleet."""
+        return bool(self.findings or self.bad_links or self.drain or self.bad_trunks)
+
+    @property
+    def unjudged(self) -> list[NodeVerdict]:
+        """Nodes neither drained nor judged healthy: suspect, unjudged (or held)."""
+        return [n for n in self.nodes if n.state not in (NodeState.HEALTHY, NodeState.DRAIN)]
+
+    @property
+    def exit_code(self) -> int:
+        """0 every node judged healthy, 1 something flagged, 5 nothing flagged but some
+        nodes not judged (`fleetval.status`'s vocabulary of exits)."""
+        return 1 if self.flagged else 5 if self.unjudged else 0
 
     @property
     def bad_trunks(self) -> list[TrunkVerdict]:
@@ -234,6 +249,7 @@ def _trial(j: Judged) -> dict[str, Any]:
         "nodes": list(job.nodes),
         "why": job.why,
         "score_gbps": j.m.score,
+        "failed": j.m.failed,
         "slow": j.slow,
         "judged": j.why,
     }
@@ -248,40 +264,40 @@ def run_rounds(
     baseline: BaselineLevels | None = None,
     fabric: Fabric = NO_FABRIC,
 ) -> FleetVerdict:
-    """The sweep: round 1 every node alone, then planned rounds until nothing is left to
-    measure or `max_rounds` is reached; every round's jobs are measured together."""
+    """The sweep: round 1 every node alone, then rounds the model asks for until nothing is
+    left open or `max_rounds` is reached; every round's jobs are measured together, and
+    every job so far (with the fleet's recent sweeps) is fitted again after each round."""
     skus = skus or {}
     measured: list[Measurement] = []
     jobs, rnd = first_round(nodes), 1
     while True:
         measured += measure(jobs)
-        refs = references(measured, skus, settings)
-        judged = [judge(m, refs, skus, settings.floors) for m in measured]
-        found = assess(nodes, judged, fabric.topology)
+        found = assess(nodes, measured, settings, fabric.topology, skus=skus, past=fabric.past)
         if rnd >= settings.max_rounds:
             break
         jobs = next_round(nodes, found, rnd + 1, settings, fabric)
         if not jobs:
             break
         rnd += 1
-    v = verdict(nodes, found, judged, refs, settings, rounds=rnd, baseline=baseline)
+    v = verdict(nodes, found, settings, rounds=rnd, skus=skus, baseline=baseline)
     return dataclasses.replace(v, topology=fabric.topology.to_dict())
 
 
 def verdict(
     nodes: Sequence[str],
     a: Assessment,
-    judged: Sequence[Judged],
-    refs: Mapping[RefKey, Reference],
     settings: SweepSettings,
     *,
     rounds: int,
+    skus: Mapping[str, str] | None = None,
     baseline: BaselineLevels | None = None,
 ) -> FleetVerdict:
-    """Node states with evidence, links, fleet findings, and the circuit breaker."""
+    """Node states with evidence, links, trunks, fleet findings, and the circuit breaker."""
+    judged = a.judged
+    levels = a.levels(skus or {})
     scores = _scores(judged)
-    verdicts = [_node(n, a, scores.get(n, {}), rounds) for n in nodes]
-    findings, notes = _fleet(refs, settings, baseline, judged)
+    verdicts = [_node(n, a, scores.get(n, {}), rounds, settings) for n in nodes]
+    findings, notes = _fleet(a, levels, settings, baseline)
     limit = settings.drain_limit(len(nodes))
     drains = sum(v.state == NodeState.DRAIN for v in verdicts)
     breaker = drains > limit
@@ -310,9 +326,7 @@ def verdict(
         notes=tuple(notes),
         rounds=rounds,
         jobs=len(judged),
-        references=tuple(
-            dict.fromkeys(refs[k] for k in sorted(refs, key=lambda k: (k[2] != 0, k)))
-        ),
+        references=tuple(levels),
         breaker=breaker,
         drain_limit=0 if breaker else limit,
         trials=tuple(judged),
@@ -366,77 +380,93 @@ def _scores(judged: Sequence[Judged]) -> dict[str, dict[SweepPhase, list[float]]
     return out
 
 
-def _node(n: str, a: Assessment, scores: dict[SweepPhase, list[float]], rounds: int) -> NodeVerdict:
+def _node(
+    n: str,
+    a: Assessment,
+    scores: dict[SweepPhase, list[float]],
+    rounds: int,
+    settings: SweepSettings,
+) -> NodeVerdict:
     evidence = tuple(a.evidence.get(n, ()))
     alone = scores.get(SweepPhase.ALONE, [None])[-1]
     pairs = scores.get(SweepPhase.PAIR)
     pair = statistics.median(pairs) if pairs else None
     if n in a.bad:
         why = a.bad[n]
-        confidence = "high" if len(why) >= 2 or "job failed" in why[0] else "medium"
-        return NodeVerdict(n, NodeState.DRAIN, confidence, why[0], evidence, alone, pair)
-    if n in a.unclear:
+        return NodeVerdict(n, NodeState.DRAIN, "high", why[0], tuple(why), alone, pair)
+    if n in a.good:
+        within = a.within.get(n, 0.0)
+        if within <= settings.tolerance:
+            reason = f"no slower than the fleet's level by more than {settings.tolerance:.0%} (95%)"
+            return NodeVerdict(n, NodeState.HEALTHY, "high", reason, evidence, alone, pair)
         reason = (
-            f"differed from the fleet only within the noise measured beside it, "
-            f"in {rounds} rounds: not judged (look, do not drain)"
+            f"no slower than the level by more than {within:.0%} (95%): the noise "
+            f"({a.fit.sigma:.0%}) allows no finer than that within {rounds} rounds"
         )
-        return NodeVerdict(n, NodeState.UNJUDGED, "low", reason, evidence, alone, pair)
-    if n in a.pending_alone:
-        reason = f"slow alone once, not measured again within {rounds} rounds"
+        return NodeVerdict(n, NodeState.HEALTHY, "medium", reason, evidence, alone, pair)
+    slow = [e for e in (a.fit.effect("node", (n,)), a.fit.effect("nic", (n,)))
+            if e is not None and e.estimate < a.fit.threshold]  # fmt: skip
+    if slow:
+        reason = f"estimated slow, not proven within {rounds} rounds: {slow[0].text()}"
         return NodeVerdict(n, NodeState.SUSPECT, "low", reason, evidence, alone, pair)
-    if n in a.pending_pair:
-        slow = a.slow_count.get(n, 0)
-        reason = (
-            f"slow in a pair, not re-paired with a proven-good node within {rounds} rounds"
-            if slow
-            else f"no partner within {rounds} rounds: its network is not judged"
-        )
-        return NodeVerdict(n, NodeState.SUSPECT, "low", reason, evidence, alone, pair)
-    confidence = "high" if n in a.good else "medium"
-    return NodeVerdict(
-        n, NodeState.HEALTHY, confidence, "met every reference", evidence, alone, pair
+    reason = (
+        f"no partner within {rounds} rounds: its network is not judged"
+        if n not in a.paired
+        else f"too few jobs to judge within {settings.max_tolerance:.0%} at noise "
+        f"{a.fit.sigma:.0%} in {rounds} rounds (more iterations or rounds would decide it)"
     )
+    return NodeVerdict(n, NodeState.UNJUDGED, "low", reason, evidence, alone, pair)
 
 
 def _fleet(
-    refs: Mapping[RefKey, Reference],
+    a: Assessment,
+    levels: Sequence[Level],
     settings: SweepSettings,
     baseline: BaselineLevels | None,
-    judged: Sequence[Judged],
 ) -> tuple[list[str], list[str]]:
     """Fleet-level findings: slower than the baseline's sweeps; notes: noise so large that
-    only large differences are judged (the nodes seen within it are `unjudged`, not
-    guessed). "Everything equally slow" is caught here (baseline) or by the floors."""
+    nodes are judged only within a wider share, and what the fleet was judged against."""
     findings, notes = [], []
-    for (phase, sku, rnd), ref in sorted(refs.items()):
-        if rnd != 0:
-            continue
-        where = f"{phase.value} jobs" + (f" ({sku})" if sku else "")
-        noisy = ref.tolerance >= settings.max_tolerance
-        if noisy and ref.count >= settings.noise_jobs:
-            notes.append(
-                f"{where}: noise {ref.noise:.0%} measured over {ref.count} jobs: too large to "
-                f"judge differences under {ref.tolerance:.0%} (a node seen only within it is "
-                "unjudged, not guessed)"
-            )
-        elif noisy:
-            notes.append(
-                f"{where}: noise {ref.noise:.0%} over only {ref.count} jobs; judged with the "
-                f"largest tolerance ({settings.max_tolerance:.0%})"
-            )
-        past = baseline.medians.get(level_key(phase, sku)) if baseline else None
-        if baseline and past and ref.median < past * (1 - ref.tolerance):
+    sigma = a.fit.sigma
+    wide = {n: w for n, w in a.within.items() if w > settings.tolerance}
+    if wide:
+        notes.append(
+            f"noise {sigma:.1%} (the model's residuals over {a.fit.jobs} jobs): "
+            f"{len(wide)} nodes judged only within {max(wide.values()):.0%}, not "
+            f"{settings.tolerance:.0%}"
+        )
+    for lv in levels:
+        where = f"{lv.phase.value} jobs" + (f" ({lv.sku})" if lv.sku else "")
+        past = baseline.medians.get(level_key(lv.phase, lv.sku)) if baseline else None
+        if baseline and past and lv.median < past * (1 - settings.tolerance):
             findings.append(
-                f"{where}: fleet median {ref.median:.4g} GB/s is {1 - ref.median / past:.0%} "
+                f"{where}: fleet level {lv.median:.4g} GB/s is {1 - lv.median / past:.0%} "
                 f"below baseline {baseline.name!r} ({past:.4g} GB/s): the whole fleet is slow"
             )
-    floored = any("floor" in j.why for j in judged)
-    if not baseline and not floored and not any(_has_floor(settings, j) for j in judged):
+    floors = _under_floor(a, settings)
+    findings += floors
+    if not baseline and not any(_has_floor(settings, j) for j in a.judged):
         notes.append(
-            "judged against the fleet's own distribution only (no SKU floor for the sizes "
+            "judged against the fleet's own level only (no SKU floor for the sizes "
             "measured, no --baseline): a fleet slow everywhere alike would not show"
         )
     return findings, notes
+
+
+def _under_floor(a: Assessment, settings: SweepSettings) -> list[str]:
+    """Jobs below a published per-SKU floor at a size they measured: the fleet's level
+    itself is short of the hardware's (the model judges only against the fleet)."""
+    out = []
+    for j in a.judged:
+        for f in settings.floors:
+            floor = f.alone_gbps if j.m.job.phase == SweepPhase.ALONE else f.pair_gbps
+            size = j.m.by_size.get(f.size_bytes)
+            if floor is not None and size is not None and size < floor:
+                out.append(
+                    f"{line(j)}: {size:.4g} GB/s < {f.sku} floor {floor:g} GB/s at "
+                    f"{human_bytes(f.size_bytes)}"
+                )
+    return out
 
 
 def _has_floor(settings: SweepSettings, j: Judged) -> bool:

@@ -16,7 +16,7 @@ from fleetval.formats.hwobs import Observation
 _ROW = re.compile(r"^\s*\| (.{25}) \| (.{1,45})")  # the cells are 25 and 45 wide
 _SECTION = re.compile(r"^\s*[|+]-----\s+(\w+)\s+-+\+")
 _PER_GPU = re.compile(r"^GPU(\d+):\s*(Pass|Fail|Warn|Skip)\w*", re.IGNORECASE)
-_MESSAGE_ROWS = {"error", "warning", "info"}
+_MESSAGE_ROWS = {"Error", "Warning", "Info"}  # the rows under a test that carry its message
 
 
 def is_diag_header(line: str) -> bool:
@@ -39,7 +39,7 @@ def read_dcgmi_diag(lines: list[str]) -> tuple[dict[str, str], list[Observation]
         name, cell = m.group(1).strip(), m.group(2)
         if category == "Metadata":
             meta[name] = cell.strip()
-        elif name and name.lower() not in _MESSAGE_ROWS:
+        elif name and name.capitalize() not in _MESSAGE_ROWS:
             tests.append({"name": name, "category": category, "result": cell.strip(),
                           "gpus": {}, "message": ""})  # fmt: skip
         elif tests and (g := _PER_GPU.match(cell.strip())):

@@ -1,6 +1,7 @@
 """What a sweep knows of the fabric: each node's rack, switch and domain from its Ray labels
 (`fleetval/rack`, `fleetval/switch`, `fleetval/domain`) and the suite's map, and the links
-earlier sweeps in the store measured (`fleetval.fleet.coverage`)."""
+earlier sweeps in the store measured (`fleetval.fleet.coverage`) with their jobs, which the
+fabric model fits beside tonight's (`fleetval.fleet.model`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import ray
 import yaml
 
 from fleetval.fleet.coverage import Fabric
-from fleetval.fleet.history import stored_links, sweep_runs
+from fleetval.fleet.history import stored_jobs, stored_links, sweep_runs
 from fleetval.fleet.topology import Topology, TopologyError
 from fleetval.run.plan import NODE_LABEL, PlanError
 from fleetval.store.catalog import Catalog
@@ -55,7 +56,7 @@ def topology(suite: Suite) -> Topology:
 
 def sweep_fabric(suite: Suite, catalog: Catalog, nodes: int) -> Fabric:
     past = sweep_runs(catalog, min(max(nodes - 1, 1), HISTORY_CAP))
-    return Fabric(topology(suite), stored_links(past))
+    return Fabric(topology(suite), stored_links(past), stored_jobs(past))
 
 
 def node_groups(suite: Suite) -> dict[str, frozenset[str]]:

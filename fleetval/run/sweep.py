@@ -212,6 +212,6 @@ def _verdict_outcome(v: FleetVerdict) -> StepOutcome:
     lines += [f"slow link {' <-> '.join(link.nodes)}" for link in v.bad_links]
     lines += [f"slow trunk {t.level} {' <-> '.join(t.groups)}" for t in v.bad_trunks]
     lines += list(v.findings)
-    status = Status.FAIL.value if v.flagged else Status.PASS.value
+    status = {1: Status.FAIL, 5: Status.UNJUDGED, 0: Status.PASS}[v.exit_code].value
     message = "; ".join(lines) or f"fleet healthy: {len(v.nodes)} nodes in {v.rounds} rounds"
     return StepOutcome(-1, 0, "verdict", "sweep", status, message, 0.0)

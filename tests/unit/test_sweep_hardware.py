@@ -24,6 +24,9 @@ EIGHT = [f"node-{i}" for i in range(8)]
 XID79 = "hardware: Xid 79 (GPU has fallen off the bus) on PCI 0000:01:00 -> reboot node"
 
 
+HEALTHY = "no slower than the fleet's level by more than 15% (95%)"
+
+
 def health_rows(node: str, *files: str, **update: object) -> list[dict]:
     """The health step's hardware rows for `node` as the store reads them back; `update`
     changes fields of its first GPU's reading (no public capture is a watch-only node)."""
@@ -115,9 +118,9 @@ def test_hardware_drains_a_node_whose_busbw_is_fine_and_says_so() -> None:
     v = sweep_with_hardware(fleet, hardware)
     assert [n.node for n in v.drain] == ["node-4"] and v.flagged
     n4 = v.drain[0]
-    assert n4.confidence == "high" and n4.reason == f"met every reference; {XID79}"
+    assert n4.confidence == "high" and n4.reason == f"{HEALTHY}; {XID79}"
     assert n4.evidence[-1] == (
-        "drained on its hardware finding alone: on performance it was healthy (met every reference)"
+        f"drained on its hardware finding alone: on performance it was healthy ({HEALTHY})"
     )
     n6 = next(n for n in v.nodes if n.node == "node-6")  # watch: said, stays in service
     assert n6.state == NodeState.HEALTHY and n6.reason.endswith("-> watch")

@@ -1,0 +1,496 @@
+"""One model of the fabric: every timed job explains its log-bandwidth as a level plus effects.
+
+    log(score) = level[sweep, phase, sku] + load[sweep, round]
+                 + node[n] for each node in the job            (slow in everything it runs)
+                 + nic[x] + nic[y] + link[x, y]                 (pair jobs: the network)
+                 + trunk[level, group(x), group(y)]             (pair jobs across two groups)
+                 + noise
+
+Every job of tonight's sweep and of the fleet's recent sweeps (older ones weighted less,
+`HALF_LIFE`) is fitted at once. Faults only ever slow a job, so every effect is at most 0;
+most effects are 0, so each carries an L1 penalty scaled to the evidence it rests on
+(`KAPPA` noise units over its jobs): one effect that explains many jobs (a trunk under six
+slow crossings) is cheaper than many that explain one each, which is how a slowness that a
+group pair explains is never counted against a node or a link. The loss is Huber's, so one
+wild job moves nothing far; the noise is the residuals' robust spread over every job.
+
+An effect is flagged when its penalized likelihood ratio against "no worse than the
+tolerance" (`evidence`: the fit redone with the effect held at the threshold, so the other
+effects may take its jobs if they can) clears the false-discovery rate over every effect
+tested, and it rests on two jobs or more (a job can be disturbed once by anything). A node
+or link is judged healthy when its interval's lower end stays within the tolerance (or,
+where the noise is large, within a wider share that is said, up to `max_tolerance`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+import numpy as np
+import scipy.sparse as sp
+
+from fleetval.fleet.settings import SweepSettings
+from fleetval.fleet.topology import NO_TOPOLOGY, Topology
+from fleetval.vocab import SweepPhase
+
+KAPPA = 2.0  # the L1 penalty in noise units over sqrt(jobs): smaller effects stay 0
+HUBER = 3.0  # residuals past this many noise units count linearly (a bounded pull per job)
+LOAD_SD = 0.25  # prior spread of a round's load (log scale): rounds differ, within reason
+HALF_LIFE = 5.0  # sweeps: a past sweep's jobs weigh 0.5 ** (age / HALF_LIFE)
+FAILED = math.log(0.01)  # a failed job reads as 1% of its level
+SIGMA_MIN = 0.005  # the noise is never taken as below 0.5%
+SIGMA_PRIOR = 0.05  # the noise assumed before the residuals say otherwise ...
+PRIOR_JOBS = 4  # ... counted as this many jobs
+Z_HEALTHY = NormalDist().inv_cdf(0.95)  # one-sided 95%: how sure "no slower than" is
+KINDS = ("node", "nic", "link", "trunk")  # the effects, in the order they are reported
+PAST = "@past"  # a past sweep's own node, network and trunk effects: fitted, not tested
+
+
+@dataclass(frozen=True)
+class Obs:
+    """One job as the model sees it."""
+
+    phase: SweepPhase
+    nodes: tuple[str, ...]
+    score: float | None  # GB/s; None with failed: the job failed
+    failed: bool = False
+    round: int = 1
+    age: int = 0  # 0: tonight's sweep; k: the k-th sweep before it
+    sku: str = ""
+
+    @property
+    def weight(self) -> float:
+        return 0.5 ** (self.age / HALF_LIFE)
+
+
+Key = tuple[str, ...]  # node: (n,); nic: (n,); link: (x, y); trunk: (level, ga, gb)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One effect's estimate: how much slower (log scale, <= 0) and how sure."""
+
+    kind: str
+    key: Key
+    estimate: float
+    se: float  # conditional standard error (the other effects at their estimates)
+    jobs: int  # jobs it rests on (all sweeps)
+    tonight: int  # of those, tonight's
+    z: float = 0.0  # evidence that it is slower than the tolerance (0: not a candidate)
+    p: float = 1.0
+    flagged: bool = False
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.estimate)
+
+    @property
+    def lower(self) -> float:
+        """The slowest it may be (one-sided 95%), as a share of the level."""
+        return math.exp(min(0.0, self.estimate - Z_HEALTHY * self.se))
+
+    def within(self) -> float:
+        """The slowdown it is judged to be within (1 - lower)."""
+        return 1 - self.lower
+
+    def text(self) -> str:
+        return (
+            f"{self.subject()}: {self.ratio:.0%} of the level (95% >= {self.lower:.0%}), "
+            f"{self.jobs} jobs ({self.tonight} tonight), z {self.z:.1f}"
+        )
+
+    def subject(self) -> str:
+        """The effect in words: what is slow."""
+        if self.kind == "node":
+            return f"{self.key[0]} slow alone and in pairs (the node itself)"
+        if self.kind == "nic":
+            return f"{self.key[0]} slow in its pairs only (its network)"
+        if self.kind == "link":
+            return f"link {self.key[0]} <-> {self.key[1]}"
+        return f"trunk {self.key[0]} {self.key[1]} <-> {self.key[2]}"
+
+
+@dataclass
+class Fit:
+    """The fitted model: levels, loads, every effect, the noise, and each job's deficit."""
+
+    sigma: float
+    threshold: float  # log(1 - tolerance)
+    effects: dict[tuple[str, Key], Effect]
+    levels: dict[tuple[int, SweepPhase, str], float]  # (age, phase, sku) -> log GB/s
+    loads: dict[tuple[int, int], float]  # (age, round) -> log factor
+    deficits: list[float]  # per observation: log(score) - level - load (failed: FAILED)
+    jobs: int = 0  # tonight's jobs fitted
+    tested: int = 0  # effects tested (false-discovery rate over these)
+    obs: list[Obs] = field(default_factory=list)
+
+    def effect(self, kind: str, key: Key) -> Effect | None:
+        return self.effects.get((kind, key))
+
+    def of_kind(self, kind: str) -> list[Effect]:
+        return [e for (k, _), e in self.effects.items() if k == kind]
+
+    def level(self, phase: SweepPhase, sku: str = "") -> float | None:
+        v = self.levels.get((0, phase, sku))
+        return None if v is None else math.exp(v)
+
+
+def pair(x: str, y: str) -> tuple[str, str]:
+    return (x, y) if x < y else (y, x)
+
+
+def trunk_keys(x: str, y: str, topology: Topology) -> list[Key]:
+    """The pairs of groups a job between x and y crosses, one per level that splits them."""
+    out = []
+    for level in topology.levels:
+        gx, gy = topology.group(x, level), topology.group(y, level)
+        if gx is not None and gy is not None and gx != gy:
+            out.append((level, min(gx, gy), max(gx, gy)))
+    return out
+
+
+@dataclass
+class _Block:
+    """Columns updated together: `most` of them share a row at most (1: exact updates)."""
+
+    kind: str
+    idx: np.ndarray
+    most: int
+    X: sp.csc_matrix
+    XT: sp.csr_matrix
+
+
+def _block(X: sp.csc_matrix, kind: str, idx: np.ndarray, most: int) -> _Block:
+    Xb = X[:, idx]
+    return _Block(kind, idx, most, Xb, Xb.T.tocsr())
+
+
+@dataclass
+class _Design:
+    """The sparse design: rows are jobs, columns levels, loads, then effects."""
+
+    X: sp.csc_matrix
+    Xr: sp.csr_matrix
+    y: np.ndarray
+    failed: np.ndarray
+    w0: np.ndarray  # prior weights (age)
+    cols: list[tuple[str, Key]]  # ("level", ...), ("load", ...), then effects
+    blocks: list[_Block]
+
+
+def _design(obs: Sequence[Obs], topology: Topology) -> _Design:
+    index: dict[tuple[str, Key], int] = {}
+    rows: list[int] = []
+    cols: list[int] = []
+
+    def col(kind: str, key: Key) -> int:
+        return index.setdefault((kind, key), len(index))
+
+    for i, o in enumerate(obs):  # levels and loads first: their columns lead
+        rows += [i, i]
+        cols += [
+            col("level", (str(o.age), o.phase.value, o.sku)),
+            col("load", (str(o.age), str(o.round))),
+        ]
+    for i, o in enumerate(obs):
+        # NOTE: only a link is one effect over every sweep: it is measured once in many
+        # sweeps, and pooling is what names it. Nodes and trunks are measured in every sweep;
+        # each past sweep has its own (`PAST`), so a fault that began tonight is not
+        # averaged away by the nights it was fine.
+        tag = "" if o.age == 0 else PAST
+        when = () if o.age == 0 else (str(o.age),)
+        js = [col("node" + tag, (*when, n)) for n in o.nodes]
+        if len(o.nodes) == 2:
+            x, y = o.nodes
+            js += [col("nic" + tag, (*when, x)), col("nic" + tag, (*when, y))]
+            js += [col("link", pair(x, y))]
+            js += [col("trunk" + tag, (*when, *t)) for t in trunk_keys(x, y, topology)]
+        rows += [i] * len(js)
+        cols += js
+    n, m = len(obs), len(index)
+    X = sp.csc_matrix((np.ones(len(rows)), (rows, cols)), shape=(n, m))
+    names = sorted(index, key=index.__getitem__)
+    blocks = []
+    for kind in ("level", "load", "node", "nic", "link", "node" + PAST, "nic" + PAST):
+        idx = np.array([index[c] for c in names if c[0] == kind], dtype=int)
+        if idx.size:
+            blocks.append(_block(X, kind, idx, 1 if kind in ("level", "load", "link") else 2))
+    for level in topology.levels:  # one trunk per row per level: exact updates
+        for kind in ("trunk", "trunk" + PAST):
+            idx = np.array(
+                [index[c] for c in names if c[0] == kind and level in c[1][:2]], dtype=int
+            )
+            if idx.size:
+                blocks.append(_block(X, kind, idx, 1))
+    y = np.array([math.log(o.score) if o.score and o.score > 0 else 0.0 for o in obs])
+    failed = np.array([o.failed or not (o.score and o.score > 0) for o in obs])
+    w0 = np.array([o.weight for o in obs])
+    return _Design(X, X.tocsr(), y, failed, w0, names, blocks)
+
+
+@dataclass
+class _State:
+    theta: np.ndarray
+    sigma: float
+
+
+def _targets(d: _Design, theta: np.ndarray) -> np.ndarray:
+    """Each job's log-bandwidth; a failed job's is its level's plus `FAILED`."""
+    if not d.failed.any():
+        return d.y
+    lev = d.Xr[:, : _n_level(d)] @ theta[: _n_level(d)]
+    return np.where(d.failed, lev + FAILED, d.y)
+
+
+def _n_level(d: _Design) -> int:
+    return sum(1 for c in d.cols if c[0] == "level")
+
+
+def _huber_w(r: np.ndarray, sigma: float) -> np.ndarray:
+    a = np.abs(r) / sigma
+    return np.where(a <= HUBER, 1.0, HUBER / np.maximum(a, 1e-12))
+
+
+def _loss(r: np.ndarray, w0: np.ndarray, sigma: float) -> float:
+    a = np.abs(r) / sigma
+    rho = np.where(a <= HUBER, 0.5 * a * a, HUBER * a - 0.5 * HUBER * HUBER)
+    return float(sigma * sigma * np.sum(w0 * rho))
+
+
+def _penalties(d: _Design, h: np.ndarray, sigma: float) -> np.ndarray:
+    """Per column: the L1 weight (effects), 0 for levels and loads."""
+    lam = KAPPA * sigma * np.sqrt(np.maximum(h, 1e-12))
+    lam[[c[0] in ("level", "load") for c in d.cols]] = 0.0
+    return lam
+
+
+def _objective(d: _Design, theta: np.ndarray, sigma: float, lam: np.ndarray) -> float:
+    r = _targets(d, theta) - d.Xr @ theta
+    loads = np.array([c[0] == "load" for c in d.cols])
+    ridge = 0.5 * sigma * sigma / LOAD_SD**2 * float(np.sum(theta[loads] ** 2))
+    return _loss(r, d.w0, sigma) + float(np.sum(lam * np.abs(theta))) + ridge
+
+
+def _descend(
+    d: _Design,
+    theta: np.ndarray,
+    sigma: float,
+    *,
+    fixed: Mapping[int, float] | None = None,
+    floor: Mapping[int, float] | None = None,
+    lam: np.ndarray | None = None,
+    passes: int = 400,
+    tol: float = 1e-6,
+) -> np.ndarray:
+    """Block coordinate descent (majorize-minimize) of the penalized Huber fit at a given
+    noise: Huber weights refreshed each pass, each block updated exactly or by a separable
+    bound (a row holds at most `most` of its columns), effects held at most 0."""
+    theta = theta.copy()
+    held = np.zeros(len(theta), dtype=bool)
+    for k, v in (fixed or {}).items():
+        theta[k] = v
+        held[k] = True
+    low = np.full(len(theta), -np.inf)
+    for k, v in (floor or {}).items():
+        low[k] = v
+        theta[k] = max(theta[k], v)
+    ok_level = ~d.failed
+    lam = _penalties(d, d.X.T @ d.w0, sigma) if lam is None else lam
+    for _ in range(passes):
+        t = _targets(d, theta)
+        r = t - d.Xr @ theta
+        w = d.w0 * _huber_w(r, sigma)
+        change = 0.0
+        for b in d.blocks:
+            kind, idx, most, Xb = b.kind, b.idx, b.most, b.X
+            wk = w * ok_level if kind == "level" else w
+            h = b.XT @ wk
+            g = b.XT @ (wk * r)
+            old = theta[idx]
+            live = h > 0
+            if kind == "level":
+                new = np.where(live, old + g / np.where(live, h, 1), old)
+            elif kind == "load":
+                prec = sigma * sigma / LOAD_SD**2
+                new = (g + h * old) / (h + prec)
+            else:
+                step = most * np.where(live, h, 1)
+                new = np.where(live, np.minimum(0.0, old + (g + lam[idx]) / step), 0.0)
+                new = np.maximum(new, low[idx])
+            new = np.where(held[idx], old, new)
+            delta = new - old
+            if np.any(delta):
+                theta[idx] = new
+                r -= Xb @ delta
+                if kind == "level" and d.failed.any():
+                    r = _targets(d, theta) - d.Xr @ theta
+                change = max(change, float(np.max(np.abs(delta))))
+        if change < tol:
+            break
+    return theta
+
+
+def _sigma(d: _Design, theta: np.ndarray, tonight: np.ndarray) -> float:
+    """The residuals' robust spread, each scaled up by its leverage (a job that alone
+    fixes an effect tells nothing of the noise and is left out)."""
+    r = _targets(d, theta) - d.Xr @ theta
+    w = d.w0
+    h = d.X.T @ w
+    active = np.array([c[0] in ("level", "load") for c in d.cols]) | (theta < 0)
+    inv = np.where(active & (h > 0), 1.0 / np.maximum(h, 1e-12), 0.0)
+    lev = w * (d.Xr @ inv)
+    use = (~d.failed) & (lev < 0.9)
+    if np.count_nonzero(use & tonight) >= 4:
+        use &= tonight
+    if not use.any():
+        return SIGMA_PRIOR
+    adj = np.abs(r[use]) / np.sqrt(1 - lev[use])
+    mad = 1.4826 * float(np.median(adj))
+    # NOTE: a few jobs read their spread badly (7 alone jobs once read 0.8% on a 5% fleet):
+    # the prior counts as `PRIOR_JOBS` jobs beside them
+    n = adj.size
+    return max(SIGMA_MIN, math.sqrt((n * mad**2 + PRIOR_JOBS * SIGMA_PRIOR**2) / (n + PRIOR_JOBS)))
+
+
+def fit(obs: Sequence[Obs], settings: SweepSettings, topology: Topology = NO_TOPOLOGY) -> Fit:
+    """Fit the model to `obs` (tonight's and past sweeps' jobs) and test every effect."""
+    threshold = math.log(1 - settings.tolerance)
+    if not obs:
+        return Fit(SIGMA_MIN, threshold, {}, {}, {}, [], obs=list(obs))
+    d = _design(obs, topology)
+    tonight = np.array([o.age == 0 for o in obs])
+    theta = _start(d)
+    sigma = SIGMA_PRIOR
+    for _ in range(8):  # the noise and the fit, each from the other, until they agree
+        theta = _descend(d, theta, sigma)
+        new = _sigma(d, _relaxed(d, theta, sigma), tonight)
+        if abs(new - sigma) < 0.02 * sigma:
+            sigma = new
+            break
+        sigma = new
+    theta = _descend(d, theta, sigma)
+    return _tested(d, theta, sigma, threshold, settings, list(obs), tonight)
+
+
+def _relaxed(d: _Design, theta: np.ndarray, sigma: float) -> np.ndarray:
+    """The effects the penalty kept, refitted without it (the others held at 0): their
+    size unshrunk, for the noise and for what is reported."""
+    effect = np.array([c[0] not in ("level", "load") for c in d.cols])
+    fixed = {int(k): 0.0 for k in np.nonzero(effect & (theta == 0))[0]}
+    return _descend(d, theta, sigma, fixed=fixed, lam=np.zeros(len(d.cols)))
+
+
+def _start(d: _Design) -> np.ndarray:
+    """Levels at each group's upper quartile (faults only slow a job), everything else 0."""
+    theta = np.zeros(len(d.cols))
+    for k, c in enumerate(d.cols):
+        if c[0] != "level":
+            continue
+        rows = d.X[:, k].nonzero()[0]
+        ys = d.y[rows][~d.failed[rows]]
+        theta[k] = float(np.quantile(ys, 0.75)) if ys.size else 0.0
+    return theta
+
+
+def _tested(
+    d: _Design,
+    theta: np.ndarray,
+    sigma: float,
+    threshold: float,
+    settings: SweepSettings,
+    obs: list[Obs],
+    tonight: np.ndarray,
+) -> Fit:
+    r = _targets(d, theta) - d.Xr @ theta
+    w = d.w0 * _huber_w(r, sigma)
+    h = d.X.T @ w
+    counts = np.diff(d.X.indptr)
+    tonight_counts = d.X.T @ tonight.astype(float)
+    effects: dict[tuple[str, Key], Effect] = {}
+    tests: dict[Key, list[int]] = {}  # one test per node (its two effects), link, trunk
+    for k, (kind, key) in enumerate(d.cols):
+        if kind in ("level", "load") or kind.endswith(PAST):
+            continue
+        se = sigma / math.sqrt(h[k]) if h[k] > 0 else math.inf
+        effects[(kind, key)] = Effect(
+            kind, key, float(theta[k]), se, int(counts[k]), int(tonight_counts[k])
+        )
+        # NOTE: a node's own and network effects are one test: where its alone jobs time
+        # nothing the two explain the same jobs, and either makes it a node to drain
+        tests.setdefault((kind if kind in ("link", "trunk") else "node", *key), []).append(k)
+    candidates = {t: ks for t, ks in tests.items() if min(theta[ks]) < threshold}
+    z = {t: evidence(d, theta, sigma, ks, threshold) for t, ks in candidates.items()}
+    p = {t: 1 - NormalDist().cdf(v) for t, v in z.items()}
+    flagged = _fdr(p, len(tests), settings.fdr)
+    for t, ks in candidates.items():
+        rows = int(np.count_nonzero(np.asarray(d.X[:, ks].sum(axis=1)).ravel()))
+        for k in ks:
+            e = effects[d.cols[k]]
+            effects[d.cols[k]] = dataclasses.replace(
+                e, z=z[t], p=p[t], flagged=t in flagged and rows >= 2
+            )
+    n_level = _n_level(d)
+    levels = {}
+    loads = {}
+    for k, (kind, key) in enumerate(d.cols):
+        if kind == "level":
+            levels[(int(key[0]), SweepPhase(key[1]), key[2])] = float(theta[k])
+        elif kind == "load":
+            loads[(int(key[0]), int(key[1]))] = float(theta[k])
+    base = d.Xr[:, : n_level + len(loads)] @ theta[: n_level + len(loads)]
+    deficits = np.where(d.failed, FAILED, d.y - base)
+    return Fit(
+        sigma, threshold, effects, levels, loads, [float(x) for x in deficits],
+        jobs=int(tonight.sum()), tested=len(tests), obs=obs,
+    )  # fmt: skip
+
+
+def _fdr(p: Mapping[Key, float], m: int, q: float) -> set[Key]:
+    """Benjamini-Hochberg over `m` tests (those not in `p` have p = 1): the rejected."""
+    ranked = sorted(p.items(), key=lambda kv: kv[1])
+    cut = 0
+    for i, (_, pv) in enumerate(ranked, 1):
+        if pv <= q * i / max(m, 1):
+            cut = i
+    return {k for k, _ in ranked[:cut]}
+
+
+def evidence(
+    d: _Design, theta: np.ndarray, sigma: float, ks: Sequence[int], threshold: float
+) -> float:
+    """How many noise units the fit prefers the effects `ks` as estimated over all of them
+    held no slower than the threshold, the effects around them free to take their jobs:
+    sqrt(2 x the penalized loss it costs), over the jobs of `ks` and of every effect
+    sharing a job with them."""
+    rows1 = np.unique(d.X[:, list(ks)].nonzero()[0])
+    near = np.unique(d.Xr[rows1].indices)
+    near = near[[d.cols[c][0] not in ("level", "load") for c in near]]
+    rows2 = np.unique(d.X[:, near].nonzero()[0])
+    Xr = d.Xr[rows2]
+    X = Xr[:, near].tocsc()
+    sub = _Design(
+        X, X.tocsr(), _targets(d, theta)[rows2] - Xr @ theta + X @ theta[near],
+        np.zeros(len(rows2), dtype=bool), d.w0[rows2], [d.cols[c] for c in near],
+        _sub_blocks(d, X, near),
+    )  # fmt: skip
+    start = theta[near]
+    at = {int(np.nonzero(near == k)[0][0]): threshold for k in ks}
+    free = _descend(sub, start, sigma)
+    held = _descend(sub, start, sigma, floor=at)
+    lam = _penalties(sub, sub.X.T @ sub.w0, sigma)
+    gap = _objective(sub, held, sigma, lam) - _objective(sub, free, sigma, lam)
+    return math.sqrt(max(0.0, 2 * gap)) / sigma
+
+
+def _sub_blocks(d: _Design, X: sp.csc_matrix, near: np.ndarray) -> list[_Block]:
+    where = {int(c): i for i, c in enumerate(near)}
+    out = []
+    for b in d.blocks:
+        mine = np.array([where[int(c)] for c in b.idx if int(c) in where], dtype=int)
+        if mine.size:
+            out.append(_block(X, b.kind, mine, b.most))
+    return out

@@ -1,0 +1,138 @@
+"""The fabric model (`fleetval.fleet.model`): every job pooled, one robust fit, verdicts from
+effects with intervals. Each scenario of an 8-node fleet in two racks runs on a fresh store
+and on a store with ten earlier sweeps (their jobs fitted beside tonight's)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fleetval.fleet.coverage import Fabric
+from fleetval.fleet.history import link_history, past_jobs
+from fleetval.fleet.judge import Measurement, Planned
+from fleetval.fleet.model import Obs, fit
+from fleetval.fleet.settings import SweepSettings
+from fleetval.fleet.simulate import SimFleet, racked
+from fleetval.fleet.verdict import FleetVerdict, run_rounds
+from fleetval.vocab import SweepPhase
+
+EIGHT = [f"node-{i}" for i in range(8)]
+RACKS = racked(EIGHT, 2)  # node-0..3 rack-00, node-4..7 rack-01
+SETTINGS = SweepSettings(max_drain_share=0.25)
+NOISE = 0.08  # a loaded box: healthy jobs spread +-16%
+
+
+def fleet(seed: int, **faults: object) -> SimFleet:
+    return SimFleet(list(EIGHT), topology=RACKS, seed=seed, noise=NOISE, **faults)  # type: ignore[arg-type]
+
+
+def history(nights: int) -> Fabric:
+    """`nights` clean sweeps of the fleet, stored as a sweep stores them (`to_dict`)."""
+    stored: list[tuple[str, dict]] = []
+    for night in range(nights):
+        fab = Fabric(RACKS, link_history(stored), past_jobs([v for _, v in stored]))
+        v = run_rounds(EIGHT, fleet(100 + night).measure, SETTINGS, fabric=fab)
+        stored.append((f"r{night}", v.to_dict()))
+    return Fabric(RACKS, link_history(stored), past_jobs([v for _, v in stored]))
+
+
+@pytest.fixture(scope="module", params=["fresh", "history"])
+def fabric(request: pytest.FixtureRequest) -> Fabric:
+    return Fabric(RACKS) if request.param == "fresh" else history(10)
+
+
+def sweep(f: SimFleet, fabric: Fabric) -> FleetVerdict:
+    return run_rounds(EIGHT, f.measure, SETTINGS, fabric=fabric)
+
+
+def test_a_clean_fleet_exits_0_with_every_node_judged(fabric: Fabric):
+    for seed in range(4):
+        v = sweep(fleet(seed), fabric)
+        assert v.exit_code == 0, [n.to_dict() for n in v.named]
+        assert not v.drain and not v.named and not v.bad_links and not v.trunks
+
+
+def test_a_slow_trunk_is_named_and_no_node_or_link_blamed(fabric: Fabric):
+    for seed in range(4):
+        v = sweep(fleet(seed, trunks={("rack-00", "rack-01"): 0.05}), fabric)
+        assert [(t.groups, t.confirmed) for t in v.trunks] == [(("rack-00", "rack-01"), True)]
+        assert not v.drain and not v.links and v.exit_code == 1
+        assert not v.named, [n.to_dict() for n in v.named]
+
+
+def test_two_slow_nodes_in_different_racks_are_drained_and_nobody_else(fabric: Fabric):
+    for seed in range(4):
+        v = sweep(fleet(seed, compute={"node-1": 0.05}, nic={"node-6": 0.05}), fabric)
+        assert sorted(n.node for n in v.drain) == ["node-1", "node-6"]
+        assert [n.node for n in v.named] == ["node-1", "node-6"] and not v.trunks
+
+
+def test_a_slow_node_and_a_slow_trunk_at_once_are_both_named(fabric: Fabric):
+    for seed in range(3):
+        f = fleet(seed, nic={"node-2": 0.05}, trunks={("rack-00", "rack-01"): 0.1})
+        v = sweep(f, fabric)
+        assert [n.node for n in v.drain] == ["node-2"]
+        assert [(t.groups, t.confirmed) for t in v.trunks] == [(("rack-00", "rack-01"), True)]
+
+
+def test_a_slow_link_across_the_racks_is_named_within_seven_sweeps():
+    stored: list[tuple[str, dict]] = []
+    link = ("node-2", "node-5")
+    for night in range(7):
+        fab = Fabric(RACKS, link_history(stored), past_jobs([v for _, v in stored]))
+        v = run_rounds(EIGHT, fleet(night, links={link: 0.05}).measure, SETTINGS, fabric=fab)
+        stored.append((f"r{night}", v.to_dict()))
+        assert not v.drain and not v.trunks
+        if [x.nodes for x in v.bad_links] == [link]:
+            return
+    pytest.fail(f"{link} not named in 7 sweeps")
+
+
+def test_one_wild_job_carries_no_verdict():
+    """One of twelve jobs twenty times slower: nothing is flagged on it."""
+    obs = [Obs(SweepPhase.ALONE, (n,), 100.0 + i) for i, n in enumerate(EIGHT)]
+    pairs = [("node-0", "node-1"), ("node-2", "node-3"), ("node-4", "node-5"), ("node-6", "node-7")]
+    obs += [Obs(SweepPhase.PAIR, p, 50.0 + i, round=2) for i, p in enumerate(pairs)]
+    obs[-1] = Obs(SweepPhase.PAIR, pairs[-1], 2.5, round=2)
+    f = fit(obs, SweepSettings(), RACKS)
+    assert not any(e.flagged for e in f.effects.values())
+    slow = [e for e in f.effects.values() if e.estimate < f.threshold]
+    assert slow and all(e.jobs == 1 for e in slow)  # estimated slow, to be measured again
+
+
+def test_a_trunk_takes_the_slow_crossings_from_the_links_and_nodes():
+    """Six crossings at 5%, jobs inside both racks fast: one trunk effect, no other."""
+    obs = [Obs(SweepPhase.ALONE, (n,), 100.0) for n in EIGHT]
+    inside = [
+        ("node-0", "node-1"),
+        ("node-2", "node-3"),
+        ("node-4", "node-5"),
+        ("node-6", "node-7"),
+    ]
+    cross = [("node-0", "node-4"), ("node-1", "node-5"), ("node-2", "node-6"), ("node-3", "node-7"),
+             ("node-0", "node-5"), ("node-1", "node-6")]  # fmt: skip
+    obs += [Obs(SweepPhase.PAIR, p, 50.0 * (1 + 0.01 * i), round=2) for i, p in enumerate(inside)]
+    obs += [Obs(SweepPhase.PAIR, p, 2.5 * (1 + 0.01 * i), round=3) for i, p in enumerate(cross)]
+    obs += [Obs(SweepPhase.PAIR, p, 50.0, round=3) for p in inside[:2]]
+    f = fit(obs, SweepSettings(), RACKS)
+    flagged = [(e.kind, e.key) for e in f.effects.values() if e.flagged]
+    assert flagged == [("trunk", ("rack", "rack-00", "rack-01"))]
+    trunk = f.effect("trunk", ("rack", "rack-00", "rack-01"))
+    assert trunk is not None and trunk.ratio == pytest.approx(0.05, rel=0.1)
+    assert all(e.estimate > f.threshold for e in f.effects.values() if e.kind != "trunk")
+
+
+def test_the_noise_is_the_residuals_spread_and_each_round_has_its_own_load():
+    """Round 3 runs at a third of round 2's speed (the box got busy): no effect for it."""
+    f = SimFleet(list(EIGHT), topology=RACKS, seed=3, noise=0.1, disturbed=0.0)
+    jobs = [Planned(1, SweepPhase.ALONE, (n,)) for n in EIGHT]
+    jobs2 = [Planned(2, SweepPhase.PAIR, (EIGHT[i], EIGHT[i + 1])) for i in range(0, 8, 2)]
+    jobs3 = [Planned(3, SweepPhase.PAIR, (EIGHT[i], EIGHT[(i + 3) % 8])) for i in range(0, 8, 2)]
+    ms = f.measure(jobs) + f.measure(jobs2)
+    ms += [Measurement(m.job, (m.score or 0) / 3) for m in f.measure(jobs3)]
+    obs = [Obs(m.job.phase, m.job.nodes, m.score, round=m.job.round) for m in ms]
+    fitted = fit(obs, SweepSettings(), RACKS)
+    assert 0.04 < fitted.sigma < 0.2
+    assert fitted.loads[(0, 3)] - fitted.loads[(0, 2)] == pytest.approx(-math.log(3), abs=0.15)
+    assert not any(e.estimate < fitted.threshold for e in fitted.effects.values())
