@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from fleetval.cli.common import DataOpt, JsonOpt, bad_input_exits, console, open_store
+from fleetval.cli.common import DataOpt, Exit, JsonOpt, bad_input_exits, console, open_store
 from fleetval.store.catalog import parse_pairs
 
 
@@ -47,7 +47,10 @@ def nccl_log(
     as_json: JsonOpt = False,
 ) -> None:
     """What an NCCL/RCCL debug log says: library, versions, network, plugin, HCAs, transports,
-    ranks and nodes, warnings and errors, and whether init completed (the health check's parser)."""
+    ranks and nodes, warnings and errors, and whether init completed (the health check's parser).
+
+    Exit 0 read (an excerpt without init's end too: `init` says so), 1 the log reports an
+    NCCL error, 2 not an NCCL/RCCL debug log."""
     from fleetval.formats.nccllog import parse_nccl_log
 
     with bad_input_exits():
@@ -61,9 +64,11 @@ def nccl_log(
                              "...'); was it written with NCCL_DEBUG=INFO?")  # fmt: skip
     if as_json:
         typer.echo(json.dumps({**asdict(log), "fabric": log.fabric, "ok": log.ok}, indent=2))
-        return
-    for key, value in _lines(log):
-        console.print(f"{key:<13} {value}", highlight=False, soft_wrap=True)
+    else:
+        for key, value in _lines(log):
+            console.print(f"{key:<13} {value}", highlight=False, soft_wrap=True)
+    if log.errors:
+        raise typer.Exit(Exit.FAILED)
 
 
 def _lines(log: object) -> list[tuple[str, str]]:

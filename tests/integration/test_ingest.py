@@ -162,7 +162,19 @@ def test_an_ambiguous_table_exits_2_naming_the_ambiguity_and_writes_nothing(
 
 def test_nccl_log_says_the_cuda_driver_version(tmp_path: Path) -> None:
     code, out = cli("nccl-log", str(REAL / "nccl-tests-320-cuda-driver-12060.log"))
-    assert code == 0 and "CUDA 12.6 (driver CUDA 12.6)" in out
+    assert code == 1 and "CUDA 12.6 (driver CUDA 12.6)" in out  # the log reports an error
+
+
+def test_nccl_log_exits_1_on_a_log_that_reports_an_error(tmp_path: Path) -> None:
+    """A failed log (an NCCL error) exits 1, as text or JSON; an excerpt that never reached
+    init's end, but reports no error, is read (exit 0) and says so."""
+    failed = REAL / "nccl-229-aws-libfabric-ring.log"
+    code, out = cli("nccl-log", str(failed), "--json")
+    assert code == 1 and json.loads(out)["errors"] == ["ncclSystemError"]
+    code, out = cli("nccl-log", str(failed))
+    assert code == 1 and "nccl error    ncclSystemError" in out
+    code, out = cli("nccl-log", str(REAL / "nccl-1538-ibext_v8-roce.log"))
+    assert code == 0 and "init          not completed in this log" in out
 
 
 def test_summary_of_an_imported_table_counts_ranks_and_sets_in_place_beside(
