@@ -682,6 +682,7 @@ def compare_runs(
         o for c in candidates for o in run_outliers(store, records[c], settings, decls, models)
     ]
     notes += _side_notes(len(base_runs), len(candidates))
+    notes += _noisy_note(counts.get(Verdict.NOISY, 0), len(base_runs))
     if len(history) >= st.MIN_HISTORY:
         notes.append(
             f"run-to-run spreads also from {len(history)} earlier runs of the suite "
@@ -733,6 +734,23 @@ def history_runs(
         ]
         out.update(usable[:window])
     return sorted(out)
+
+
+def _noisy_note(noisy: int, nb: int) -> list[str]:
+    """Noisy changes pass this gate (not --strict) but fail a sign-off: said where there are
+    any, so the two outputs of the same data do not seem to disagree."""
+    if not noisy:
+        return []
+    one = (
+        "; against one baseline run no change can be shown unchanged, so a sign-off cannot "
+        "pass: a baseline of 5+ runs gives verdicts"
+        if nb == 1
+        else ""
+    )
+    return [
+        f"{noisy} noisy (unproven) change{'s' * (noisy != 1)}: this gate passes them; "
+        f"`compare --strict` and a sign-off (`fleetval report`) fail on them{one}"
+    ]
 
 
 def _side_notes(nb: int, nc: int) -> list[str]:

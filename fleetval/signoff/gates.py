@@ -174,12 +174,26 @@ def _regression(inp: RunInputs, cfg: RegressionGate) -> Outcome:
     if evidence:
         return Outcome(
             False,
-            f"{plural(len(evidence), 'measurement')} not shown unchanged vs {cmp.baseline}: {said}",
+            f"{plural(len(evidence), 'measurement')} not shown unchanged vs {cmp.baseline}: "
+            f"{said}{_noisy_said(cmp)}",
             evidence,
         )
     if not judged:
         return Outcome(None, f"nothing judged against {cmp.baseline}: {said}", evidence)
     return Outcome(True, f"no regression vs {cmp.baseline}: {said}", evidence)
+
+
+def _noisy_said(cmp: Comparison) -> str:
+    """Why noisy fails here while `compare` (not --strict) passes it, and what settles it."""
+    if not cmp.counts().get(Verdict.NOISY):
+        return ""
+    few = (
+        f"; with {plural(len(cmp.baseline_runs), 'baseline run')} no change can be shown "
+        "unchanged: a baseline of 5+ runs gives verdicts"
+        if len(cmp.baseline_runs) < 2
+        else ""
+    )
+    return f" (noisy fails a sign-off, as `compare --strict`: `compare` alone passes it{few})"
 
 
 COMPLETED = Gate(

@@ -183,3 +183,30 @@ def test_compare_of_cpu_runs_says_cpu_and_that_a_short_history_went_unused(
     )
     assert any("2 earlier runs of the suite: too few" in n for n in doc["notes"])
     assert not any("run-to-run spreads also from" in n for n in doc["notes"])
+
+
+def test_one_run_baseline_noisy_passes_compare_and_fails_signoff_saying_why(
+    tmp_path: Path,
+) -> None:
+    """One run a side with a 25% drop: `compare` passes (noisy is not a regression), the
+    sign-off fails its regression gate (noisy fails it); both say so, and why."""
+    from fleetval.cli import app as full_app
+
+    store, rng = Store(tmp_path), np.random.default_rng(2)
+    base, cand = _write(store, 0, rng), _write(store, 1, rng, slow=1.25)
+    assert _cli(tmp_path, "baseline", "set", "one", "--run", base).exit_code == 0
+    res = _cli(tmp_path, "compare", "-b", "one", "--run", cand, "--history", "0", "--json")
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 0 and doc["summary"].get("noisy")
+    [note] = [n for n in doc["notes"] if "noisy (unproven)" in n]
+    assert "`compare --strict` and a sign-off (`fleetval report`) fail on them" in note
+    assert "against one baseline run no change can be shown unchanged" in note
+    out = tmp_path / "r.json"
+    rep = runner.invoke(full_app, ["report", cand, "-b", "one", "-o", str(out),
+                                   "--data", str(tmp_path)])  # fmt: skip
+    assert rep.exit_code == 1, rep.output
+    gate = next(g for g in json.loads(out.read_text())["gates"] if g["gate"] == "regression")
+    assert gate["status"] == "FAIL"
+    assert "noisy fails a sign-off, as `compare --strict`: `compare` alone passes it" in (
+        gate["summary"])  # fmt: skip
+    assert "with 1 baseline run no change can be shown unchanged" in gate["summary"]
