@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fleetval.arrays import arrow, group_rows, np_col
 
@@ -57,7 +56,7 @@ def _line_step(table: pa.Table) -> pa.Array:
     """The step a row's line is named by: an in-place check's rows in a step named after it
     belong to the out-of-place step's line."""
     steps, checks = table["step"].to_pylist(), table["check"].to_pylist()
-    return pa.array(
+    return arrow(
         [
             IN_PLACE[c] if c in IN_PLACE and s == c else s
             for s, c in zip(steps, checks, strict=True)
@@ -91,6 +90,6 @@ def _half(timed: pa.Table, grp: np.ndarray, n: int, sel: np.ndarray) -> dict:
     return {
         "time": mean("time_us_median"), "algbw": mean("algbw_gbps"), "busbw": mean("busbw_gbps"),
         "min": extreme(np.minimum, np.inf), "max": extreme(np.maximum, -np.inf),
-        "wrong": pc.if_else(arrow(has), arrow(wrong.astype(np.int64)), None),
+        "wrong": arrow(wrong.astype(np.int64), valid=has),
         "any": has, "first": np.where(has, first, 0),
     }  # fmt: skip
