@@ -251,16 +251,25 @@ def _node(a: Assessment, n: str, settings: SweepSettings, *, measured_alone: boo
 
 
 def _within(a: Assessment, n: str) -> float:
-    """The slowdown node n is judged within (95%): every effect is at most 0, so no effect
-    of a job is slower than the job itself, and the node's own effect is bounded by its
-    fastest job, its network's by its fastest pair job, each less its noise."""
-    best: dict[SweepPhase, float] = {}
+    """The slowdown node n is judged within (95%). Every effect is at most 0, so no effect of
+    a job is slower than the job itself: the node's own effect is at least the mean of any of
+    its jobs, its network's the mean of any of its pair jobs. The bound is the best over its
+    k fastest jobs of their mean less 1.645 noise units over sqrt(k)."""
+    jobs: dict[SweepPhase, list[float]] = {}
     for o, d in zip(a.fit.obs, a.fit.deficits, strict=True):
         if o.age == 0 and n in o.nodes and not o.failed:
-            best[o.phase] = max(best.get(o.phase, -math.inf), d)
-    pair = best.get(SweepPhase.PAIR, -math.inf)
-    own = max(pair, best.get(SweepPhase.ALONE, -math.inf))
-    return 1 - math.exp(min(0.0, min(own, pair) - Z_HEALTHY * a.fit.sigma))
+            jobs.setdefault(o.phase, []).append(d)
+    pair = jobs.get(SweepPhase.PAIR, [])
+    own = _bound([*pair, *jobs.get(SweepPhase.ALONE, [])], a.fit.sigma)
+    return 1 - math.exp(min(0.0, own, _bound(pair, a.fit.sigma)))
+
+
+def _bound(deficits: list[float], sigma: float) -> float:
+    best, total = -math.inf, 0.0
+    for k, d in enumerate(sorted(deficits, reverse=True), 1):
+        total += d
+        best = max(best, total / k - Z_HEALTHY * sigma / math.sqrt(k))
+    return best
 
 
 def _labels(measurements: Sequence[Measurement], f: Fit, skus: Mapping[str, str]) -> list[Judged]:

@@ -38,8 +38,8 @@ from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 from fleetval.vocab import SweepPhase
 
 KAPPA = 2.0  # the L1 penalty in noise units over sqrt(jobs): smaller effects stay 0
-HUBER = 3.0  # residuals past this many noise units count linearly (a bounded pull per job)
-LOAD_SD = 0.25  # prior spread of a round's load (log scale): rounds differ, within reason
+HUBER = 3.0  # slow residuals past this many noise units count linearly (a bounded pull per job)
+LOAD_SD = 1.0  # prior spread of a round's load (log scale): a busy box moves it 20x
 HALF_LIFE = 5.0  # sweeps: a past sweep's jobs weigh 0.5 ** (age / HALF_LIFE)
 FAILED = math.log(0.01)  # a failed job reads as 1% of its level
 SIGMA_MIN = 0.005  # the noise is never taken as below 0.5%
@@ -251,12 +251,17 @@ def _n_level(d: _Design) -> int:
 
 
 def _huber_w(r: np.ndarray, sigma: float) -> np.ndarray:
-    a = np.abs(r) / sigma
+    """IRLS weights of the one-sided Huber loss (`_loss`)."""
+    a = -r / sigma
     return np.where(a <= HUBER, 1.0, HUBER / np.maximum(a, 1e-12))
 
 
 def _loss(r: np.ndarray, w0: np.ndarray, sigma: float) -> float:
-    a = np.abs(r) / sigma
+    """Huber's loss on the slow side only: a job can be disturbed slower by anything (its
+    pull is bounded), never faster, so a job faster than its level costs in full. Without
+    that, a round whose jobs were mostly slow (two crossings of a slow trunk and a slow
+    node beside one fast control) was read as a slower round, the fast job its outlier."""
+    a = -r / sigma
     rho = np.where(a <= HUBER, 0.5 * a * a, HUBER * a - 0.5 * HUBER * HUBER)
     return float(sigma * sigma * np.sum(w0 * rho))
 
@@ -385,14 +390,20 @@ def _relaxed(d: _Design, theta: np.ndarray, sigma: float) -> np.ndarray:
 
 
 def _start(d: _Design) -> np.ndarray:
-    """Levels at each group's upper quartile (faults only slow a job), everything else 0."""
+    """Levels at each group's upper quartile (faults only slow a job), then each round's
+    load at the upper quartile of its jobs against that level; every effect 0.
+
+    NOTE: the fit and the noise are found together from here, and a start far from the
+    loads settles where the noise took a 20x change of load (a box that got busy between
+    two rounds): loads left at 0, the noise read as 240%, nothing judged."""
     theta = np.zeros(len(d.cols))
-    for k, c in enumerate(d.cols):
-        if c[0] != "level":
-            continue
-        rows = d.X[:, k].nonzero()[0]
-        ys = d.y[rows][~d.failed[rows]]
-        theta[k] = float(np.quantile(ys, 0.75)) if ys.size else 0.0
+    for kind in ("level", "load"):
+        base = d.Xr @ theta
+        for k, c in enumerate(d.cols):
+            if c[0] == kind:
+                rows = d.X[:, k].nonzero()[0]
+                rows = rows[~d.failed[rows]]
+                theta[k] = float(np.quantile(d.y[rows] - base[rows], 0.75)) if rows.size else 0.0
     return theta
 
 

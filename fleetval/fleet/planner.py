@@ -165,17 +165,39 @@ def _repairs(
 ) -> list[Planned]:
     """Each waiting node with a proven-good node it has not been with: every node that has
     one inside its own group(s) first (a re-pair across a slow trunk would look slow), then
-    the others across (`refs` keeps the nodes left)."""
+    waiting nodes of one group with each other, then the others across any trunk not
+    estimated slow (`refs` keeps the nodes left).
+
+    NOTE: a rack whose other nodes all wait (its one good node drained) behind a slow trunk
+    has no proven-good node inside and only slow crossings: its nodes are proven good only
+    by a job inside it, with each other."""
     jobs, left = [], list(waiting)
+    slow = {frozenset((t.a, t.b)) for t in a.trunks.values()}
+
+    def across_slow(x: str, y: str) -> bool:
+        split = topo.split(x, y)
+        return split is not None and frozenset(split[1:]) in slow
+
     for inside in (True, False):
         for n in list(left):
             fresh = [g for g in refs if g not in a.paired.get(n, ())]
-            partner = next((g for g in fresh if not inside or topo.same(n, g)), None)
+            fit = (g for g in fresh if (topo.same(n, g) if inside else not across_slow(n, g)))
+            partner = next(fit, None)
             if partner is not None:
                 left.remove(n)
                 refs.remove(partner)
                 why = f"re-pair with proven-good {partner}"
                 jobs.append(Planned(rnd, SweepPhase.PAIR, _pair(n, partner), why))
+        if inside and topo.levels:
+            for x in list(left):
+                y = next((y for y in left if y != x and topo.same(x, y)
+                          and y not in a.paired.get(x, ())), None)  # fmt: skip
+                if x in left and y is not None:
+                    left.remove(x)
+                    left.remove(y)
+                    jobs.append(
+                        Planned(rnd, SweepPhase.PAIR, _pair(x, y), "re-pair inside its group")
+                    )
     return jobs
 
 
