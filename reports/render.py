@@ -93,7 +93,8 @@ def _plots(s: Signoff) -> dict[str, Any]:
     h = v.heat_view
     heat = plots.heat_map(h.nodes, h.checks, h.cells, "heat") if h.nodes else None
     trends = _trends(v.sweep) if v.sweep else {}
-    return {"busbw": busbw, "scaling": scaling, "heat": heat, "trends": trends}
+    matrix = plots.link_matrix_svg(v.sweep.matrix, "links") if v.sweep and v.sweep.matrix else None
+    return {"busbw": busbw, "scaling": scaling, "heat": heat, "trends": trends, "links": matrix}
 
 
 def _trends(sw: SweepView) -> dict[str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.table import Table
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from fleetval.detect.hardware import WatchItem
     from fleetval.fleet.history import LinkCoverage
     from fleetval.fleet.verdict import FleetVerdict
+    from fleetval.store.catalog import RunRecord
 
 
 class Format(StrEnum):
@@ -148,6 +149,14 @@ def sweep_history(
     links: Annotated[
         bool, typer.Option("--links", help="Every link measured: when last, and its verdict")
     ] = False,
+    plot: Annotated[
+        str | None,
+        typer.Option(
+            "--plot",
+            help="With --links: the newest sweep's pair matrix (node x node by rack; group x "
+            "group past 48 nodes) against the model's level, to this .png or .svg file",
+        ),
+    ] = None,
 ) -> None:
     """Each node's verdicts and busbw over the last sweeps: repeat offenders, flapping, drift;
     link coverage: how many links the sweeps measured, when each last, with what verdict; and
@@ -164,6 +173,8 @@ def sweep_history(
         console.print(f"[red]error:[/red] no node {node!r} in the last {len(runs)} sweep(s)")
         raise typer.Exit(Exit.BAD_INPUT)
     cover = link_coverage(runs)
+    if plot is not None:
+        _plot(runs, plot, links)
     watch = _hardware_watch(data, [r.run_id for r in runs], node)
     if as_json:
         doc = {"runs": [r.run_id for r in runs], "nodes": [h.to_dict() for h in found]}
@@ -184,6 +195,32 @@ def sweep_history(
     typer.echo(f"hardware watch: {len(watch)} counter(s) or finding(s) grew over these sweeps")
     for i in watch:
         typer.echo(f"watch {i.node} {i.device_id}: {i.what} {i.evidence}")
+
+
+def _plot(runs: list[RunRecord], path: str, links: bool) -> None:
+    """The newest sweep's link matrix to `path` (bad input: exit 2, nothing written)."""
+    from fleetval.fleet.verdict import FleetVerdict
+    from fleetval.reports.plots import save_link_matrix
+    from fleetval.signoff.sweep import link_matrix
+
+    if not links:
+        _bad("--plot draws the link matrix: give --links with it")
+    mx = None
+    if runs:
+        stored = runs[-1].summary["sweep"]
+        mx = link_matrix(FleetVerdict.from_dict(stored), stored, runs[:-1])
+    if mx is None:
+        _bad("--plot: no stored sweep measured a link (or a fleet past 48 nodes has no groups)")
+    try:
+        save_link_matrix(mx, path)
+    except (ValueError, OSError) as err:
+        _bad(str(err))
+    typer.echo(f"link matrix of {runs[-1].run_id}: {path}")
+
+
+def _bad(message: str) -> NoReturn:
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(Exit.BAD_INPUT)
 
 
 def _hardware_watch(data: Path | None, run_ids: list[str], node: str | None) -> list[WatchItem]:

@@ -204,7 +204,9 @@ def assess(
     for e in f.of_kind("link"):
         x, y = e.key
         jobs = [line(j) for j in a.links.get((x, y), [])]
-        if e.flagged and x not in a.bad and y not in a.bad:
+        # NOTE: a link flagged on past sweeps' jobs alone is measured again tonight (it may
+        # have been fixed) before it is said again
+        if e.flagged and e.tonight and x not in a.bad and y not in a.bad:
             a.bad_links[(x, y)] = [e.text(), *jobs]
         elif e.estimate < f.threshold and x in a.good and y in a.good:
             # NOTE: while an end is itself in doubt, its re-pair with a proven-good node

@@ -8,6 +8,7 @@ newer ones. Plain frozen dataclasses, so `fleetval.reports` only formats them.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,8 @@ class LinkMatrix:
     reference: float | None  # the pair level, GB/s
     earlier: int  # sweeps the change is measured against
     by: str = ""  # the topology level of the blocks ("" without topology)
+    flagged: frozenset[tuple[str, str]] = frozenset()  # cells of flagged links (both orders)
+    trunks: frozenset[tuple[str, str]] = frozenset()  # pairs of groups whose trunk is flagged
 
     def cell(self, a: str, b: str) -> MatrixCell | None:
         return self.cells.get((a, b))
@@ -99,6 +102,8 @@ class LinkMatrix:
             "blocks_by": self.by,
             "reference_gbps": self.reference,
             "earlier_sweeps": self.earlier,
+            "flagged_links": sorted([a, b] for a, b in self.flagged if a < b),
+            "flagged_trunks": sorted([a, b] for a, b in self.trunks if a < b),
             "cells": [
                 {"a": a, "b": b, **c.to_dict()} for (a, b), c in sorted(self.cells.items()) if a < b
             ],
@@ -166,15 +171,26 @@ def link_matrix(
     level = next((lv for lv in LEVELS if any(lv in g for g in v.topology.values())), None)
     group = {n.node: (v.topology.get(n.node, {}).get(level, "") if level else "") for n in v.nodes}
     cells = {c.nodes: _cell(c, ref, past.get(c.nodes, [])) for c in v.coverage}
+    trunks = frozenset(p for t in v.bad_trunks if t.level == level for p in _orders(t.groups))
     if len(v.nodes) > MATRIX_NODES:
         if level is None:
             return None
-        return _groups(level, group, cells, ref, len(earlier))
+        flagged = frozenset(
+            p for x in v.bad_links for p in _orders((group[x.nodes[0]], group[x.nodes[1]]))
+        )
+        return dataclasses.replace(
+            _groups(level, group, cells, ref, len(earlier)), flagged=flagged, trunks=trunks
+        )
     rows = tuple(sorted(group, key=lambda n: (group[n], n)))
     return LinkMatrix(
         level="node", rows=rows, blocks=_blocks([group[n] for n in rows]) if level else (),
         cells=_both(cells), reference=ref, earlier=len(earlier), by=level or "",
+        flagged=frozenset(p for x in v.bad_links for p in _orders(x.nodes)), trunks=trunks,
     )  # fmt: skip
+
+
+def _orders(p: tuple[str, str]) -> tuple[tuple[str, str], tuple[str, str]]:
+    return (p[0], p[1]), (p[1], p[0])
 
 
 def _cell(c: LinkMeasured, ref: float | None, past: list[float]) -> MatrixCell:
