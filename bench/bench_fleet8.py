@@ -1,0 +1,142 @@
+"""Fleet sweep verdicts on the simulated 8-node Ray fleet (one CPU per node, two racks
+labelled `fleetval/rack`, one gloo rank a node), over seeded repeats: how often each
+scenario gets the verdict it should, from a fresh store and from a store with 10 earlier
+sweeps, at each injected delay. The truth of each scenario is the fault injected.
+
+    python bench/bench_fleet8.py --repeats 4 --delays 20 5
+
+Every sweep runs through `fleetval.run.sweep.sweep` (what `fleetval sweep` calls) on one
+set of warm ranks (`keep_warm`); a scenario's store is a fresh directory, or a copy of one
+holding 10 clean sweeps of the same fleet. Prints one table row per scenario, store and
+delay: expected verdicts, healthy nodes drained or left suspect, exit codes, seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
+
+import fleet8  # noqa: E402  (the test's fleet: nodes, racks, the shipped suite with faults)
+
+
+def scenario_faults(name: str, ms: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(faults, truth) per scenario: node-1 and node-6 in different racks, link node-2 <->
+    node-5 across them."""
+    if name == "clean":
+        return [], {}
+    if name == "two_slow":
+        return [{"kind": "delay", "node": n, "ms": ms} for n in ("node-1", "node-6")], {
+            "drain": ["node-1", "node-6"]
+        }
+    if name == "slow_trunk":
+        return [{"kind": "delay", "between": ["rack-a", "rack-b"], "ms": ms}], {
+            "trunk": ["rack-a", "rack-b"]
+        }
+    if name == "slow_link":
+        return [{"kind": "delay", "node": "node-2", "peer": "node-5", "ms": ms}], {
+            "link": ["node-2", "node-5"]
+        }
+    faults = [{"kind": "delay", "node": "node-1", "ms": ms}]
+    faults.append({"kind": "delay", "between": ["rack-a", "rack-b"], "ms": max(1, ms // 2)})
+    return faults, {"drain": ["node-1"], "trunk": ["rack-a", "rack-b"]}
+
+
+SCENARIOS = ("clean", "two_slow", "slow_trunk", "slow_link", "node_and_trunk")
+
+
+def one(data: Path, name: str, ms: int) -> dict[str, Any]:
+    from fleetval.run.sweep import sweep
+    from fleetval.store.dataset import Store
+    from fleetval.suite import Suite
+
+    faults, truth = scenario_faults(name, ms)
+    spec = Suite.model_validate(fleet8.suite(faults, max_drain_share=0.25) | {"name": name})
+    started = time.perf_counter()
+    _, v = sweep(spec, Store(data))
+    assert v is not None
+    drained = sorted(n.node for n in v.drain)
+    trunks = [list(t.groups) for t in v.bad_trunks]
+    links = [list(x.nodes) for x in v.bad_links]
+    right = (
+        drained == truth.get("drain", [])
+        and trunks == ([truth["trunk"]] if "trunk" in truth else [])
+        and links == ([truth["link"]] if "link" in truth else [])
+        and (v.exit_code == 0 if not truth else v.exit_code == 1)
+    )
+    bad = set(truth.get("drain", []))
+    return {
+        "right": right,
+        "healthy_drained": len(set(drained) - bad),
+        "healthy_suspect": len({n.node for n in v.unjudged} - bad),
+        "exit": v.exit_code,
+        "seconds": time.perf_counter() - started,
+        "link_named": truth.get("link") in links if "link" in truth else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--delays", type=int, nargs="+", default=[20, 5])
+    ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
+    args = ap.parse_args()
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from fleetval.run.sweep import keep_warm
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, **fleet8.QUIET_NODE})
+    root = Path(tempfile.mkdtemp(prefix="bench-fleet8-"))
+    try:
+        for n in fleet8.NODES:
+            labels = {"fleetval/node": n, "fleetval/rack": fleet8.RACKS[n]}
+            cluster.add_node(num_cpus=1, labels=labels, **fleet8.QUIET_NODE)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
+        print("| scenario | store | delay | right | healthy drained | healthy suspect/unjudged "
+              "| exit 0/1/5 | s per sweep (median) |\n|---|---|---:|---:|---:|---:|---:|---:|",
+              flush=True)  # fmt: skip
+        with keep_warm():
+            history = root / "history"
+            for _ in range(10):
+                one(history, "clean", 0)
+            for ms in args.delays:
+                for name in args.scenarios:
+                    for store in ("fresh", "history"):
+                        rows = []
+                        for i in range(args.repeats):
+                            data = root / f"{name}-{ms}-{store}-{i}"
+                            if store == "history":
+                                shutil.copytree(history, data)
+                            rows.append(one(data, name, ms))
+                            shutil.rmtree(data, ignore_errors=True)
+                        exits = Counter(r["exit"] for r in rows)
+                        print(
+                            f"| {name} | {store} | {ms} ms | {sum(r['right'] for r in rows)}/"
+                            f"{len(rows)} | {sum(r['healthy_drained'] for r in rows)} | "
+                            f"{sum(r['healthy_suspect'] for r in rows)} | "
+                            f"{exits[0]}/{exits[1]}/{exits[5]} | "
+                            f"{statistics.median(r['seconds'] for r in rows):.1f} |",
+                            flush=True,
+                        )
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
