@@ -139,6 +139,7 @@ class Assessment:
     links: dict[Pair, list[Judged]] = field(default_factory=dict)  # every pair job, by link
     judged: list[Judged] = field(default_factory=list)
     within: dict[str, float] = field(default_factory=dict)  # good node -> slowdown judged within
+    deficits: dict[str, dict[SweepPhase, list[float]]] = field(default_factory=dict)  # tonight's
 
     def levels(self, skus: Mapping[str, str]) -> list[Level]:
         out = []
@@ -199,6 +200,10 @@ def assess(
             a.paired.setdefault(x, set()).add(y)
             a.paired.setdefault(y, set()).add(x)
     alone = {o.nodes[0] for o in tonight if o.phase == SweepPhase.ALONE}
+    for o, d in zip(f.obs, f.deficits, strict=True):
+        if o.age == 0 and not o.failed:
+            for n in o.nodes:
+                a.deficits.setdefault(n, {}).setdefault(o.phase, []).append(d)
     for n in nodes:
         _node(a, n, settings, measured_alone=n in alone)
     for e in f.of_kind("link"):
@@ -257,10 +262,7 @@ def _within(a: Assessment, n: str) -> float:
     a job is slower than the job itself: the node's own effect is at least the mean of any of
     its jobs, its network's the mean of any of its pair jobs. The bound is the best over its
     k fastest jobs of their mean less 1.645 noise units over sqrt(k)."""
-    jobs: dict[SweepPhase, list[float]] = {}
-    for o, d in zip(a.fit.obs, a.fit.deficits, strict=True):
-        if o.age == 0 and n in o.nodes and not o.failed:
-            jobs.setdefault(o.phase, []).append(d)
+    jobs = a.deficits.get(n, {})
     pair = jobs.get(SweepPhase.PAIR, [])
     own = _bound([*pair, *jobs.get(SweepPhase.ALONE, [])], a.fit.sigma)
     return 1 - math.exp(min(0.0, own, _bound(pair, a.fit.sigma)))

@@ -55,6 +55,10 @@ class SweepSettings(_Model):
     max_drain_share: float = Field(default=0.10, gt=0, le=1)
     # A racked fleet takes more: every pair of racks is crossed (64 racks of 16 nodes: 7).
     max_rounds: int = Field(default=8, ge=2, le=16)
+    # Where the noise leaves nodes undecided the sweep measures more (re-pairs, jobs alone
+    # again) until each is decided, `max_rounds`, or this many seconds (None: no limit);
+    # only then is a node `unjudged`, with what would decide it.
+    budget_s: float | None = Field(default=None, gt=0)
     floors: list[Floor] = Field(default_factory=lambda: list(KNOWN_FLOORS))
     seed: int = 0  # which matching a fleet with no sweep history starts from
     # Where each node sits (node -> {rack|switch|domain: group}), beside or over the Ray

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -270,10 +271,12 @@ def run_rounds(
     skus = skus or {}
     measured: list[Measurement] = []
     jobs, rnd = first_round(nodes), 1
+    started = time.monotonic()
     while True:
         measured += measure(jobs)
         found = assess(nodes, measured, settings, fabric.topology, skus=skus, past=fabric.past)
-        if rnd >= settings.max_rounds:
+        spent = time.monotonic() - started
+        if rnd >= settings.max_rounds or (settings.budget_s and spent >= settings.budget_s):
             break
         jobs = next_round(nodes, found, rnd + 1, settings, fabric)
         if not jobs:

@@ -136,3 +136,20 @@ def test_the_noise_is_the_residuals_spread_and_each_round_has_its_own_load():
     assert 0.04 < fitted.sigma < 0.2
     assert fitted.loads[(0, 3)] - fitted.loads[(0, 2)] == pytest.approx(-math.log(3), abs=0.15)
     assert not any(e.estimate < fitted.threshold for e in fitted.effects.values())
+
+
+def test_noise_too_large_to_decide_measures_until_the_budget_then_says_unjudged():
+    """60% noise: nothing flagged (exit never 1); what the sweep could not decide within its
+    time budget is unjudged, with the reason, and exit 5."""
+    import time
+
+    f = SimFleet(list(EIGHT), topology=RACKS, seed=1, noise=0.6)
+
+    def slow(jobs: list[Planned]) -> list[Measurement]:
+        time.sleep(0.2)
+        return f.measure(jobs)
+
+    v = run_rounds(EIGHT, slow, SweepSettings(budget_s=0.5, max_rounds=16), fabric=Fabric(RACKS))
+    assert v.rounds <= 4 and v.exit_code == 5 and not v.drain
+    words = ("too few jobs", "estimated slow", "no partner")
+    assert v.unjudged and all(any(w in n.reason for w in words) for n in v.unjudged)
