@@ -1,28 +1,31 @@
 """What a sweep measures next: every node alone, a perfect matching of pairs, re-pairs.
 
-Round 1 runs every node alone. Every later round is planned from what the jobs so far say
-(`judge.assess`), and every node is in at most one job per round, so all jobs of a round
-run side by side:
-- nodes slow (or unclear) alone once are measured alone again (one disturbed job drains
-  nobody), beside nodes alone as controls (two; twice enough to measure the noise where
-  the fleet can spare them, one per group in turn): a round is judged only against
-  controls measured in it;
-- links seen slow once between two good nodes are measured again; where the link crosses
-  two topology groups, with another crossing of the same groups and a job inside each, at
-  the same time: a slow link and a slow trunk tell apart in that one round;
+Round 1 runs every node alone. Every later round asks the fabric model (`judge.assess`,
+`fleetval.fleet.model`) which hypotheses are still open, and every node is in at most one
+job per round, so all jobs of a round run side by side:
+- nodes whose own effect is estimated slow but not proven are measured alone again (one
+  disturbed job drains nobody), beside nodes alone as controls (two; more where the fleet
+  can spare them, one per group in turn): each round's load is fitted from the jobs
+  measured in it, so it needs jobs that measure no suspect;
+- links of two good nodes estimated slow are measured again; where the link crosses two
+  topology groups, with another crossing of the same groups and a job inside each, at the
+  same time: the model tells a slow link from a slow trunk in that one round; a trunk
+  estimated slow is crossed again the same way;
 - until some node is proven good, the nodes waiting for a pair get a perfect matching: the
   one whose links past sweeps measured least (`coverage.least_measured`), with jobs
   inside any group that more than half of it would cross out of (`with_controls`), its
   crossings spread over as many pairs of groups as partners can be swapped into
-  (`spread_crossings`); after that, each is re-paired with a different proven-good node it has not been with, inside
-  its own group first (a job inside crosses no trunk), two proven-good nodes kept back as
-  the round's control where no other job would be one;
+  (`spread_crossings`); after that, each is re-paired with a different proven-good node it
+  has not been with, inside its own group first (a job inside crosses no trunk), waiting
+  nodes of a group with no proven-good node free with each other, never across a trunk
+  estimated slow; two proven-good nodes kept back as the round's control where no other
+  job would be one;
 - the links of that matching a control or a spread took out of round 2 are measured once
   both ends are proven good (in the rounds crossing takes: crossings take their ends
   last), so a sweep measures all of its matching;
 - the proven-good nodes left idle cross the pairs of groups no job of this sweep crossed
   yet (twice in one round where nodes are left), then pair up as controls (inside
-  groups first), so every round is judged against jobs measured at the same time and
+  groups first), so every round's load is fitted from jobs measured at the same time and
   every pair of racks (switches, domains) is crossed in every sweep.
 Rounds stay flat as the fleet grows: the matching covers every node at once.
 """
@@ -135,8 +138,8 @@ def _one_control(
     refs: list[str], waiting: list[str], a: Assessment, rnd: int, topo: Topology
 ) -> list[Planned]:
     """Two proven-good nodes kept back from re-pairing as the round's control, where no job
-    of the round would be one (a round's level is scaled by its controls,
-    `judge.references`; with none its re-pairs are not judged). From the groups with the
+    of the round would be one (a round's load is fitted from the jobs in it; re-pairs alone
+    could not tell a slower round from slow nodes). From the groups with the
     most good nodes to spare over the nodes waiting there (a node is re-paired inside its
     own group first: across a slow trunk it would look slow), on a link measured fast
     before where there is one, so the control is not itself a fault (`refs` keeps the
