@@ -42,7 +42,7 @@ from pydantic import (
 
 from fleetval.checks import check_gates
 from fleetval.checks.spec import Evidence, Gate, GateInputs, Outcome, plural
-from fleetval.fleet.verdict import FleetVerdict
+from fleetval.fleet.verdict import FleetVerdict, NodeVerdict
 from fleetval.status import completed, signoff_completed
 from fleetval.vocab import Verdict
 
@@ -94,8 +94,9 @@ def _completed(inp: GateInputs, _: object) -> Outcome:
 
 
 class SweepGate(_Model):
-    """The fleet sweep named no node and no link and found nothing about the fleet as a whole
-    (added to the gates of every sweep run: a report never signs off a sweep that flagged)."""
+    """The fleet sweep judged every node healthy and flagged no node, link or trunk and
+    nothing about the fleet as a whole (added to the gates of every sweep run: a report
+    never signs off a sweep that flagged, nor one that left nodes unjudged)."""
 
 
 def is_sweep(summary: dict[str, Any]) -> bool:
@@ -103,28 +104,40 @@ def is_sweep(summary: dict[str, Any]) -> bool:
     return "sweep" in summary
 
 
+def _node_evidence(n: NodeVerdict) -> Evidence:
+    return Evidence(ok=False, text=f"{n.state.value} {n.node}: {n.reason} (confidence {n.confidence})",
+                    node=n.node, value=n.pair_gbps or n.alone_gbps, unit="GB/s")  # fmt: skip
+
+
 def _sweep(inp: GateInputs, _: object) -> Outcome:
     if not is_sweep(inp.record.summary):
         return Outcome(None, "the run is not a fleet sweep: no sweep verdict in its summary", [])
     v = FleetVerdict.from_dict(inp.record.summary["sweep"])
-    evidence = [
-        Evidence(ok=False, text=f"{n.state.value} {n.node}: {n.reason} (confidence {n.confidence})",
-                 node=n.node, value=n.pair_gbps or n.alone_gbps, unit="GB/s")
-        for n in v.named
-    ]  # fmt: skip
+    evidence = [_node_evidence(n) for n in v.drain]
     evidence += [
-        Evidence(ok=False, text=f"slow link {' <-> '.join(link.nodes)}: {link.evidence[-1]}"
+        Evidence(ok=False, text=f"slow link {' <-> '.join(link.nodes)}: {link.evidence[0]}"
                  if link.evidence else f"slow link {' <-> '.join(link.nodes)}")
         for link in v.bad_links
     ]  # fmt: skip
+    evidence += [
+        Evidence(ok=False, text=f"slow trunk {t.level} {' <-> '.join(t.groups)}")
+        for t in v.bad_trunks
+    ]
     evidence += [Evidence(ok=False, text=f) for f in v.findings]
     if evidence:
-        said = [plural(len(v.named), "node") + " named"] if v.named else []
+        said = [plural(len(v.drain), "node") + " drained"] if v.drain else []
         said += [plural(len(v.bad_links), "slow link")] if v.bad_links else []
+        said += [plural(len(v.bad_trunks), "slow trunk")] if v.bad_trunks else []
         said += [plural(len(v.findings), "fleet finding")] if v.findings else []
         return Outcome(False, f"the sweep flagged: {', '.join(said)}", evidence)
     if not v.nodes:
         return Outcome(None, "the sweep judged no node", [])
+    if v.unjudged:  # NOTE: nothing flagged, but not every node judged: not a pass
+        return Outcome(
+            None,
+            f"{plural(len(v.unjudged), 'node')} not judged (nothing flagged)",
+            [_node_evidence(n) for n in v.unjudged],
+        )
     text = f"{plural(len(v.nodes), 'node')} healthy in {v.rounds} rounds ({v.jobs} jobs)"
     return Outcome(True, text, [Evidence(ok=True, text=text)])
 
