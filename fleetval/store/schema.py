@@ -244,19 +244,22 @@ GPUS_SCHEMA = pa.schema(
 
 
 def gpus_table(results: pa.Table) -> pa.Table:
-    """The GPUS_SCHEMA rows of a results part: one per `gpu_hardware` row with a reading."""
+    """The GPUS_SCHEMA rows of a results part: one per `gpu_hardware` row with a reading or a
+    finding. A GPU that only a kernel event or another tool's result names (a `dcgmi diag`
+    test, the Fabric block) has its findings and null counters."""
     hits = [i for i, m in enumerate(results.column("metric").to_pylist()) if m == GPU_METRIC]
     recs = []
     for row in results.take(hits).to_pylist() if hits else []:
         details = json.loads(row["details"] or "{}")
-        reading = details.get("reading")
-        if not reading:
+        reading = details.get("reading") or {}
+        if not reading and not details.get("findings"):
             continue
         recs.append({
             **{k: row[k] for k in ("run_id", "job", "step", "node", "device_id", "status")},
             **{c: reading.get(c) for c in (*_GPU_STRINGS, *_GPU_INTS, *_GPU_FLOATS, *_GPU_BOOLS,
                                             "clock_reasons")},
-            **{c: json.dumps(reading.get(c) or {}, sort_keys=True) for c in _GPU_JSON},
+            **{c: json.dumps(reading.get(c) or {}, sort_keys=True) if reading else None
+               for c in _GPU_JSON},
             "action": details.get("action"),
             "findings": [f["code"] for f in details.get("findings", [])],
             "not_judged": details.get("not_judged", []),

@@ -53,9 +53,15 @@ def test_health_suite_reads_each_nodes_gpus_and_names_the_node_to_drain(tmp_path
     assert out["status"] == "fail"
 
     store = Store(data)
-    gpus = store.gpus([out["run_id"]]).to_pandas().set_index("node")
-    assert sorted(gpus.index) == ["node-a", "node-b"]
-    a, b = gpus.loc["node-a"], gpus.loc["node-b"]
+    gpus = store.gpus([out["run_id"]]).to_pandas().set_index(["node", "device_id"])
+    # node-a's Xid 79 names a PCI address no reading has: a row of its own, counters null
+    assert sorted(gpus.index) == [("node-a", "0000:01:00"),
+                                  ("node-a", "GPU-73d12ef7-f589-f867-4259-c7090ab44736"),
+                                  ("node-b", "GPU-8820b3cc-ff52-fc76-f238-e0bc8f3c6a51")]  # fmt: skip
+    a, b = gpus.loc[("node-a", "GPU-73d12ef7-f589-f867-4259-c7090ab44736")], gpus.iloc[2]
+    ghost = gpus.loc[("node-a", "0000:01:00")]
+    assert (list(ghost["findings"]), ghost["action"]) == (["xid_79"], "reboot node")
+    assert ghost[["name", "pcie_replays", "ecc_blocks"]].isna().all()
     assert (a["name"], a["remap_pending"], a["remap_uncorrected"]) == ("NVIDIA A10", True, 4)
     assert (a["status"], a["action"], list(a["findings"])) == ("fail", "reset GPU",
                                                                ["row_remap_pending"])  # fmt: skip

@@ -91,6 +91,76 @@ def test_unreadable_sources_are_skipped_with_the_reason(tmp_path: Path) -> None:
     assert row.status == Status.SKIP and "off" in row.message
 
 
+def test_dcgm_and_fabric_findings_judged_and_stored(tmp_path: Path) -> None:
+    """A node's captures holding no GPU reading at all, only other tools' results (a DCGM 2.4
+    diag whose PCIe test failed on GPU 0's NVLinks, a Fabric block pasted alone): the health
+    check judges them as `gpu-health` does, and the gpus table keeps the findings."""
+    node = tmp_path / "node-a"
+    node.mkdir()
+    (node / "diag.txt").write_text((HW / "dcgmi-diag-2.4-pcie-nvlink-warning-dcgm-49.txt")
+                                   .read_text())  # fmt: skip
+    (node / "fabric.txt").write_text((HW / "nvsmi-q-fabric-insufficient-azhpc-506.txt")
+                                     .read_text())  # fmt: skip
+    hw = read_node_hardware("captured", [str(tmp_path / "{node}" / "*")], "node-a")
+    assert hw.readings == [] and {o.kind for o in hw.observations} >= {"dcgm_test", "fabric"}
+    rows = {(r.metric, r.device_id): r for r in rows_of(hw)}
+    gpu0 = rows[(GPU_METRIC, "index:0")]
+    assert gpu0.status == Status.FAIL and gpu0.details["action"] == "reboot node"
+    assert "dcgm_pcie: dcgmi diag Integration PCIe: Fail: GPU 0" in gpu0.message
+    assert "NvLink link 0 is currently down" in gpu0.message
+    fabric = rows[(GPU_METRIC, "node")]
+    assert fabric.status == Status.FAIL
+    assert "nvlink_fabric: Fabric: State Completed, Status Insufficient Resources" in fabric.message
+    assert rows[(NODE_METRIC, None)].message.startswith("drain node-a: reboot node: ")
+
+    store = Store(tmp_path / "data")
+    store.write_results("r1", "job0-health", rows_of(hw))
+    gpus = {r["device_id"]: r for r in store.gpus(["r1"]).to_pylist()}
+    assert set(gpus) == {"index:0", "node"}
+    assert (gpus["index:0"]["findings"], gpus["index:0"]["action"]) == (["dcgm_pcie"],
+                                                                        "reboot node")  # fmt: skip
+    assert gpus["node"]["findings"] == ["nvlink_fabric"] and gpus["node"]["status"] == "fail"
+    assert gpus["index:0"]["pcie_replays"] is None and gpus["index:0"]["nvlink_errors"] is None
+
+
+def test_fabric_health_summary_unhealthy_drains_the_node() -> None:
+    """`nvidia-smi -q | grep -C3` output (dra-driver-nvidia-gpu #626): Fabric Completed/Success
+    but its Health Summary Unhealthy. The grep kept no GPU header, so the finding is the
+    node's, and the node's row drains it."""
+    hw = read_node_hardware("captured", [str(HW / "nvsmi-q-fabric-unhealthy-dra-626.txt")], "n0")
+    (node_row, fabric) = rows_of(hw)
+    assert fabric.status == Status.FAIL and "Health Summary Unhealthy" in fabric.message
+    assert fabric.details["findings"][0]["code"] == "nvlink_fabric"
+    assert node_row.details["drain"] is True
+
+
+def test_live_tools_go_through_the_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: `nvidia-smi -q` and `topo -m` answered by real captures of an 8x H100 node
+    (the -q's Fabric blocks, the topo matrix's NVLink pairs), read as `gpu-health` reads them."""
+    from fleetval.checks.health import hardware as live
+
+    answers = {
+        ("nvidia-smi", "-q"): HW / "nvsmi-q-535-h100x8-power-brake.txt",
+        ("nvidia-smi", "topo", "-m"): HW / "topo-m-h100x8-deepep-145.txt",
+    }
+
+    def tool(*argv: str, timeout_s: float = 0) -> str | None:
+        path = answers.get(argv)
+        return path.read_text() if path else None
+
+    monkeypatch.setattr(live, "run_tool", tool)
+    monkeypatch.setattr(live, "_nvml", lambda: None)
+    monkeypatch.setattr(live, "_amdsmi_lib", lambda: None)
+    hw = read_node_hardware("auto", [], "n0")
+    assert hw.source == "nvidia-smi" and len(hw.readings) == 8
+    kinds = [o.kind for o in hw.observations]
+    assert kinds.count("fabric") == 8 and "nvlink_pair" in kinds
+    assert all(o.ok for o in hw.observations)  # Completed/Success, NV18 everywhere printed
+    assert "kernel log: dmesg not readable" in hw.unread
+    gpus = [r for r in rows_of(hw) if r.metric == GPU_METRIC]
+    assert len(gpus) == 8 and {r.details["findings"][0]["code"] for r in gpus} == {"hw_slowdown"}
+
+
 def test_suite_sets_thresholds_and_refuses_typos() -> None:
     p = HealthParams(check="health", hardware={"pcie_replays_watch": 500, "expect_nvlinks": 12},
                      hardware_captures=["/x/{node}/*"])  # fmt: skip

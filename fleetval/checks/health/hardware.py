@@ -1,13 +1,16 @@
 """The node's GPU hardware, read at the edge: captured files when the suite (or
 $FLEETVAL_HW_CAPTURES) names them, else NVML (nvidia-ml-py), else `nvidia-smi` or `amd-smi`
-on the node; and its kernel log. Judged by `fleetval.detect.hardware` (the same code as
-`fleetval gpu-health`), turned into the health check's rows here.
+on the node; and its kernel log. Captured files and the tools' text go through the same
+scanner as `fleetval gpu-health` (`fleetval.formats.hwcapture`), so what DCGM, the NVLink
+Fabric block and `nvidia-smi topo -m` print is judged here too, by the same code
+(`fleetval.detect.hardware`); turned into the health check's rows here.
 
 No torch here: the rank module calls `node_hardware_rows` once per node.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 from collections.abc import Callable
@@ -28,7 +31,8 @@ from fleetval.detect.hardware import (
 )
 from fleetval.formats import amdsmi, kernlog, nvsmi
 from fleetval.formats.gpuhw import GpuReading, KernelEvent, merge
-from fleetval.formats.hwcapture import read_capture_files
+from fleetval.formats.hwcapture import scan, scan_files
+from fleetval.formats.hwobs import Observation
 from fleetval.formats.nvml import from_nvml, unread_link_counters
 from fleetval.formats.smi import SmiError
 from fleetval.store.schema import GPU_METRIC  # one row per GPU, its reading in details
@@ -46,6 +50,8 @@ class NodeHardware:
     readings: list[GpuReading] = field(default_factory=list)
     events: list[KernelEvent] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)  # one reason per source tried and failed
+    # what other tools printed (dcgmi diag, the NVLink Fabric block, topo -m), healthy or not
+    observations: list[Observation] = field(default_factory=list)
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -88,10 +94,11 @@ def _captured(patterns: list[str], node: str) -> NodeHardware:
     if not paths:
         return NodeHardware(None, unread=[f"no captured file matches {', '.join(patterns)}"])
     try:
-        readings, events = read_capture_files(paths)
+        found = scan_files(paths)
     except SmiError as e:
         return NodeHardware(None, unread=[f"captured files: {e}"])
-    return NodeHardware("captured files", readings, events)
+    return NodeHardware("captured files", found.readings, found.events,
+                        observations=found.observations)  # fmt: skip
 
 
 def _with_kernel_log(hw: NodeHardware | None, unread: list[str]) -> NodeHardware:
@@ -99,19 +106,26 @@ def _with_kernel_log(hw: NodeHardware | None, unread: list[str]) -> NodeHardware
         return NodeHardware(None, unread=unread)
     log = run_tool("dmesg")
     if log is None:
-        return NodeHardware(hw.source, hw.readings, [], [*unread, "kernel log: dmesg not readable"])
-    return NodeHardware(hw.source, hw.readings, kernlog.read_kernel_log(log), unread)
+        unread = [*unread, "kernel log: dmesg not readable"]
+        return NodeHardware(hw.source, hw.readings, [], unread, hw.observations)
+    return NodeHardware(hw.source, hw.readings, kernlog.read_kernel_log(log), unread,
+                        hw.observations)  # fmt: skip
 
 
 def _nvidia_smi() -> NodeHardware | None:
     text = run_tool("nvidia-smi", "-q", timeout_s=30)
     if text is None:
         return None
-    readings = nvsmi.read_nvidia_smi_q(text)
+    q = scan(text)  # the -q reader, and its Fabric blocks
+    readings, observations = q.readings, list(q.observations)
     links = run_tool("nvidia-smi", "nvlink", "-s")
     if links and "UUID:" in links:
         readings = merge(readings + nvsmi.read_nvidia_smi_nvlink(links))
-    return NodeHardware("nvidia-smi", readings)
+    topo = run_tool("nvidia-smi", "topo", "-m")  # NVLinks per GPU pair: a pair short of links
+    if topo is not None:
+        with contextlib.suppress(SmiError):  # NOTE: a driver without topo -m: nothing more said
+            observations += scan(topo).observations
+    return NodeHardware("nvidia-smi", readings, observations=observations)
 
 
 def _amd_smi() -> NodeHardware | None:
@@ -286,7 +300,7 @@ def node_hardware_rows(hw: NodeHardware, t: HwThresholds, node: str) -> list[dic
         return [{"metric": NODE_METRIC, "status": Status.SKIP.value, "device_id": None,
                  "message": f"GPU hardware not read, so not judged: {why}",
                  "details": {"unread": hw.unread}}]  # fmt: skip
-    verdicts = judge_node(hw.readings, hw.events, t)
+    verdicts = judge_node(hw.readings, hw.events, t, hw.observations)
     rows = [_gpu_row(v, hw) for v in verdicts]
     # NOTE: the node row first: a failing step is summed up by its first failing row, and
     # this one is the drain line (a sweep carries it as the failed job's reason)
