@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleetval.fleet.model import Obs
+from fleetval.fleet.effects import Obs
 from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 
 Pair = tuple[str, str]

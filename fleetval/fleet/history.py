@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetval.fleet.coverage import LinkSeen, Pair
-from fleetval.fleet.model import Obs
+from fleetval.fleet.effects import Obs
 from fleetval.store.catalog import Catalog, RunRecord
 from fleetval.vocab import NodeState, SweepPhase
 

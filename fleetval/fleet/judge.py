@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleetval.fleet.model import Z_HEALTHY, Effect, Fit, Obs, fit, pair
+from fleetval.fleet.effects import Z_HEALTHY, Effect, Fit, Obs, pair
 from fleetval.fleet.settings import SweepSettings
 from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 from fleetval.vocab import SweepPhase
@@ -186,6 +186,8 @@ def assess(
     past: Sequence[Obs] = (),
 ) -> Assessment:
     """Fit every job (tonight's and `past`) and read nodes, links and trunks off it."""
+    from fleetval.fleet.model import fit  # NOTE: numpy and scipy only where a sweep is judged
+
     skus = skus or {}
     tonight = observations(measurements, skus)
     f = fit([*tonight, *past], settings, topology)

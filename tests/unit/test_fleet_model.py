@@ -9,9 +9,10 @@ import math
 import pytest
 
 from fleetval.fleet.coverage import Fabric
+from fleetval.fleet.effects import Obs
 from fleetval.fleet.history import link_history, past_jobs
 from fleetval.fleet.judge import Measurement, Planned
-from fleetval.fleet.model import Obs, fit
+from fleetval.fleet.model import fit
 from fleetval.fleet.settings import SweepSettings
 from fleetval.fleet.simulate import SimFleet, racked
 from fleetval.fleet.verdict import FleetVerdict, run_rounds
