@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -67,7 +68,7 @@ def test_base_manifests_validate() -> None:
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
         ["Namespace", "RayCluster", "RayJob", "PersistentVolumeClaim", "PersistentVolumeClaim",
-         "Deployment", "Service", "CronJob"]
+         "Deployment", "Service", "CronJob", "NetworkPolicy", "NetworkPolicy"]
     )  # fmt: skip
     for doc in docs:
         validate(doc)
@@ -134,8 +135,17 @@ def test_rayjob_workers_match_the_fleet_cluster() -> None:
     docs = {d["kind"]: d for d in _base()}
     fleet = docs["RayCluster"]["spec"]
     job = docs["RayJob"]["spec"]["rayClusterSpec"]
-    assert job["workerGroupSpecs"] == fleet["workerGroupSpecs"]
-    assert job["headGroupSpec"]["rayStartParams"] == fleet["headGroupSpec"]["rayStartParams"]
+    # The same but for the label the NetworkPolicies select, Ray's token (KubeRay adds the
+    # RayJob's) and the dashboard's address (the fleet's on loopback; the RayJob's where
+    # KubeRay submits through it)
+    same = json.loads(json.dumps(job["workerGroupSpecs"]).replace("fleetval-smoke", "fleetval"))
+    workers = copy.deepcopy(fleet["workerGroupSpecs"])
+    for group in workers:
+        container = group["template"]["spec"]["containers"][0]
+        container["env"] = [e for e in container["env"] if not e["name"].startswith("RAY_AUTH_")]
+    assert same == workers
+    params = dict(job["headGroupSpec"]["rayStartParams"], **{"dashboard-host": "127.0.0.1"})
+    assert params == fleet["headGroupSpec"]["rayStartParams"]
 
 
 def test_service_deployment_and_cronjob_fit_together() -> None:
@@ -185,3 +195,116 @@ def test_commands_in_the_manifests_parse_with_the_cli(monkeypatch: pytest.Monkey
         line = line.replace(f'"${name}"', value)
         monkeypatch.setenv(name, value)  # --server and --token come from the environment
     _parses(shlex.split(line))
+
+
+# Ray closed to everyone but fleetval (token authentication, NetworkPolicy, the dashboard)
+
+RAY_TOKEN = {"secretKeyRef": {"name": "fleetval-ray-token", "key": "auth_token"}}
+
+
+def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, selector  # the only form these manifests use
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def _check_ray_is_closed(docs: list[dict[str, Any]], *, dashboard: bool = False) -> None:
+    """Every Ray container authenticates; the fleet's dashboard is on loopback unless
+    `dashboard` (the component extras/ray-dashboard) asked for it; each Ray pod
+    is selected by a NetworkPolicy that admits its own cluster's pods on any port and others
+    only on the one port they need."""
+    from ray._private.authentication.authentication_token_setup import AUTH_MODE_ENV_VAR
+
+    assert AUTH_MODE_ENV_VAR == "RAY_AUTH_MODE"  # the variable the installed Ray reads
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    fleet = by[("RayCluster", "fleetval")]["spec"]
+    for template in pod_templates(by[("RayCluster", "fleetval")]):
+        for container in template["spec"]["containers"]:
+            env = _env(container)
+            assert env["RAY_AUTH_MODE"]["value"] == "token"
+            assert env["RAY_AUTH_TOKEN"]["valueFrom"] == RAY_TOKEN
+    serve = by[("Deployment", "fleetval")]["spec"]["template"]
+    env = _env(serve["spec"]["containers"][0])
+    assert env["RAY_AUTH_MODE"]["value"] == "token"  # the service is a Ray Client driver
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"] == RAY_TOKEN
+    # KubeRay puts the dashboard on 0.0.0.0 when dashboard-host is left out
+    host = fleet["headGroupSpec"]["rayStartParams"]["dashboard-host"]
+    assert host == ("0.0.0.0" if dashboard else "127.0.0.1")
+    job = by[("RayJob", "fleetval-smoke")]["spec"]["rayClusterSpec"]
+    assert job["authOptions"] == {"mode": "token"}  # KubeRay makes the Secret, sets the env
+    assert tuple(map(int, job["rayVersion"].split("."))) >= (2, 52)  # token auth's first
+
+    policies = [d["spec"] for d in docs if d["kind"] == "NetworkPolicy"]
+    allowed = {  # the one port each outside peer may reach
+        "fleetval": {"10001", *(["8265"] if dashboard else [])},  # the service: Ray Client
+        "fleetval-smoke": {"8265"},  # KubeRay's submitter and operator: the dashboard
+    }
+    for name, kind in [("fleetval", "RayCluster"), ("fleetval-smoke", "RayJob")]:
+        for template in pod_templates(by[(kind, name)]):
+            labels = template["metadata"]["labels"]
+            assert labels["fleetval/ray-cluster"] == name
+            mine = [p for p in policies if _selects(p["podSelector"], labels)]
+            assert mine and all(p["policyTypes"] == ["Ingress"] for p in mine), name
+            for rule in (r for p in mine for r in p["ingress"]):
+                peers = rule["from"]
+                if all(_selects(peer["podSelector"], labels) for peer in peers):
+                    continue  # the cluster's own pods: any port
+                assert {str(p["port"]) for p in rule["ports"]} <= allowed[name], rule
+    service_pods = serve["metadata"]["labels"]
+    fleet_policy = next(
+        p
+        for p in policies
+        if p["podSelector"]["matchLabels"].get("fleetval/ray-cluster") == "fleetval"
+        and len(p["podSelector"]["matchLabels"]) == 1
+    )
+    outside = [r for r in fleet_policy["ingress"] if "ports" in r]
+    assert [_selects(peer["podSelector"], service_pods) for r in outside for peer in r["from"]] == [
+        True
+    ]
+
+
+def test_ray_is_closed_to_all_but_fleetval() -> None:
+    docs = _base()
+    for doc in docs:
+        validate(doc)
+    _check_ray_is_closed(docs)
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_overlays_keep_ray_closed(overlay: str) -> None:
+    _check_ray_is_closed(_render(overlay))
+
+
+def test_dashboard_component_opens_only_the_dashboard(tmp_path: Path) -> None:
+    """extras/ray-dashboard: the fleet's dashboard on the pod network, for pods labelled
+    fleetval/ray-dashboard only; with the topology component the workers keep the token."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(K8S / "overlays" / "cuda", overlay)],
+                "components": [os.path.relpath(K8S / "extras" / "ray-dashboard", overlay),
+                               os.path.relpath(K8S / "extras" / "topology", overlay)],
+            }
+        )
+    )  # fmt: skip
+    cmd = kustomize()
+    if cmd is None:
+        tool_missing("no kustomize or kubectl on PATH: the component is not built here")
+    done = subprocess.run([*cmd, str(overlay)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    for doc in docs:
+        validate(doc)
+    _check_ray_is_closed(docs, dashboard=True)
+    opened = next(d for d in docs if d["metadata"]["name"] == "fleetval-ray-dashboard")
+    assert opened["metadata"]["namespace"] == "fleetval"
+    [rule] = opened["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"fleetval/ray-dashboard": "true"}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8265}]
