@@ -11,14 +11,20 @@ would not change it (git's "racy" index entries).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fleetval.store.dataset import RunRecord, Store
 
 TABLES = ("runs", "results", "nodes")  # the directories whose entries the listings reflect
+# What an attribution, a report or a compare reads besides: a step's summaries, lateness and
+# GPU counters, and the baselines
+ANSWERS = (*TABLES, "summaries", "lateness", "gpus", "baselines")
 RACY_S = 1.0
 
 
@@ -36,6 +42,17 @@ class CachedStore(Store):
         if time.time_ns() - max(stamps) < RACY_S * 1e9:
             return None
         return stamps
+
+    def version(self) -> tuple[tuple[int, ...], tuple[tuple[str, int], ...]] | None:
+        """The store's version for the answers of attribution, reports and compare: the
+        generation of every directory they read, and each run's results folder (a step's
+        part lands in it while the run goes on); None while one is too recent to trust."""
+        tops = tuple(_mtime_ns(self.root / t) for t in ANSWERS)
+        runs = tuple(sorted(_folders(self.root / "results")))
+        newest = max([*tops, *(stamp for _, stamp in runs)])
+        if time.time_ns() - newest < RACY_S * 1e9:
+            return None
+        return tops, runs
 
     def runs(self) -> list[RunRecord]:
         return self._cached("runs", super().runs)
@@ -63,3 +80,17 @@ def _mtime_ns(path: Any) -> int:
         return path.stat().st_mtime_ns
     except FileNotFoundError:
         return 0
+
+
+def _folders(path: Path) -> list[tuple[str, int]]:
+    """(name, mtime) of each folder in `path`: one stat each, no more."""
+    out = []
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                with contextlib.suppress(FileNotFoundError):  # NOTE: a run deleted meanwhile
+                    if entry.is_dir():
+                        out.append((entry.name, entry.stat().st_mtime_ns))
+    except FileNotFoundError:
+        pass
+    return out

@@ -16,26 +16,43 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 MAX_PAGES = 256
 MAX_BYTES = 32 << 20  # a page of PAGE_MAX runs is ~400 KB: 256 of them would be 100 MB
 
+V = TypeVar("V")
 
-class PageCache:
-    """Up to `max_pages` pages and `max_bytes` in all, the least recently used dropped
-    first, all made at one version of the data. `hits` and `misses` count the lookups."""
 
-    def __init__(self, max_pages: int = MAX_PAGES, max_bytes: int = MAX_BYTES) -> None:
-        self.max_pages, self.max_bytes = max_pages, max_bytes
+class PageCache(Generic[V]):
+    """Up to `max_pages` pages and `max_bytes` in all (a page's bytes: `size`), the least
+    recently used dropped first, all made at one version of the data. `hits` and `misses`
+    count the lookups."""
+
+    def __init__(
+        self,
+        max_pages: int = MAX_PAGES,
+        max_bytes: int = MAX_BYTES,
+        size: Callable[[V], int] = len,  # type: ignore[assignment]
+    ) -> None:
+        self.max_pages, self.max_bytes, self.size = max_pages, max_bytes, size
         self.hits = self.misses = 0
         self._version: Hashable = None
-        self._pages: OrderedDict[Hashable, bytes] = OrderedDict()
+        self._pages: OrderedDict[Hashable, V] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, version: Hashable, query: Hashable, make: Callable[[], bytes]) -> bytes:
+    def get(self, version: Hashable, query: Hashable, make: Callable[[], V]) -> V:
         """The page for `query`: kept, else made now by `make` (and kept). `version` must be
         read before `make` runs, so a page is never older than the version it is kept for."""
+        body = self.lookup(version, query)
+        if body is None:
+            body = make()
+            self.keep(version, query, body)
+        return body
+
+    def lookup(self, version: Hashable, query: Hashable) -> V | None:
+        """The page kept for `query` at `version`, else None (counted as a miss)."""
         with self._lock:
             if version != self._version:
                 self._pages.clear()
@@ -46,18 +63,21 @@ class PageCache:
                 self.hits += 1
                 return body
             self.misses += 1
-        body = make()
+            return None
+
+    def keep(self, version: Hashable, query: Hashable, body: V) -> None:
+        """Keep `body`, made from data read at `version`, unless the data has moved since."""
         with self._lock:
             if version == self._version:  # NOTE: else the data moved while it was made
                 self._keep(query, body)
-        return body
 
-    def _keep(self, query: Hashable, body: bytes) -> None:
-        if len(body) > self.max_bytes:
+    def _keep(self, query: Hashable, body: V) -> None:
+        size = self.size(body)
+        if size > self.max_bytes:
             return
         old = self._pages.pop(query, None)  # NOTE: made twice at once, by two threads
-        self._bytes += len(body) - (len(old) if old is not None else 0)
+        self._bytes += size - (self.size(old) if old is not None else 0)
         self._pages[query] = body
         while len(self._pages) > self.max_pages or self._bytes > self.max_bytes:
             _, dropped = self._pages.popitem(last=False)
-            self._bytes -= len(dropped)
+            self._bytes -= self.size(dropped)

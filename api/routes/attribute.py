@@ -8,6 +8,7 @@ from fleetval.analysis.attribute import attribute_store
 from fleetval.api.deps import LimitsDep, ReadToken, StoreDep
 from fleetval.api.errors import Unprocessable
 from fleetval.api.models import AttributeRequest
+from fleetval.store.dataset import Store
 
 router = APIRouter(prefix="/v1", tags=["attribute"])
 
@@ -41,12 +42,12 @@ async def attribute(
             loc=["body", "last"],
             kind="over_limit",
         )
-    result = await request.app.state.heavy.run(
-        attribute_store,
-        store,
-        where=body.where,
-        since=body.since,
-        metric=body.metric,
-        last=body.last or cap,
+    key = ("attribute", body.model_dump_json(), cap)
+    return await request.app.state.heavy.answer(store, key, _attribute, store, body, cap)
+
+
+def _attribute(store: Store, body: AttributeRequest, cap: int) -> Response:
+    result = attribute_store(
+        store, where=body.where, since=body.since, metric=body.metric, last=body.last or cap
     )
     return Response(result.to_json(), media_type="application/json")

@@ -29,7 +29,8 @@ router = APIRouter(prefix="/v1", tags=["compare"])
 async def compare(
     body: CompareRequest, request: Request, _: ReadToken, store: StoreDep
 ) -> Response:
-    return await request.app.state.heavy.run(_compare, body, store)
+    key = ("compare", body.model_dump_json())
+    return await request.app.state.heavy.answer(store, key, _compare, body, store)
 
 
 def _compare(body: CompareRequest, store: Store) -> Response:

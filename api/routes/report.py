@@ -45,7 +45,9 @@ async def report(
     accept: Annotated[str | None, Header()] = None,
 ) -> Response:
     """The same report as `fleetval report RUN [--baseline NAME] [--sweeps N] -o FILE`."""
-    return await request.app.state.heavy.run(_report, store, run_id, baseline, sweeps, accept)
+    key = ("report", run_id, baseline, sweeps, accept)
+    heavy = request.app.state.heavy
+    return await heavy.answer(store, key, _report, store, run_id, baseline, sweeps, accept)
 
 
 def _report(
