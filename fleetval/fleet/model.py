@@ -8,8 +8,8 @@
 
 Every job of tonight's sweep and of the fleet's recent sweeps (older ones weighted less,
 `HALF_LIFE`) is fitted at once. Faults only ever slow a job, so every effect is at most 0;
-most effects are 0, so each carries an L1 penalty scaled to the evidence it rests on
-(`KAPPA` noise units over its jobs): one effect that explains many jobs (a trunk under six
+most effects are 0, so each carries an L1 penalty of `KAPPA` noise units per unit of size
+(a link's `LINK_PRIOR` times that): one effect that explains many jobs (a trunk under six
 slow crossings) is cheaper than many that explain one each, which is how a slowness that a
 group pair explains is never counted against a node or a link. The loss is Huber's, so one
 wild job moves nothing far; the noise is the residuals' robust spread over every job.
@@ -39,6 +39,10 @@ from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 from fleetval.vocab import SweepPhase
 
 KAPPA = 2.0  # the L1 penalty in noise units over sqrt(jobs): smaller effects stay 0
+# NOTE: a fleet has n nodes and n(n-1)/2 links, so any one link is less likely bad than any
+# one node: two slow pairs of one node are its network's, not two links, unless its other
+# pairs say otherwise. Too heavy, and a lone slow link is blamed on its ends' networks.
+LINK_PRIOR = 1.2
 HUBER = 3.0  # slow residuals past this many noise units count linearly (a bounded pull per job)
 LOAD_SD = 1.0  # prior spread of a round's load (log scale): a busy box moves it 20x
 FAILED = math.log(0.01)  # a failed job reads as 1% of its level
@@ -163,8 +167,9 @@ def _loss(r: np.ndarray, w0: np.ndarray, sigma: float) -> float:
 
 
 def _penalties(d: _Design, h: np.ndarray, sigma: float) -> np.ndarray:
-    """Per column: the L1 weight (effects), 0 for levels and loads."""
-    lam = KAPPA * sigma * np.sqrt(np.maximum(h, 1e-12))
+    """Per column: the L1 weight (effects), 0 for levels and loads; a link's is
+    `LINK_PRIOR` times a node's or a trunk's."""
+    lam = KAPPA * sigma * np.array([LINK_PRIOR if c[0] == "link" else 1.0 for c in d.cols])
     lam[[c[0] in ("level", "load") for c in d.cols]] = 0.0
     return lam
 

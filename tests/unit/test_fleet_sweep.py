@@ -149,7 +149,7 @@ def test_everything_below_the_sku_floor_is_a_finding_about_the_fleet():
 def test_planner_never_puts_a_node_in_two_jobs_of_a_round():
     fleet = planted(101, 6, 6, seed=3)
     v = run_rounds(fleet.nodes, fleet.measure, SweepSettings(seed=3))  # SimFleet raises otherwise
-    assert v.rounds <= 4
+    assert v.rounds <= 6
     with pytest.raises(ValueError, match="two jobs"):
         fleet.measure([Planned(1, SweepPhase.ALONE, ("node-0000",))] * 2)
 
