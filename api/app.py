@@ -39,6 +39,7 @@ EXTRA_STATUSES = {
     ("GET", "/v1/baselines/{name}"): (409,),
     ("POST", "/v1/compare"): (409, 429),
     ("POST", "/v1/attribute"): (409, 429),
+    ("POST", "/v1/stragglers"): (429,),
     ("GET", "/v1/runs/{run_id}/report"): (409, 429),
     ("GET", "/v1/runs/{run_id}/results"): (429,),
     ("POST", "/v1/schedules"): (409, 429),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import binascii
 import json
 import re
 from datetime import date
@@ -14,6 +15,8 @@ from pydantic import (
     Field,
     StringConstraints,
     WithJsonSchema,
+    field_validator,
+    model_validator,
 )
 
 from fleetval.api.schedules import cron_pattern
@@ -179,6 +182,65 @@ class AttributeRequest(_In):
         default=None, description=f"{LAST} (at most the service's max_attribute_runs)"
     )
     metric: Literal["busbw", "latency"] | None = None
+
+
+FileName = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+# RFC 4648 base64 with its padding: what binascii's strict mode decodes
+BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+# NOTE: absent or a string (an explicit null is refused): published as a string, validated as
+# nullable so an error's loc ends at the field, not at a union branch
+OptionalText = Annotated[str | None, WithJsonSchema({"type": "string"})]
+OptionalBase64 = Annotated[
+    str | None,
+    StringConstraints(pattern=BASE64),
+    WithJsonSchema({"type": "string", "pattern": BASE64}),
+]
+
+
+def _no_null(value: object) -> object:
+    # NOTE: the field is absent or a string, as the schema says; an explicit null is refused
+    if value is None:
+        raise ValueError("absent or a string, never null")
+    return value
+
+
+class JobFile(_In):
+    """One file a training job wrote: `text` (a step log, NCCL RAS or Inspector output, a JSON
+    Flight Recorder dump) or `base64` (a pickled dump), exactly one of the two."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": ["text"]}, {"required": ["base64"]}]}
+    )
+
+    name: FileName = Field(
+        description="As on disk: a dump's name ends in its rank (`fr_rank_3.pkl`); a folder "
+        "per host (`node-1/fr_rank_3.pkl`) names the host",
+        examples=["node-1/fr_rank_3.pkl", "logs/rank3.log"],
+    )
+    text: OptionalText = None
+    base64: OptionalBase64 = Field(
+        default=None, description="The file's bytes, base64 (RFC 4648, padded)"
+    )
+
+    _not_null = field_validator("text", "base64", mode="before")(_no_null)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> JobFile:
+        if (self.text is None) == (self.base64 is None):
+            raise ValueError("give the file as `text` or as `base64`, exactly one")
+        return self
+
+    def content(self) -> bytes:
+        if self.base64 is not None:
+            return binascii.a2b_base64(self.base64, strict_mode=True)
+        return (self.text or "").encode()
+
+
+class StragglersRequest(_In):
+    """As `fleetval stragglers PATH...`: the job's Flight Recorder dumps, step logs and NCCL
+    diagnostics, one entry per file."""
+
+    files: list[JobFile] = Field(min_length=1, max_length=4096)
 
 
 class _Out(BaseModel):

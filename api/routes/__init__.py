@@ -10,6 +10,7 @@ from fleetval.api.routes import (
     results,
     runs,
     schedules,
+    stragglers,
     tokens,
 )
 
@@ -21,6 +22,7 @@ ROUTERS = [
     baselines.router,
     compare.router,
     attribute.router,
+    stragglers.router,
     report.router,
     tokens.router,
     schedules.router,

@@ -43,7 +43,8 @@ from scipy.stats import binom
 
 from fleetval.detect.lateness import lateness
 from fleetval.formats.frdump import RankTrace
-from fleetval.formats.nccldiag import InspectorRecord
+from fleetval.formats.jobfiles import LOOKED_FOR, read_job_files
+from fleetval.formats.nccldiag import InspectorRecord, RasReport
 from fleetval.formats.steplog import StepLine
 
 Z_LATE = 6.0  # a late arrival: this many noise units after the collective's median
@@ -413,3 +414,29 @@ def judge_inspector(records: Sequence[InspectorRecord], report: Report) -> None:
             f"{found.lateness_us[worst] / found.noise_us:.1f} x noise): evidence of late "
             "arrival, not a verdict"
         )
+
+
+# -- a job's files, whole ------------------------------------------------------------------------
+
+
+class NothingReadable(ValueError):
+    """No file of the job holds a dump, a step log or NCCL diagnostics."""
+
+
+def judge_files(files: Sequence[tuple[str, bytes]]) -> tuple[Report, list[str]]:
+    """A job's files (name, bytes), each read as what it is, judged (`judge`), with NCCL RAS
+    reports and Inspector records said beside the verdict; and the files not read, each
+    with why. NothingReadable, naming what was looked for, when no file held any of it."""
+    found = read_job_files(files)
+    if not found.readable:
+        what = f"nothing readable in {len(files)} file(s): looked for {LOOKED_FOR}"
+        what += f"; not read: {', '.join(found.not_read[:5])}" if found.not_read else ""
+        raise NothingReadable(what)
+    report = judge(found.traces, found.steps)
+    records = [r for d in found.diagnostics if isinstance(d, list) for r in d]
+    for d in found.diagnostics:
+        if isinstance(d, RasReport):
+            report.notes += d.notes()
+    if records:
+        judge_inspector(records, report)
+    return report, found.not_read

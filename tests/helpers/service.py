@@ -139,3 +139,41 @@ def _poll(
             return run
         time.sleep(0.2)
     raise AssertionError(f"run {run_id} not there after {timeout_s}s: {run}")
+
+
+@dataclass
+class Replica:
+    """`fleetval serve --no-executor --no-scheduler` on a free loopback port: the read side
+    of the service, no Ray."""
+
+    data: Path
+    url: str = ""
+    proc: subprocess.Popen | None = None
+
+    def start(self) -> Replica:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "PYTHONPATH": os.getcwd()}
+        cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data",
+               str(self.data), "--no-executor", "--no-scheduler", "--no-access-log"]  # fmt: skip
+        with (self.data / "server.log").open("ab") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            assert self.proc.poll() is None, (self.data / "server.log").read_text()
+            time.sleep(0.2)
+        raise AssertionError("serve did not start: " + (self.data / "server.log").read_text())
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=20)

@@ -52,6 +52,7 @@ ROUTES = [
     ("DELETE", "/v1/baselines/b", None, "admin"),
     ("POST", "/v1/compare", {"baseline": "b", "runs": ["x"]}, "read"),
     ("POST", "/v1/attribute", {"where": {"cluster": "x"}}, "read"),
+    ("POST", "/v1/stragglers", {"files": [{"name": "rank0.log", "text": "step 1\n"}]}, "read"),
     ("GET", "/metrics", None, "read"),
     ("GET", "/v1/tokens", None, "admin"),
     ("POST", "/v1/tokens", {"scope": "read", "name": "x"}, "admin"),
