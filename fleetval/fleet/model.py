@@ -11,15 +11,16 @@ Every job of tonight's sweep and of the fleet's recent sweeps (older ones weight
 most effects are 0, so each carries an L1 penalty of `KAPPA` noise units per unit of size
 (a link's `LINK_PRIOR` times that): one effect that explains many jobs (a trunk under six
 slow crossings) is cheaper than many that explain one each, which is how a slowness that a
-group pair explains is never counted against a node or a link. The loss is Huber's, so one
-wild job moves nothing far; the noise is the residuals' robust spread over every job.
+group pair explains is never counted against a node or a link. The loss is Huber's on the
+slow side (a job is disturbed slower, never faster), so one wild job moves nothing far; the
+noise is the residuals' robust spread over every job.
 
 An effect is flagged when its penalized likelihood ratio against "no worse than the
 tolerance" (`evidence`: the fit redone with the effect held at the threshold, so the other
 effects may take its jobs if they can) clears the false-discovery rate over every effect
 tested, and it rests on two jobs or more (a job can be disturbed once by anything). A node
-or link is judged healthy when its interval's lower end stays within the tolerance (or,
-where the noise is large, within a wider share that is said, up to `max_tolerance`).
+is judged healthy where its fastest jobs bound it within the tolerance
+(`fleetval.fleet.judge`; where the noise is large, within a wider share that is said).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from fleetval.fleet.settings import SweepSettings
 from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 from fleetval.vocab import SweepPhase
 
-KAPPA = 2.0  # the L1 penalty in noise units over sqrt(jobs): smaller effects stay 0
+KAPPA = 2.0  # the L1 penalty, noise units per unit of an effect: smaller pulls stay 0
 # NOTE: a fleet has n nodes and n(n-1)/2 links, so any one link is less likely bad than any
 # one node: two slow pairs of one node are its network's, not two links, unless its other
 # pairs say otherwise. Too heavy, and a lone slow link is blamed on its ends' networks.
@@ -49,7 +50,6 @@ FAILED = math.log(0.01)  # a failed job reads as 1% of its level
 SIGMA_MIN = 0.005  # the noise is never taken as below 0.5%
 SIGMA_PRIOR = 0.05  # the noise assumed before the residuals say otherwise ...
 PRIOR_JOBS = 4  # ... counted as this many jobs
-KINDS = ("node", "nic", "link", "trunk")  # the effects, in the order they are reported
 PAST = "@past"  # a past sweep's own node, network and trunk effects: fitted, not tested
 
 
@@ -132,12 +132,6 @@ def _design(obs: Sequence[Obs], topology: Topology) -> _Design:
     return _Design(X, X.tocsr(), y, failed, w0, names, blocks)
 
 
-@dataclass
-class _State:
-    theta: np.ndarray
-    sigma: float
-
-
 def _targets(d: _Design, theta: np.ndarray) -> np.ndarray:
     """Each job's log-bandwidth; a failed job's is its level's plus `FAILED`."""
     if not d.failed.any():
@@ -166,7 +160,7 @@ def _loss(r: np.ndarray, w0: np.ndarray, sigma: float) -> float:
     return float(sigma * sigma * np.sum(w0 * rho))
 
 
-def _penalties(d: _Design, h: np.ndarray, sigma: float) -> np.ndarray:
+def _penalties(d: _Design, sigma: float) -> np.ndarray:
     """Per column: the L1 weight (effects), 0 for levels and loads; a link's is
     `LINK_PRIOR` times a node's or a trunk's."""
     lam = KAPPA * sigma * np.array([LINK_PRIOR if c[0] == "link" else 1.0 for c in d.cols])
@@ -205,7 +199,7 @@ def _descend(
         low[k] = v
         theta[k] = max(theta[k], v)
     ok_level = ~d.failed
-    lam = _penalties(d, d.X.T @ d.w0, sigma) if lam is None else lam
+    lam = _penalties(d, sigma) if lam is None else lam
     for _ in range(passes):
         t = _targets(d, theta)
         r = t - d.Xr @ theta
@@ -393,7 +387,7 @@ def evidence(
     at = {int(np.nonzero(near == k)[0][0]): threshold for k in ks}
     free = _descend(sub, start, sigma)
     held = _descend(sub, start, sigma, floor=at)
-    lam = _penalties(sub, sub.X.T @ sub.w0, sigma)
+    lam = _penalties(sub, sigma)
     gap = _objective(sub, held, sigma, lam) - _objective(sub, free, sigma, lam)
     return math.sqrt(max(0.0, 2 * gap)) / sigma
 
