@@ -68,3 +68,13 @@ def admit(db: ServiceDB, credentials: HTTPAuthorizationCredentials | None, scope
             403, f"this needs a token with scope {scope.value}; this one has {token.scope.value}"
         )
     return token
+
+
+def permits(db: ServiceDB, credentials: HTTPAuthorizationCredentials | None, scope: Scope) -> bool:
+    """Whether `credentials` are a valid token with `scope`: for a public route that tells a
+    token's holder more (no token, or a bad one, is never a 401 there)."""
+    try:
+        admit(db, credentials, scope)
+    except HTTPException:
+        return False
+    return True

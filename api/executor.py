@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetval.api.db import QueueStatus, ServiceDB, Submission
 from fleetval.api.supervised import Supervised
+from fleetval.store.base import create_private_file
 from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
 from fleetval.suite import parse_suite
 from fleetval.vocab import EventKind, RunStatus
@@ -47,6 +48,7 @@ SIZE_CLASSES = ((64 * 1024, "small"), (16 * 1024 * 1024, "medium"))
 EMBEDDED_MIN_CPUS = 8
 INTERRUPTED_MESSAGE = "the service stopped while this run was executing; finished steps are kept"
 PROGRESS_EVERY_S = 1.0  # step_progress events are stored at most this often (coalesced)
+RAY_UNREACHABLE = "Ray not reachable"  # /healthz's reason without a read token: no address
 CLUSTER_KEY = "cluster"  # the service DB's meta key for the shape the executor sees
 
 
@@ -109,11 +111,12 @@ class Executor(Supervised):
         self.ray_error = ""
         self._claimed: str | None = None  # the run the loop is on
 
-    def degraded(self) -> str:
-        """Why this process cannot run the queue now ("" when it can, or stands by)."""
+    def degraded(self, *, detail: bool = True) -> str:
+        """Why this process cannot run the queue now ("" when it can, or stands by); without
+        `detail`, not Ray's own words (they name its address, and paths)."""
         if self.active and self.ray_error and not super().degraded():
-            return f"Ray not reachable: {self.ray_error}"
-        return super().degraded()
+            return f"{RAY_UNREACHABLE}: {self.ray_error}" if detail else RAY_UNREACHABLE
+        return super().degraded(detail=detail)
 
     def start(self) -> None:
         # NOTE: when the lock is free now, recover before the app serves its first request,
@@ -194,8 +197,7 @@ class Executor(Supervised):
 
     def _try_lock(self) -> Any:
         """The executor lock's open file if this process got it, else None (never waits)."""
-        self.store.root.mkdir(parents=True, exist_ok=True)
-        f = (self.store.root / LOCK_NAME).open("a")
+        f = create_private_file(self.store.root / LOCK_NAME).open("a")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return f

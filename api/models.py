@@ -319,8 +319,8 @@ class Health(_Out):
     status: Literal["ok", "degraded"] = "ok"
     executor: bool  # this process runs the queue
     queue_depth: int
-    ray_error: str = ""
-    reason: str = ""  # why degraded
+    ray_error: str = ""  # "Ray not reachable"; with a read token, the error Ray raised
+    reason: str = ""  # why degraded; its exception text only to a read token
     index: Literal["ready", "building"] = "ready"  # the run index; building: reads of runs 503
 
 

@@ -43,14 +43,16 @@ class Supervised:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
-    def degraded(self) -> str:
-        """Why the thread cannot do its work now ("" when it can, or was never started)."""
+    def degraded(self, *, detail: bool = True) -> str:
+        """Why the thread cannot do its work now ("" when it can, or was never started);
+        without `detail`, not the exception's text (it may name addresses and paths)."""
         if self._thread is None or self._stopping.is_set():
             return ""
         if not self._thread.is_alive():
             return f"the {self.what} thread is not running"
         if self.failing:
-            return f"the {self.what} crashed ({self.crashes}x) and is restarting: {self.failing}"
+            why = f": {self.failing}" if detail else ""
+            return f"the {self.what} crashed ({self.crashes}x) and is restarting{why}"
         return ""
 
     def _healthy(self) -> None:

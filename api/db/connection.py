@@ -10,10 +10,14 @@ migrating a database written by an older release is done in one place.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+import stat
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from fleetval.store.base import FILE_MODE, create_private_file
 
 DB_NAME = "service.sqlite"
 
@@ -135,12 +139,21 @@ def now(after_s: float = 0.0) -> str:
     return (datetime.now(UTC) + timedelta(seconds=after_s)).isoformat(timespec="milliseconds")
 
 
+def _close_to_others(path: Path) -> None:
+    """A database made by an older release (0644: token hashes, inline suites, labels) and
+    what SQLite left beside it made 0600; one this user does not own is left as it is."""
+    for f in (path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")):
+        with contextlib.suppress(OSError):  # missing, or another user's
+            if stat.S_IMODE(f.stat().st_mode) & ~FILE_MODE:
+                f.chmod(FILE_MODE)
+
+
 class Connection:
     """The writing and the reading connection of one data directory, and their locks."""
 
     def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = data_dir / DB_NAME
+        self.path = create_private_file(data_dir / DB_NAME)  # 0600, as SQLite's WAL and SHM
+        _close_to_others(self.path)
         self._lock = threading.Lock()
         self._conn = self._connect()
         self._conn.execute("PRAGMA journal_mode=WAL")

@@ -37,6 +37,7 @@ from fleetval.store.base import ENV_COLUMNS as ENV_COLUMNS
 from fleetval.store.base import CorruptFile as CorruptFile
 from fleetval.store.base import RunNotFound as RunNotFound
 from fleetval.store.base import StoreError as StoreError
+from fleetval.store.base import make_private_dir
 from fleetval.store.records import INDEX as INDEX
 from fleetval.store.records import SAFE_NAME as SAFE_NAME
 from fleetval.store.records import TIMESTAMPS as TIMESTAMPS
@@ -93,10 +94,11 @@ def atomic_write(
     """Temp file in the same directory, fsync, rename: readers see the old file or the new
     one, never a torn one. Without `replace`, an existing file is refused (written once).
     Without `durable`, no fsync (a cache: a crash may leave it empty, which its reader
-    detects and rebuilds)."""
+    detects and rebuilds). The file is 0600 (mkstemp's mode, kept by the rename), its
+    folders made 0700."""
     if path.exists() and not replace:
         raise StoreError(f"{path} exists already; stored files are never rewritten")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -220,5 +220,4 @@ class Store(Catalog):
         """A VERSION file so a reader without fleetval knows which schema it is looking at."""
         note = self.root / "SCHEMA_VERSION"
         if not note.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            note.write_text(f"{SCHEMA_VERSION}\n")
+            atomic_write(note, lambda f: f.write(f"{SCHEMA_VERSION}\n".encode()), replace=True)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fleetval.store.base import CorruptFile
+from fleetval.store.base import CorruptFile, create_private_file
 from fleetval.store.records import (
     INDEX,
     SAFE_NAME,
@@ -80,7 +80,7 @@ class RunIndex:
     def __init__(self, path: Path | str) -> None:
         """The index at `path` (":memory:": one kept in this process only)."""
         if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            create_private_file(Path(path))  # with its WAL and SHM: 0600
         self.path = path
         self.unreadable: dict[str, CorruptFile] = {}
         self._generation: tuple[int, ...] | None = None

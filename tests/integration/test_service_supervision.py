@@ -56,11 +56,15 @@ def kill_thread(thread: threading.Thread, exc: type[BaseException] = SystemExit)
     assert hit == 1, f"thread {thread.name} not found"
 
 
-def health_until(url: str, status: int, timeout_s: float, reason: str = "") -> dict:
-    """Poll /healthz until it answers `status` with `reason` in its reason."""
+def health_until(
+    url: str, status: int, timeout_s: float, reason: str = "", token: str = ""
+) -> dict:
+    """Poll /healthz until it answers `status` with `reason` in its reason (the exception's
+    text is there only to a read token)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        r = httpx.get(f"{url}/healthz", timeout=10)
+        r = httpx.get(f"{url}/healthz", headers=headers, timeout=10)
         if r.status_code == status and reason in r.json()["reason"]:
             return r.json()
         time.sleep(0.02)
@@ -85,7 +89,7 @@ def test_killing_the_executor_thread_recovers(ray_session, tmp_path):
         # 1. Killed mid-run: the run ends `error` with the reason, its actors torn down, and
         # the same thread takes the queue again.
         kill_thread(thread)
-        health_until(url, 503, timeout_s=60, reason="restarting: SystemExit")  # its back-off
+        health_until(url, 503, 60, reason="restarting: SystemExit", token=token)  # its back-off
         run = wait_for(c, hung, timeout_s=60)
         assert run["status"] == "error", run
         assert "the executor crashed: SystemExit" in run["message"], run["message"]
@@ -96,7 +100,7 @@ def test_killing_the_executor_thread_recovers(ray_session, tmp_path):
         blocker = sqlite3.connect(app.state.db.path, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
         try:
-            degraded = health_until(url, 503, timeout_s=60, reason="database is locked")
+            degraded = health_until(url, 503, 60, reason="database is locked", token=token)
         finally:
             blocker.execute("ROLLBACK")
             blocker.close()
