@@ -267,7 +267,7 @@ def fit(obs: Sequence[Obs], settings: SweepSettings, topology: Topology = NO_TOP
     sigma = SIGMA_PRIOR
     for _ in range(8):  # the noise and the fit, each from the other, until they agree
         theta = _descend(d, theta, sigma)
-        new = _sigma(d, _relaxed(d, theta, sigma), tonight)
+        new = max(_sigma(d, _relaxed(d, theta, sigma), tonight), _sigma(d, theta, tonight))
         if abs(new - sigma) < 0.02 * sigma:
             sigma = new
             break
