@@ -172,7 +172,14 @@ class CompareRequest(_In):
 
 
 class AttributeRequest(_In):
-    """As `fleetval attribute`: the runs `where` chooses (KEY=GLOB), started on or after `since`."""
+    """As `fleetval attribute`: the runs `where` chooses (KEY=GLOB), started on or after `since`.
+    A window (`since`) or a cap (`last`) is required: the schema says so, and a body with
+    neither is 422 naming `since`."""
+
+    model_config = ConfigDict(
+        **_In.model_config,
+        json_schema_extra={"anyOf": [{"required": ["since"]}, {"required": ["last"]}]},
+    )
 
     where: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
     # NOTE: a date, published as `format: date` (a pattern would admit "0000-00-00"); JSON

@@ -15,6 +15,7 @@ router = APIRouter(prefix="/v1", tags=["attribute"])
 
 @router.post(
     "/attribute",
+    operation_id="attribute",
     responses={
         200: {
             "content": {"application/json": {"schema": {"type": "object"}}},

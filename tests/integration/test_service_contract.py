@@ -27,6 +27,7 @@ TINY = {
 # step_s, fault ranks), the service's limits and the cluster's capacity cannot be said in
 # JSON Schema, so a schema-valid suite may still be refused with 422 naming the field.
 # POST /v1/schedules: the same suite, and a cron expression (a string in the schema).
+# POST /v1/attribute: `last` past the service's max_attribute_runs is 422 naming it.
 # POST /v1/stragglers: whether a file holds a dump or a step log is not JSON Schema's to say;
 # files with nothing in them to read are 422 naming `files`.
 # The stateful phase: scenarios of at most 6 calls, linked by the OpenAPI links and the ones
@@ -44,6 +45,10 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "409", "422", "429"]
 
 [[operations]]
 include-operation-id = "create_schedule"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "409", "422", "429"]
+
+[[operations]]
+include-operation-id = "attribute"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "409", "422", "429"]
 
 [[operations]]

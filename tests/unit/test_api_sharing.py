@@ -169,7 +169,10 @@ def test_a_corrupt_file_affects_only_its_run(svc, tmp_path):
     part.write_bytes(b"not parquet at all")
     (tmp_path / "index" / "runs" / f"{good}.json").write_text("{torn")
     r = client.get(f"/v1/runs/{bad}/results", headers=h["bob"])
-    assert r.status_code == 500 and str(part) in r.json()["detail"]
+    # the file named within the store, never the data directory's own path (issue 40 §11)
+    detail = r.json()["detail"]
+    assert r.status_code == 500 and str(part.relative_to(tmp_path)) in detail
+    assert str(tmp_path) not in detail
     assert r.headers["content-type"] == "application/problem+json"
     listed = client.get("/v1/runs", headers=h["bob"])
     assert listed.status_code == 200 and {good, bad} <= {x["run_id"] for x in listed.json()["runs"]}
