@@ -215,17 +215,25 @@ def assess(
         # have been fixed) before it is said again
         if e.flagged and e.tonight and x not in a.bad and y not in a.bad:
             a.bad_links[(x, y)] = [e.text(), *jobs]
-        elif e.estimate < f.threshold and x in a.good and y in a.good:
+        elif suspect(e, f) and x in a.good and y in a.good:
             # NOTE: while an end is itself in doubt, its re-pair with a proven-good node
             # is what tells the two apart; measuring the link again would not
             a.pending_links[(x, y)] = [e.text(), *jobs]
     for e in f.of_kind("trunk"):
-        if e.flagged or e.estimate < f.threshold:
+        if e.flagged or suspect(e, f):
             level, ga, gb = e.key
             crossing = [line(j) for p, js in a.links.items() if _crosses(p, e.key, topology)
                         for j in js]  # fmt: skip
             a.trunks[(level, ga, gb)] = Trunk(level, ga, gb, e, (e.text(), *crossing))
     return a
+
+
+def suspect(e: Effect, f: Fit) -> bool:
+    """Estimated slower than the tolerance, with at least one-sided 95% evidence of it: what
+    is measured again. Below that evidence a slow estimate is the noise's (a node is then
+    judged by the bound its fastest jobs give, `_within`), or another effect's to take
+    (a slow pair of two new nodes: its link and both networks explain it alike, z 0)."""
+    return e.estimate < f.threshold and e.z >= Z_HEALTHY
 
 
 def _crosses(p: Pair, key: tuple[str, ...], topology: Topology) -> bool:
@@ -243,15 +251,19 @@ def _node(a: Assessment, n: str, settings: SweepSettings, *, measured_alone: boo
     if flagged:
         a.bad[n] = [e.text() for e in flagged] + a.evidence.get(n, [])
         return
-    if own is not None and own.estimate < f.threshold:
+    if own is not None and suspect(own, f):
         (a.pending_alone if measured_alone else a.pending_pair).add(n)
         return
-    if net is not None and net.estimate < f.threshold:
+    if net is not None and suspect(net, f):
         a.pending_pair.add(n)
         return
     within = _within(a, n)
-    near = 1 - math.exp(f.threshold - Z_HEALTHY * f.sigma)  # the tolerance, up to the noise
-    if net is not None and within <= min(near, settings.max_tolerance):
+    # NOTE: its fastest pair job within the tolerance up to one job's noise (a node whose
+    # every pair was slow waits for a re-pair, however small the noise), and the bound
+    # within what the noise allows at most
+    best = max(a.deficits.get(n, {}).get(SweepPhase.PAIR, [-math.inf]))
+    fast = best >= f.threshold - Z_HEALTHY * f.sigma
+    if net is not None and fast and within <= settings.max_tolerance:
         a.good.add(n)
         a.within[n] = within
         return

@@ -26,6 +26,7 @@ from fleetval.fleet.judge import (
     Trunk,
     assess,
     line,
+    suspect,
 )
 from fleetval.fleet.planner import first_round, next_round
 from fleetval.fleet.settings import SweepSettings
@@ -408,7 +409,7 @@ def _node(
         )
         return NodeVerdict(n, NodeState.HEALTHY, "medium", reason, evidence, alone, pair)
     slow = [e for e in (a.fit.effect("node", (n,)), a.fit.effect("nic", (n,)))
-            if e is not None and e.estimate < a.fit.threshold]  # fmt: skip
+            if e is not None and suspect(e, a.fit)]  # fmt: skip
     if slow:
         reason = f"estimated slow, not proven within {rounds} rounds: {slow[0].text()}"
         return NodeVerdict(n, NodeState.SUSPECT, "low", reason, evidence, alone, pair)
