@@ -93,6 +93,9 @@ class Fit:
     jobs: int = 0  # tonight's jobs fitted
     tested: int = 0  # effects tested (false-discovery rate over these)
     obs: list[Obs] = field(default_factory=list)
+    # per observation: slower than the fit by more than the loss's quadratic zone (a job the
+    # effects leave unexplained: measured again where it can be)
+    unexplained: list[bool] = field(default_factory=list)
 
     def effect(self, kind: str, key: Key) -> Effect | None:
         return self.effects.get((kind, key))

@@ -50,7 +50,7 @@ FAILED = math.log(0.01)  # a failed job reads as 1% of its level
 SIGMA_MIN = 0.005  # the noise is never taken as below 0.5%
 SIGMA_PRIOR = 0.05  # the noise assumed before the residuals say otherwise ...
 PRIOR_JOBS = 4  # ... counted as this many jobs
-PAST = "@past"  # a past sweep's own node, network and trunk effects: fitted, not tested
+PAST = "@past"  # an effect's change since the past sweeps (on their jobs): fitted, not tested
 
 
 @dataclass
@@ -87,8 +87,13 @@ def _design(obs: Sequence[Obs], topology: Topology) -> _Design:
     rows: list[int] = []
     cols: list[int] = []
 
+    names: list[tuple[str, Key]] = []
+
     def col(kind: str, key: Key) -> int:
-        return index.setdefault((kind, key), len(index))
+        if (kind, key) not in index:
+            index[(kind, key)] = len(names)
+            names.append((kind, key))
+        return index[(kind, key)]
 
     for i, o in enumerate(obs):  # levels and loads first: their columns lead
         rows += [i, i]
@@ -97,28 +102,36 @@ def _design(obs: Sequence[Obs], topology: Topology) -> _Design:
             col("load", (str(o.age), str(o.round))),
         ]
     for i, o in enumerate(obs):
-        # NOTE: only a link is one effect over every sweep: it is measured once in many
-        # sweeps, and pooling is what names it. Nodes and trunks are measured in every sweep;
-        # each past sweep has its own (`PAST`), so a fault that began tonight is not
-        # averaged away by the nights it was fine.
-        tag = "" if o.age == 0 else PAST
-        when = () if o.age == 0 else (str(o.age),)
-        js = [col("node" + tag, (*when, n)) for n in o.nodes]
+        # NOTE: one effect per node, link and trunk over every sweep (a link is measured once
+        # in many sweeps: pooling is what names it), and on the past sweeps' jobs its change
+        # since then (`PAST`, either way, at the same L1 price): a fault that began tonight
+        # costs one change, not every past job that saw it fine left unexplained
+        js = [col("node", (n,)) for n in o.nodes]
         if len(o.nodes) == 2:
             x, y = o.nodes
-            js += [col("nic" + tag, (*when, x)), col("nic" + tag, (*when, y))]
-            js += [col("link", pair(x, y))]
-            js += [col("trunk" + tag, (*when, *t)) for t in trunk_keys(x, y, topology)]
+            js += [col("nic", (x,)), col("nic", (y,)), col("link", pair(x, y))]
+            js += [col("trunk", t) for t in trunk_keys(x, y, topology)]
+        if o.age:
+            js += [col(names[k][0] + PAST, names[k][1]) for k in list(js)]
         rows += [i] * len(js)
         cols += js
     n, m = len(obs), len(index)
     X = sp.csc_matrix((np.ones(len(rows)), (rows, cols)), shape=(n, m))
-    names = sorted(index, key=index.__getitem__)
     blocks = []
-    for kind in ("level", "load", "node", "nic", "link", "node" + PAST, "nic" + PAST):
+    for kind in (
+        "level",
+        "load",
+        "node",
+        "nic",
+        "link",
+        "node" + PAST,
+        "nic" + PAST,
+        "link" + PAST,
+    ):
         idx = np.array([index[c] for c in names if c[0] == kind], dtype=int)
         if idx.size:
-            blocks.append(_block(X, kind, idx, 1 if kind in ("level", "load", "link") else 2))
+            one = kind in ("level", "load", "link", "link" + PAST)
+            blocks.append(_block(X, kind, idx, 1 if one else 2))
     for level in topology.levels:  # one trunk per row per level: exact updates
         for kind in ("trunk", "trunk" + PAST):
             idx = np.array(
@@ -217,6 +230,10 @@ def _descend(
             elif kind == "load":
                 prec = sigma * sigma / LOAD_SD**2
                 new = (g + h * old) / (h + prec)
+            elif kind.endswith(PAST):  # a change since a past sweep: either way
+                step = most * np.where(live, h, 1)
+                z = old + g / step
+                new = np.where(live, np.sign(z) * np.maximum(np.abs(z) - lam[idx] / step, 0.0), 0.0)
             else:
                 step = most * np.where(live, h, 1)
                 new = np.where(live, np.minimum(0.0, old + (g + lam[idx]) / step), 0.0)
@@ -240,7 +257,7 @@ def _sigma(d: _Design, theta: np.ndarray, tonight: np.ndarray) -> float:
     r = _targets(d, theta) - d.Xr @ theta
     w = d.w0
     h = d.X.T @ w
-    active = np.array([c[0] in ("level", "load") for c in d.cols]) | (theta < 0)
+    active = np.array([c[0] in ("level", "load") for c in d.cols]) | (theta != 0)
     inv = np.where(active & (h > 0), 1.0 / np.maximum(h, 1e-12), 0.0)
     lev = w * (d.Xr @ inv)
     use = (~d.failed) & (lev < 0.9)
@@ -352,6 +369,7 @@ def _tested(
     return Fit(
         sigma, threshold, effects, levels, loads, [float(x) for x in deficits],
         jobs=int(tonight.sum()), tested=len(tests), obs=obs,
+        unexplained=[bool(x) for x in r < -HUBER * sigma],
     )  # fmt: skip
 
 
