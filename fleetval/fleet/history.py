@@ -34,8 +34,8 @@ class SweepSeen:
 class NodeHistory:
     node: str
     seen: tuple[SweepSeen, ...]  # oldest first
-    repeat_offender: bool  # not healthy in two sweeps or more
-    flapping: bool  # healthy and not healthy alternating: changed state twice or more
+    repeat_offender: bool  # drained or suspect in two sweeps or more
+    flapping: bool  # healthy and slow alternating (unjudged sweeps left out): twice or more
     drift: float | None  # newer half's median score against the older half's (-0.12: 12% down)
 
     @property
@@ -85,8 +85,15 @@ def node_histories(runs: list[RunRecord], node: str | None = None) -> list[NodeH
     return [history(name, s) for name, s in sorted(seen.items())]
 
 
+SEEN_SLOW = (NodeState.DRAIN, NodeState.SUSPECT)  # judged (or estimated) slow; unjudged is neither
+
+
 def history(node: str, seen: list[SweepSeen]) -> NodeHistory:
-    bad = [s.state != NodeState.HEALTHY for s in seen]
+    """A repeat offender was seen slow (drained or suspect) in two sweeps or more; flapping
+    went between healthy and slow twice or more. A sweep that could not judge the node says
+    nothing either way and is left out of both."""
+    judged = [s for s in seen if s.state != NodeState.UNJUDGED]
+    bad = [s.state in SEEN_SLOW for s in judged]
     changes = sum(a != b for a, b in itertools.pairwise(bad))
     scores = [s.score for s in seen if s.score is not None]
     drift = None

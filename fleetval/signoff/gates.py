@@ -78,7 +78,7 @@ def _completed(inp: GateInputs, _: object) -> Outcome:
     steps = rec.summary.get("steps", [])
     cut = [s for s in steps if s.get("deadline")]  # ran out of time: nothing blamed, not done
     if signoff_completed(rec.status) and not cut:  # what it found is the other gates' to judge
-        text = f"run finished ({rec.status}) with {len(steps)} steps"
+        text = f"run finished with {len(steps)} steps (what they found: status {rec.status})"
         return Outcome(True, text, [Evidence(ok=True, text=text)])
     if cut:
         evidence = [Evidence(ok=False, text=f"step {s['step']} (n={s['world_size']}): "

@@ -559,3 +559,14 @@ def test_a_round_of_re_pairs_keeps_a_control_back_and_re_pairs_inside_each_rack(
         # the rack whose good nodes are the control pairs its waiting nodes with each other
         assert TWO_RACKS.same(*control.nodes) and len(repairs) == 3
         assert all(TWO_RACKS.same(*j.nodes) for j in repairs), jobs
+
+
+def test_a_node_only_ever_unjudged_is_no_repeat_offender_and_does_not_flap():
+    from fleetval.fleet.history import SweepSeen, history
+
+    states = [NodeState.UNJUDGED, NodeState.HEALTHY, NodeState.UNJUDGED, NodeState.UNJUDGED]
+    h = history("node-1", [SweepSeen(f"r{i}", s, 10.0) for i, s in enumerate(states)])
+    assert not h.repeat_offender and not h.flapping and h.findings == []
+    slow = [NodeState.SUSPECT, NodeState.UNJUDGED, NodeState.DRAIN]
+    h = history("node-2", [SweepSeen(f"r{i}", s, 10.0) for i, s in enumerate(slow)])
+    assert h.repeat_offender and not h.flapping
