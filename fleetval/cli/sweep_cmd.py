@@ -5,6 +5,7 @@ input. `fleetval sweep-history`: each node over the last sweeps."""
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -53,6 +54,14 @@ def sweep(
     drain_format: Annotated[
         DrainFormat, typer.Option(help="Form of the drain list")
     ] = DrainFormat.KUBECTL,
+    local_fleet: Annotated[
+        int | None,
+        typer.Option(
+            "--local-fleet",
+            help="Try it on this machine: a simulated Ray fleet of N one-CPU nodes in racks "
+            "(CPU, gloo), started for this sweep and stopped after it (2 to 16)",
+        ),
+    ] = None,
     repeat: Annotated[
         int,
         typer.Option(
@@ -66,14 +75,19 @@ def sweep(
     """Fleet sweep: every node alone, node pairs side by side, re-pairs; drain list."""
     from fleetval.fleet.drain import drain_lines
     from fleetval.run.interrupt import EXIT_INTERRUPTED, ctrl_c_cancels
+    from fleetval.run.localfleet import LOCAL_FLEET_MAX, simulated_fleet
     from fleetval.run.sweep import keep_warm
     from fleetval.run.sweep import sweep as run_sweep
     from fleetval.suite import load_suite  # NOTE: torch and ray only for commands that run
 
     worst = Exit.OK
-    with bad_input_exits():
+    if local_fleet is not None and (address or not 2 <= local_fleet <= LOCAL_FLEET_MAX):
+        _bad(f"--local-fleet: 2 to {LOCAL_FLEET_MAX} nodes, and no --address with it")
+    with bad_input_exits(), ExitStack() as stack:
         spec = load_suite(suite)
         store = open_store(data)
+        if local_fleet is not None:
+            address = stack.enter_context(simulated_fleet(local_fleet))
         with ctrl_c_cancels(spec.timeouts.cancel_grace_s) as cancel, keep_warm():
             for _ in range(repeat):
                 record, verdict = run_sweep(
