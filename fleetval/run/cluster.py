@@ -157,6 +157,7 @@ def cluster_shape() -> ClusterShape:
                 name=labels.get(NODE_LABEL) or n.get("NodeManagerHostname", "?"),
                 cpus=res.get("CPU", 0.0),
                 gpus=res.get("GPU", 0.0),
+                node_id=n.get("NodeID", ""),
             )
         )
     return ClusterShape(tuple(sorted(nodes, key=lambda s: s.name)))

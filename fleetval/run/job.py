@@ -46,6 +46,9 @@ RemoteRank = ray.remote(RankActor)
 LOOPBACK_IFNAME = "lo"  # Linux's loopback interface
 
 
+NOT_PLACED = "not placed: "  # a job the cluster could not place: its answer, not a node's
+
+
 class JobAborted(RuntimeError):
     """The job's actors can no longer be trusted (dead, hung or unplaceable)."""
 
@@ -130,7 +133,7 @@ def create_group(
         remove_placement_group(pg)
         free = ray.available_resources()
         raise JobAborted(
-            f"placement group of {job.world_size} x {job.bundle()} ({job.strategy.value}) not ready "
+            f"{NOT_PLACED}placement group of {job.world_size} x {job.bundle()} ({job.strategy.value}) not ready "
             f"within {timeout_s:g}s; free now: {free.get('CPU', 0):g} CPU, {free.get('GPU', 0):g} GPU"
         ) from (err if isinstance(err, BaseException) else None)
     return pg

@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # NOTE: annotations only: the rank actor imports this module 
     from fleetval.suite import Suite
 
 NODE_LABEL = "fleetval/node"  # a Ray node label naming the node; else its hostname is used
+NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label on every node (ray.util.placement_group)
 
 
 class PlanError(ValueError):
@@ -26,6 +27,7 @@ class NodeShape:
     name: str
     cpus: float
     gpus: float
+    node_id: str = ""  # Ray's id of the node: what every node is labelled with (`ray.io/node-id`)
 
     def bundles(self, cpus_per_rank: float, gpus_per_rank: float) -> int:
         """How many rank bundles fit on this node."""
@@ -69,6 +71,7 @@ class Job:
     strategy: Strategy
     nodes: tuple[str, ...] | None  # node names the job is restricted to
     steps: tuple[Any, ...]
+    node_ids: tuple[str, ...] = ()  # the same nodes by Ray id, where known
 
     def bundle(self) -> dict[str, float]:
         b = {"CPU": self.cpus_per_rank}
@@ -77,6 +80,10 @@ class Job:
         return b
 
     def label_selector(self) -> dict[str, str] | None:
+        """Where the group may go: the nodes by Ray id where known (every Ray node has one,
+        `ray start` without fleetval's labels too), else by their `fleetval/node` name."""
+        if self.node_ids:
+            return {NODE_ID_LABEL: f"in({','.join(self.node_ids)})"}
         return {NODE_LABEL: f"in({','.join(self.nodes)})"} if self.nodes else None
 
 
@@ -227,4 +234,5 @@ def node_job(
         strategy=Strategy.STRICT_PACK if len(nodes) == 1 else Strategy.PACK,
         nodes=tuple(sorted(nodes)),
         steps=tuple(s for s in suite.steps if steps is None or s.step_name in steps),
+        node_ids=tuple(n.node_id for n in shapes) if all(n.node_id for n in shapes) else (),
     )

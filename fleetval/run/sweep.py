@@ -31,6 +31,7 @@ from fleetval.fleet.score import measurement
 from fleetval.fleet.verdict import BaselineLevels, FleetVerdict, run_rounds
 from fleetval.run.execute import RunState, StepOutcome, cluster_shape, connect, recording, run_job
 from fleetval.run.fabric import sweep_fabric
+from fleetval.run.job import NOT_PLACED
 from fleetval.run.plan import ClusterShape, Job, PlanError, eligible_nodes, node_job
 from fleetval.run.plan import resolve_gpus_per_rank as gpus_per_rank
 from fleetval.run.pool import NodePool
@@ -201,9 +202,12 @@ def _child(state: RunState) -> RunState:
 
 
 def _measurement(p: Planned, rows: list[dict], outcomes: list[StepOutcome]) -> Measurement:
-    return measurement(
-        p, rows, [(o.step, o.message) for o in outcomes if o.status == Status.FAIL.value]
-    )
+    """The job's measurement. A job the cluster could not place measured nothing: that is
+    the cluster's answer (busy, or no such node), never evidence against its nodes."""
+    failed = [(o.step, o.message) for o in outcomes if o.status == Status.FAIL.value]
+    if failed and all(msg.startswith(NOT_PLACED) for _, msg in failed):
+        return Measurement(p, None)
+    return measurement(p, rows, failed)
 
 
 def _verdict_outcome(v: FleetVerdict) -> StepOutcome:

@@ -160,3 +160,18 @@ def test_sweep_history_lists_gpus_whose_counters_grow_over_the_sweeps(tmp_path: 
     for cut in (["--last", "1"], ["--node", "node-0"]):  # one sweep grows nothing; no GPUs read
         res = CliRunner().invoke(app, ["sweep-history", "--json", *cut, *data])
         assert res.exit_code == 0 and json.loads(res.output)["hardware_watch"] == []
+
+
+def test_a_job_the_cluster_could_not_place_is_no_evidence_against_its_nodes():
+    from fleetval.run.job import NOT_PLACED
+    from fleetval.run.outcome import StepOutcome
+    from fleetval.run.sweep import _measurement
+
+    job = Planned(2, SweepPhase.PAIR, ("node-1", "node-2"), "pair")
+    placed = StepOutcome(
+        3, 2, "allreduce", "bandwidth", "fail", f"{NOT_PLACED}group not ready", 60.0
+    )
+    m = _measurement(job, [], [placed])
+    assert m.score is None and not m.failed  # measured nothing: not a failed job
+    broke = StepOutcome(3, 2, "allreduce", "bandwidth", "fail", "rank 1 died", 1.0)
+    assert _measurement(job, [], [broke]).failed
