@@ -117,9 +117,8 @@ def _first_pairs(data: Path) -> list[tuple[str, str]]:
     from fleetval.fleet.history import stored_links, sweep_runs
     from fleetval.fleet.planner import first_pairs
     from fleetval.fleet.settings import SweepSettings
-    from fleetval.store.dataset import Store
-
     from fleetval.fleet.topology import Topology
+    from fleetval.store.dataset import Store
 
     seen = stored_links(sweep_runs(Store(data), len(NODES) - 1))
     racks = Topology({n: {"rack": r} for n, r in RACKS.items()})
