@@ -51,6 +51,7 @@ def sweep(
         str | None, typer.Option(help="Judge the fleet's level against this baseline's sweeps")
     ] = None,
     fmt: Annotated[Format, typer.Option("--format", help="Output")] = Format.TABLE,
+    as_json: JsonOpt = False,
     drain_format: Annotated[
         DrainFormat, typer.Option(help="Form of the drain list")
     ] = DrainFormat.KUBECTL,
@@ -80,6 +81,7 @@ def sweep(
     from fleetval.run.sweep import sweep as run_sweep
     from fleetval.suite import load_suite  # NOTE: torch and ray only for commands that run
 
+    fmt = Format.JSON if as_json else fmt
     worst = Exit.OK
     if local_fleet is not None and (address or not 2 <= local_fleet <= LOCAL_FLEET_MAX):
         _bad(f"--local-fleet: 2 to {LOCAL_FLEET_MAX} nodes, and no --address with it")

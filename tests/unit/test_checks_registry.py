@@ -43,7 +43,8 @@ def test_checks_json_holds_every_check_with_its_keys():
 # its own module's rework.
 READ_COMMANDS = ("attribute", "baseline list", "baseline show", "checks", "compare",
                  "gpu-health", "gpu-watch", "ingest", "nccl-log", "results", "run", "runs",
-                 "schedule list", "show", "stragglers", "sweep-history", "token list", "trend")  # fmt: skip
+                 "schedule list", "show", "stragglers", "sweep", "sweep-history", "token list",
+                 "trend")  # fmt: skip
 
 
 def test_every_command_people_or_tools_read_takes_json():
