@@ -147,6 +147,7 @@ class Replica:
     of the service, no Ray."""
 
     data: Path
+    args: tuple[str, ...] = ()  # more `serve` options (--limits FILE, --docs)
     url: str = ""
     proc: subprocess.Popen | None = None
 
@@ -157,7 +158,7 @@ class Replica:
         cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data",
                str(self.data), "--no-executor", "--no-scheduler", "--no-access-log"]  # fmt: skip
         with (self.data / "server.log").open("ab") as log:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log)
+            self.proc = subprocess.Popen([*cmd, *self.args], env=env, stdout=log, stderr=log)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:

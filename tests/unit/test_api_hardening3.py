@@ -23,7 +23,7 @@ from fleetval.api.db import Scope, ServiceDB
 from fleetval.checks.model_pattern import MAX_SUBJECT, check_model_pattern, model_matches
 from fleetval.store.dataset import Store
 from fleetval.store.schema import Row, rows_to_table
-from tests.helpers.net import free_port
+from tests.helpers.service import Replica
 from tests.helpers.stores import H100, healthy, write_run
 
 TINY = {
@@ -63,41 +63,8 @@ def peak_rss_mb(pid: int) -> float:
     raise AssertionError("no VmHWM")
 
 
-class Serve:
-    """`fleetval serve --no-executor --no-scheduler` on a free loopback port."""
-
-    def __init__(self, data: Path, *args: str) -> None:
-        self.data, self.args = data, args
-        self.url = ""
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> Serve:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "PYTHONPATH": os.getcwd()}
-        cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port)]
-        cmd += ["--data", str(self.data), "--no-executor", "--no-scheduler", "--no-access-log"]
-        with (self.data / "server.log").open("ab") as log:
-            self.proc = subprocess.Popen([*cmd, *self.args], env=env, stdout=log, stderr=log)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            assert self.proc.poll() is None, (self.data / "server.log").read_text()
-            time.sleep(0.2)
-        raise AssertionError("serve did not start: " + (self.data / "server.log").read_text())
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:  # a process stuck in C code handles no signal
-                self.proc.kill()
-                self.proc.wait(timeout=20)
+def Serve(data: Path, *args: str) -> Replica:
+    return Replica(data, args)
 
 
 @pytest.fixture(scope="module")
