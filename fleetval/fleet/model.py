@@ -294,18 +294,15 @@ def fit(obs: Sequence[Obs], settings: SweepSettings, topology: Topology = NO_TOP
 
 
 def _noise(d: _Design, theta: np.ndarray, sigma: float, tonight: np.ndarray) -> float:
-    """The noise: the larger of the refitted effects' residual spread and the jobs' robust
-    spread about their round's level and load alone (no effect).
+    """The noise: the refitted effects' residual spread, raised toward the penalized fit's
+    by at most half again.
 
-    NOTE: refitted, the effects the penalty chose from the noise itself leave too little
-    behind (a clean 8-node fleet read 6.7% and three healthy nodes were held by the breaker;
-    at 40% noise the partners of two slow nodes were drained on it). About the level alone
-    the spread is a median over every job, which the faults (a minority of jobs) do not
-    move far, and it does not depend on the penalty: the penalized fit's spread, which
-    does, ran away to 173% on a loaded box and left two nodes at 3% of the level suspect."""
+    NOTE: both err. Refitted, the effects the penalty chose from the noise itself leave too
+    little behind (at 40% noise the partners of two slow nodes were drained on it);
+    penalized, the shrinkage of large effects reads as noise, and the noise sets the
+    penalty: a box under load read 173% and left two nodes at 3% of the level suspect."""
     refit = _sigma(d, _relaxed(d, theta, sigma), tonight)
-    base = np.where([c[0] in ("level", "load") for c in d.cols], theta, 0.0)
-    return max(refit, _sigma(d, base, tonight))
+    return min(max(refit, _sigma(d, theta, tonight)), 1.5 * refit)
 
 
 def _relaxed(d: _Design, theta: np.ndarray, sigma: float) -> np.ndarray:
