@@ -25,8 +25,8 @@ from fleetval.run.cluster import (
     embedded_limit,
     will_embed,
 )
-from fleetval.run.job import JobAborted, job_ranks
-from fleetval.run.outcome import Culprit, Event, EventSink, RunCancelled, RunState, StepOutcome
+from fleetval.run.job import JobAborted, RunState, job_ranks
+from fleetval.run.outcome import Culprit, Event, EventSink, RunCancelled, StepOutcome
 from fleetval.run.plan import Job, PlanError, make_plan
 from fleetval.run.pool import RankPool
 from fleetval.run.step import StepBroke, culprit_row, run_step

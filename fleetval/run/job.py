@@ -14,11 +14,12 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 from ray.exceptions import RayActorError, RayError, RayTaskError
@@ -33,12 +34,15 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from fleetval.checks.base import RankContext
 from fleetval.policy import FailurePolicy
 from fleetval.run.culprits import is_symptom
-from fleetval.run.outcome import Culprit, RunState
+from fleetval.run.outcome import Culprit, Event, EventSink, RunCancelled, StepOutcome
 from fleetval.run.plan import NODE_LABEL, Job
 from fleetval.run.rank import Placed, RankActor
 from fleetval.suite import Suite
 from fleetval.text import short
 from fleetval.vocab import CulpritReason
+
+if TYPE_CHECKING:  # NOTE: the store imports pyarrow, which a job's own work does not need
+    from fleetval.store.dataset import RunRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +77,56 @@ class RankHandle:
         return Culprit(
             self.rank, self.placed.node, self.placed.device_id, str(reason), detail, self.placed.pid
         )
+
+
+@dataclass
+class Pooled:
+    """An idle placement group and its rank actors (driver-side handles, in rank order); a
+    node pool's ranks lie in their nodes' groups, which it keeps (`pg` None)."""
+
+    pg: PlacementGroup | None
+    ranks: list[RankHandle]
+    since: float = 0.0  # time.monotonic() when it became idle
+
+
+class WarmRanks(Protocol):
+    """What a job takes its ranks from, when it does not start its own (`job_ranks`); the
+    pools of `fleetval.run.pool` are the ones there are."""
+
+    def take(self, job: Job, policy: FailurePolicy) -> Pooled | None: ...
+
+    def give_back(
+        self, job: Job, pg: PlacementGroup | None, ranks: list[RankHandle], policy: FailurePolicy
+    ) -> None: ...
+
+
+@dataclass
+class RunState:
+    """What a run accumulates while its jobs execute."""
+
+    run_id: str
+    suite: Suite
+    store: Store
+    on_event: EventSink
+    total_steps: int
+    done_steps: int = 0
+    backend: str = ""
+    outcomes: list[StepOutcome] = field(default_factory=list)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    record: RunRecord | None = None
+    cancel: threading.Event | None = None
+    pool: WarmRanks | None = None  # warm ranks kept between jobs (the service's, a sweep's)
+    # More for the run's summary (a sweep's verdict).
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def check_cancelled(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise RunCancelled("cancelled by request")
+
+    def event(
+        self, kind: str, job: int, step: str, detail: str = "", outcome: StepOutcome | None = None
+    ) -> None:
+        self.on_event(Event(kind, job, step, self.done_steps, self.total_steps, detail, outcome))
 
 
 # -- the job as a context manager ----------------------------------------------------------

@@ -33,13 +33,18 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Protocol
 
 from ray.util.placement_group import PlacementGroup
 
 from fleetval.policy import FailurePolicy
-from fleetval.run.job import RankHandle, create_group, gather, start_ranks, teardown
+from fleetval.run.job import (
+    Pooled,
+    RankHandle,
+    create_group,
+    gather,
+    start_ranks,
+    teardown,
+)
 from fleetval.run.plan import Job, PlanError
 
 log = logging.getLogger(__name__)
@@ -50,26 +55,6 @@ PoolKey = tuple[int, tuple[tuple[str, float], ...], str, tuple[str, ...] | None]
 
 def pool_key(job: Job) -> PoolKey:
     return (job.world_size, tuple(sorted(job.bundle().items())), job.strategy.value, job.nodes)
-
-
-@dataclass
-class Pooled:
-    """An idle placement group and its rank actors (driver-side handles, in rank order); a
-    node pool's ranks lie in their nodes' groups, which it keeps (`pg` None)."""
-
-    pg: PlacementGroup | None
-    ranks: list[RankHandle]
-    since: float = 0.0  # time.monotonic() when it became idle
-
-
-class WarmRanks(Protocol):
-    """What a job takes its ranks from, when it does not start its own (`job_ranks`)."""
-
-    def take(self, job: Job, policy: FailurePolicy) -> Pooled | None: ...
-
-    def give_back(
-        self, job: Job, pg: PlacementGroup | None, ranks: list[RankHandle], policy: FailurePolicy
-    ) -> None: ...
 
 
 class RankPool:

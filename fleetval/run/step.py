@@ -24,8 +24,8 @@ from fleetval.run.culprits import (
     progressed,
 )
 from fleetval.run.fabric import node_groups
-from fleetval.run.job import JobAborted, RankHandle, gather
-from fleetval.run.outcome import Culprit, RunState, StepOutcome
+from fleetval.run.job import JobAborted, RankHandle, RunState, gather
+from fleetval.run.outcome import Culprit, StepOutcome
 from fleetval.run.plan import Job
 from fleetval.store.schema import Row
 from fleetval.suite import Suite

@@ -16,8 +16,7 @@ from typer.testing import CliRunner
 from fleetval.cli.app import app
 from fleetval.run.cluster import cluster_shape
 from fleetval.run.execute import run_suite
-from fleetval.run.job import job_ranks
-from fleetval.run.outcome import RunState
+from fleetval.run.job import RunState, job_ranks
 from fleetval.run.plan import make_plan
 from fleetval.run.step import run_step
 from fleetval.signoff.evaluate import build_signoff
