@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from fleetval.formats.gpuhw import GpuReading, integer, number, section, tree
+from fleetval.formats.hwscan import whole_reader
 from fleetval.formats.smi import SmiError, gpu_model, na, split_banner
 
 # PCIe transfer rate per lane -> generation
@@ -172,3 +173,18 @@ def _gen(speed: Any) -> int | None:
     if n is None:
         return None
     return _GTS_GEN.get(n / 1000 if n > 100 else n)
+
+
+# ---- the readers ------------------------------------------------------------------------------
+
+
+def _is_metric(text: str) -> bool:
+    """`GPU: n` blocks (text), or a JSON document with "gpu" keys after any banner."""
+    if re.search(r"^GPU: \d+\s*$", text, re.MULTILINE):
+        return True
+    _, body = split_banner(text)
+    return bool(body) and bool(re.search(r'"gpu"\s*:', body))
+
+
+XGMI = whole_reader("amd-smi xgmi", lambda t: "LINK METRIC TABLE" in t, read_amd_smi_xgmi)
+METRIC = whole_reader("amd-smi metric", _is_metric, read_amd_smi_metric)

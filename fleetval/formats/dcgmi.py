@@ -12,6 +12,7 @@ import re
 
 from fleetval.formats.gpuhw import GpuReading
 from fleetval.formats.hwobs import Observation
+from fleetval.formats.hwscan import Reader, Scan
 
 _ROW = re.compile(r"^\s*\| (.{25}) \| (.{1,45})")  # the cells are 25 and 45 wide
 _SECTION = re.compile(r"^\s*[|+]-----\s+(\w+)\s+-+\+")
@@ -93,3 +94,45 @@ def read_dcgmi_nvlink_status(lines: list[str]) -> list[GpuReading]:
                                   nvlink_up=links.count("U"), nvlink_total=total or None))  # fmt: skip
             gpu = None
     return out
+
+
+# ---- the readers: where each of these outputs lies in a text ---------------------------------
+
+_DIAG_SECTION = re.compile(r"^\s*[|+]-----\s+(Metadata|Deployment|Integration|Hardware|Stress)\b")
+
+
+def _find_diag(s: Scan) -> None:
+    """Each `dcgmi diag` table, from its header (or, pasted without it, its first section) to
+    its last `|` or `+` row; partial unless both the header and the closing rule are there."""
+    i = 0
+    while i < len(s.lines):
+        ln = s.lines[i]
+        if not (is_diag_header(ln) or _DIAG_SECTION.match(ln)):
+            i += 1
+            continue
+        start = i - 1 if is_diag_header(ln) and i > 0 else i
+        j = i
+        while j + 1 < len(s.lines) and s.lines[j + 1].lstrip()[:1] in ("|", "+"):
+            j += 1
+        ended = re.match(r"^\s*\+-+\+-+\+\s*$", s.lines[j]) is not None
+        _, obs = read_dcgmi_diag(s.lines[start : j + 1])
+        s.observations += obs
+        s.add(DIAG.kind, start, j, partial=not (ended and is_diag_header(ln)))
+        i = j + 1
+
+
+DIAG = Reader("dcgmi diag", _find_diag)
+
+
+def _find_nvlink(s: Scan) -> None:
+    """Each `dcgmi nvlink -s` box, to its `Key:` line (partial without one)."""
+    for i, ln in enumerate(s.lines):
+        if "NvLink Link Status" not in ln:
+            continue
+        j = next((k for k in range(i, len(s.lines)) if s.lines[k].startswith("Key:")), None)
+        last = j if j is not None else len(s.lines) - 1
+        s.readings += read_dcgmi_nvlink_status(s.lines[i : last + 1])
+        s.add(NVLINK.kind, max(i - 1, 0), last, partial=j is None)
+
+
+NVLINK = Reader("dcgmi nvlink", _find_nvlink)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from fleetval.formats.gpuhw import KernelEvent
+from fleetval.formats.hwscan import Reader, Scan
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)\b,?\s*(.*)$")
 _FALLEN = re.compile(
@@ -96,3 +97,21 @@ _LOG_LINE = re.compile(
     r"|\d{4}-\d\d-\d\dT\S+ \S+ kernel:)",
     re.MULTILINE,
 )
+
+
+def _find(s: Scan) -> None:
+    """GPU events anywhere in the text as given (prefixes and all), the block spanning the
+    lines they came from; a kernel log with no GPU event is a block only when nothing else was
+    found (a clean log is evidence too)."""
+    events = read_kernel_log(s.text)
+    s.events += events
+    if events:
+        texts = {e.text.split(" NVRM: ")[0] for e in events}
+        at = [i for i, ln in enumerate(s.text.splitlines()) if ln.strip() and
+              any(ln.strip() in t or t in ln for t in texts)]  # fmt: skip
+        s.add(KERNEL.kind, at[0] if at else 0, at[-1] if at else len(s.lines) - 1)
+    elif not s.blocks and looks_like_kernel_log(s.text):
+        s.add(KERNEL.kind, 0, len(s.lines) - 1)
+
+
+KERNEL = Reader("kernel log", _find)

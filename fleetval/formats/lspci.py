@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from fleetval.formats.gpuhw import GpuReading
+from fleetval.formats.hwscan import Reader, Scan
 
 _DEVICE = re.compile(
     r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) ([^:]+): (.*)$", re.IGNORECASE
@@ -45,3 +46,18 @@ def _reading(d: dict[str, object]) -> GpuReading:
     return GpuReading(vendor="nvidia" if "NVIDIA" in name else "amd", source="lspci",
                       pci_bus_id=str(d["bdf"]), name=name, pcie_gen=sta[0], pcie_gen_max=cap[0],
                       pcie_width=sta[1], pcie_width_max=cap[1])  # type: ignore[index]  # fmt: skip
+
+
+def _find(s: Scan) -> None:
+    """The GPU devices from the first one to the end of the text; partial where a GPU's
+    LnkCap or LnkSta is missing."""
+    starts = [i for i, ln in enumerate(s.lines) if is_device_line(ln)]
+    if not starts:
+        return
+    readings = read_lspci(s.lines[starts[0] :])
+    s.readings += readings
+    cut = any(r.pcie_gen is None or r.pcie_gen_max is None for r in readings)
+    s.add(LSPCI.kind, starts[0], len(s.lines) - 1, partial=cut)
+
+
+LSPCI = Reader("lspci", _find)

@@ -22,6 +22,7 @@ from fleetval.formats.gpuhw import (
     tree,
     yes,
 )
+from fleetval.formats.hwscan import Reader, Scan, indented_below, is_ellipsis, whole_reader
 from fleetval.formats.smi import SmiError, gpu_model, na
 
 _GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$")
@@ -454,3 +455,76 @@ def _from_nvlink(g: dict[str, Any]) -> GpuReading:
         nvlink_total=len(links) or None,
         nvlink_errors=g["errors"],
     )
+
+
+# ---- the readers: where each of these outputs lies in a text ---------------------------------
+
+XML = whole_reader("nvidia-smi -q -x", lambda t: "<nvidia_smi_log" in t, read_nvidia_smi_xml)
+Q = whole_reader("nvidia-smi -q", lambda t: "NVSMI LOG" in t, read_nvidia_smi_q)
+
+Q_SECTION = "nvidia-smi -q section"  # a banner-less excerpt of -q, whole GPUs or sections
+_Q_SECTIONS = ("ECC Errors", "Remapped Rows", "Retired Pages", "PCI", "Clocks Event Reasons",
+               "Clocks Throttle Reasons", "Temperature")  # fmt: skip
+
+
+def _find_q_sections(s: Scan) -> None:
+    """`GPU 00000000:1B:00.0` blocks without the banner; else health sections on their own."""
+    if s.whole in (XML.kind, Q.kind):
+        return
+    heads = [i for i, ln in enumerate(s.lines) if _GPU_HEADER.match(ln)]
+    if heads:
+        last = indented_below(s.lines, heads[-1]) if heads[-1] + 1 < len(s.lines) else heads[-1]
+        s.readings += read_nvidia_smi_q("\n".join(s.lines[heads[0] : last + 1]))
+        s.add(Q_SECTION, heads[0], last, partial=True)
+        return
+    for i, ln in enumerate(s.lines):
+        if ln.strip() in _Q_SECTIONS and i + 1 < len(s.lines) and " : " in s.lines[i + 1]:
+            last = indented_below(s.lines, i)
+            s.readings += read_nvidia_smi_q("\n".join(s.lines[i : last + 1]))
+            s.add(Q_SECTION, i, last, partial=True)
+
+
+Q_SECTIONS = Reader(Q_SECTION, _find_q_sections)
+
+_NVLINK_MORE = re.compile(r"^(\s+\S|NVML: |GPU \d+: )")
+
+
+def _find_nvlink(s: Scan) -> None:
+    """`nvidia-smi nvlink -s` / `-e` per GPU; a `...` line before or after says it was cut."""
+    if s.whole is not None:
+        return
+    i = 0
+    while i < len(s.lines):
+        if not _NVLINK_GPU.match(s.lines[i]):
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(s.lines) and _NVLINK_MORE.match(s.lines[j + 1]):
+            j += 1
+        cut = (i > 0 and is_ellipsis(s.lines[i - 1])) or (
+            j + 1 < len(s.lines) and is_ellipsis(s.lines[j + 1])
+        )
+        s.readings += read_nvidia_smi_nvlink("\n".join(s.lines[i : j + 1]))
+        s.add(NVLINK.kind, i, j, partial=cut)
+        i = j + 1
+
+
+NVLINK = Reader("nvidia-smi nvlink", _find_nvlink)
+
+
+def _find_query_csv(s: Scan) -> None:
+    """A `--query-gpu` CSV: a header naming index, uuid or pci.bus_id, then rows as wide."""
+    if s.whole is not None:
+        return
+    for i, ln in enumerate(s.lines):
+        keys = [re.sub(r"\s*\[.*\]$", "", k.strip()) for k in ln.split(",")]
+        if len(keys) < 2 or not {"index", "uuid", "pci.bus_id"} & set(keys):
+            continue
+        j = i
+        while j + 1 < len(s.lines) and s.lines[j + 1].count(",") == ln.count(","):
+            j += 1
+        s.readings += read_nvidia_smi_csv("\n".join(s.lines[i : j + 1]))
+        s.add(QUERY_CSV.kind, i, j)
+
+
+QUERY_CSV = Reader("nvidia-smi --query-gpu", _find_query_csv)

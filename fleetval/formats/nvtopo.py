@@ -9,6 +9,7 @@ from collections import Counter
 
 from fleetval.formats.gpuhw import tree
 from fleetval.formats.hwobs import Observation
+from fleetval.formats.hwscan import Reader, Scan, indented_below
 
 _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+)$")
 _NV = re.compile(r"^NV(\d+)$")
@@ -83,3 +84,41 @@ def read_fabric(lines: list[str], pci_bus_id: str | None = None) -> Observation 
     detail = f"CliqueId {f.get('CliqueId')}, ClusterUUID {f.get('ClusterUUID')}"
     return Observation(vendor="nvidia", source="nvidia-smi -q", kind="fabric", ok=ok,
                        subject="Fabric", value=value, detail=detail, pci_bus_id=pci_bus_id)  # fmt: skip
+
+
+# ---- the readers: where each of these outputs lies in a text ---------------------------------
+
+
+def _find_topo(s: Scan) -> None:
+    """Each `topo -m` matrix: its header, then the GPU and NIC rows that follow it."""
+    for i, ln in enumerate(s.lines):
+        if not is_topo_header(ln):
+            continue
+        j = i
+        while j + 1 < len(s.lines) and re.match(r"^(GPU|NIC|mlx)\S*\s", s.lines[j + 1]):
+            j += 1
+        obs, whole = read_topo_matrix(s.lines[i : j + 1])
+        s.observations += obs
+        s.add(TOPO.kind, i, j, partial=not whole)
+
+
+TOPO = Reader("nvidia-smi topo -m", _find_topo)
+
+
+def _find_fabric(s: Scan) -> None:
+    """Each `Fabric` section, with the bus id of the `GPU ...` header above it where pasted."""
+    bus = None
+    for i, ln in enumerate(s.lines):
+        if m := re.match(r"^GPU ([0-9A-Fa-f:.]+)\s*$", ln):
+            bus = m.group(1)
+        if ln.strip() == "Fabric" and i + 1 < len(s.lines) and " : " in s.lines[i + 1]:
+            last = indented_below(s.lines, i)
+            lines = [x[len(ln) - len(ln.lstrip()) :] for x in s.lines[i : last + 1]]
+            if (o := read_fabric(lines, bus)) is not None:
+                s.observations.append(o)
+                if not s.covered(i):
+                    s.add(FABRIC.kind, i, last, partial=True)
+
+
+# A Fabric block is an excerpt of -q: it is counted as one, beside the sections it may lie in.
+FABRIC = Reader("nvidia-smi -q section", _find_fabric)
