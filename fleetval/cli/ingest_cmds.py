@@ -1,20 +1,31 @@
-"""`fleetval ingest` (results files as runs) and `fleetval nccl-log` (what a debug log says)."""
+"""`fleetval ingest` (results files, and a training job's artefacts, as runs) and
+`fleetval nccl-log` (what a debug log says)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fleetval.cli.common import DataOpt, Exit, JsonOpt, bad_input_exits, console, open_store
 from fleetval.store.catalog import parse_pairs
 
+if TYPE_CHECKING:
+    from fleetval.store.catalog import RunRecord
+    from fleetval.store.dataset import Store
+
 
 def ingest(
-    files: Annotated[list[Path], typer.Argument(help="nccl-tests/rccl-tests output files")],
+    files: Annotated[
+        list[Path],
+        typer.Argument(
+            help="nccl-tests/rccl-tests output files; a training job's Flight Recorder dumps "
+            "and step logs (files, or folders searched), stored as one run labelled job=NAME"
+        ),
+    ],
     data: DataOpt = None,
     label: Annotated[
         list[str] | None,
@@ -26,20 +37,51 @@ def ingest(
         ),
     ] = None,
     suite: Annotated[str | None, typer.Option("--suite", help="Suite name of the runs")] = None,
+    job: Annotated[
+        str | None,
+        typer.Option(
+            "--job", help="The training job's name (label job=NAME) [default: its folder's name]"
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Store nccl-tests / rccl-tests results (stdout, -J JSON, rccl-tests JSON/CSV) as runs."""
-    from fleetval.run.imported import ingest_files
-
+    """Store nccl-tests / rccl-tests results (stdout, -J JSON, rccl-tests JSON/CSV) as runs,
+    and a training job's Flight Recorder dumps and step logs as one run of its stragglers
+    (as `fleetval stragglers` judges them). Exit 2, nothing written, on a file that is none
+    of these."""
     with bad_input_exits():
         labels = parse_pairs(label or [], "--label")
-        records = ingest_files(open_store(data), files, labels=labels, suite=suite)
+        records = _ingest(open_store(data), files, labels, suite, job)
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in records], default=str, indent=2))
         return
     for r in records:
         console.print(f"{r.run_id}  {r.status:<9} {r.labels.get('ingested_from', '')}  "
                       f"{r.message}", highlight=False)  # fmt: skip
+
+
+def _ingest(
+    store: Store, files: list[Path], labels: dict[str, str], suite: str | None, job: str | None
+) -> list[RunRecord]:
+    """Everything read and judged first, then written: a bad file stops it all."""
+    from fleetval.formats.ingest import IngestError
+    from fleetval.run.imported import read_inputs, store_results, world_label
+    from fleetval.signoff.jobrun import store_job
+    from fleetval.signoff.stragglers import job_stragglers
+
+    inputs = read_inputs(files, collective=labels.get("collective"),
+                         world_size=world_label(labels))  # fmt: skip
+    if job is not None and not inputs.has_job:
+        raise IngestError(f"--job {job}: no Flight Recorder dump or step log among the files")
+    name = job or labels.get("job") or (inputs.job_name() if inputs.has_job else "")
+    if inputs.has_job and not name:
+        raise IngestError("the job's files share no folder to name it: name it with --job NAME")
+    found = job_stragglers(inputs.job, store.root) if inputs.has_job else None
+    records = store_results(store, inputs.results, labels=labels, suite=suite)
+    if found is not None:
+        records.append(store_job(store, found, job=name, source=inputs.source(),
+                                 labels=labels, suite=suite))  # fmt: skip
+    return records
 
 
 def nccl_log(

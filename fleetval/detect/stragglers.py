@@ -114,6 +114,12 @@ class Report:
     collectives: dict[str, int] = field(default_factory=dict)  # judged, per group
     ranks: list[int] = field(default_factory=list)  # ranks with a dump
     notes: list[str] = field(default_factory=list)
+    # What a stored run needs beyond the JSON (fleetval.signoff.jobrun): each dumped rank's
+    # host, the world the dumps name (ranks without a dump included), timed steps judged.
+    hosts: dict[int, str] = field(default_factory=dict)
+    world: int = 0
+    steps: int = 0
+    backend: str = ""  # as the dumps' collectives name it: `gloo:all_reduce` is gloo
 
     @property
     def named(self) -> list[LateRank]:
@@ -254,6 +260,7 @@ def _coverage(traces: Sequence[RankTrace], report: Report) -> None:
     hung): said, and the rest judged."""
     world = max((len(r) for t in traces for r in t.group_ranks.values()), default=0)
     world = max(world, max(t.rank for t in traces) + 1)
+    report.world = world
     have = {t.rank for t in traces}
     absent = sorted(set(range(world)) - have)
     if absent:
@@ -325,6 +332,7 @@ def judge_steps(lines: Sequence[StepLine], report: Report | None = None) -> Repo
             report.notes.append(f"step logs: {len(steps)} timed step(s); 5 needed to judge")
         return report
     dt = np.array([s.duration_s for s in steps])
+    report.steps = len(steps)
     base = float(np.median(dt))
     sd = max(0.01 * base, 1.4826 * float(np.median(np.abs(dt - base))))
     inflated = dt > base + max(STEP_Z * sd, STEP_REL * base)
@@ -379,6 +387,8 @@ def judge(
         t if t.host or t.rank not in known else replace(t, host=known[t.rank]) for t in traces
     ]
     report = judge_dumps(traces)
+    report.hosts = {t.rank: t.host for t in traces if t.host}
+    report.backend = next((n.split(":")[0] for t in traces for n in t.name[:1] if ":" in n), "")
     judge_steps(steps, report)
     if steps and not traces:
         report.notes.append(
