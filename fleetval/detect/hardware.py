@@ -461,6 +461,11 @@ def judge_observation(o: Observation) -> Finding | None:
                        "the GPU is not healthily registered with the NVLink fabric: multi-node "
                        "NVLink jobs fail or fall back; check the fabric manager / IMEX, then "
                        "reboot", f"Fabric: {o.value} ({o.detail})")  # fmt: skip
+    if o.kind == "xid":  # a tool's Xid column: judged by the catalog the kernel log's Xids are
+        code = int(o.value)
+        ev = KernelEvent(vendor=o.vendor, kind="xid", pci_bus_id=o.pci_bus_id, code=code,
+                         text=f"{o.source}: GPU {o.index} {o.subject} {o.value}")  # fmt: skip
+        return _event_finding(f"xid_{code}", [ev], HwThresholds())
     if o.kind == "nvlink_pair":
         return Finding("nvlink_pair_fewer", Status.FAIL, Action.RESET_GPU,
                        "this GPU pair has fewer NVLinks than its peers: links are down; a reset "

@@ -1,5 +1,5 @@
 """amd-smi hardware readings: `amd-smi metric` (text and `--json`: ECC totals and per block,
-PCIe, power) and the `amd-smi xgmi` link metric table.
+PCIe, power), the `amd-smi xgmi` link metric table and `amd-smi xgmi --link-status`.
 
 The text form prints "GPU: n" then indented "KEY: value" sections; the JSON form has the same
 keys in lower case, values as {"value": v, "unit": u}. Both become one upper-case tree here.
@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from fleetval.formats.gpuhw import GpuReading, integer, number, section, tree
-from fleetval.formats.hwscan import whole_reader
+from fleetval.formats.hwscan import Reader, Scan, is_ellipsis, whole_reader
 from fleetval.formats.smi import SmiError, gpu_model, na, split_banner
 
 # PCIe transfer rate per lane -> generation
@@ -188,3 +188,43 @@ def _is_metric(text: str) -> bool:
 
 XGMI = whole_reader("amd-smi xgmi", lambda t: "LINK METRIC TABLE" in t, read_amd_smi_xgmi)
 METRIC = whole_reader("amd-smi metric", _is_metric, read_amd_smi_metric)
+
+
+# ---- amd-smi xgmi --link-status (AMD SMI 25.3, ROCm 6.4 and later) ---------------------------
+
+_LINK_ROW = re.compile(r"^GPU(\d+)\s+(\S+:\S+)((?:\s+(?:U|D|X|N/A))+)\s*$")
+
+
+def read_amd_smi_link_status(lines: list[str]) -> list[GpuReading]:
+    """Per GPU row its bus id and its XGMI links up (U) of those not disabled (U and D). A
+    disabled link (X) is configured off, not broken; a GPU whose links all read N/A (the driver
+    does not expose them, e.g. under SR-IOV) has no link reading."""
+    out = []
+    for line in lines:
+        if not (m := _LINK_ROW.match(line)):
+            continue
+        links = m.group(3).split()
+        known = [x for x in links if x != "N/A"]
+        out.append(GpuReading(vendor="amd", source="amd-smi xgmi --link-status",
+                              index=int(m.group(1)), pci_bus_id=m.group(2),
+                              xgmi_up=known.count("U") if known else None,
+                              xgmi_total=sum(x != "X" for x in known) or None))  # fmt: skip
+    return out
+
+
+def _find_link_status(s: Scan) -> None:
+    """The rows under `XGMI LINK STATUS:`; partial where a `...` line follows them."""
+    for i, ln in enumerate(s.lines):
+        if ln.strip() != "XGMI LINK STATUS:":
+            continue
+        j = i
+        while j + 1 < len(s.lines) and (
+            _LINK_ROW.match(s.lines[j + 1]) or "link_status" in s.lines[j + 1]
+        ):
+            j += 1
+        s.readings += read_amd_smi_link_status(s.lines[i : j + 1])
+        cut = j + 1 < len(s.lines) and is_ellipsis(s.lines[j + 1])
+        s.add(LINK_STATUS.kind, i, j, partial=cut)
+
+
+LINK_STATUS = Reader("amd-smi xgmi --link-status", _find_link_status)

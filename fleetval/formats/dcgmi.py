@@ -1,6 +1,7 @@
 """`dcgmi` output: `dcgmi diag` tables in the three layouts DCGM printed (2.x: "Blacklist" and
 "Pass - All"; 3.x: a Metadata section and "Denylist"; 4.x: lower-case test names with a
-"GPUn: Pass" row per GPU), and `dcgmi nvlink -s` / `--link-status` (U, D, X, _ per link).
+"GPUn: Pass" row per GPU), `dcgmi nvlink -s` / `--link-status` (U, D, X, _ per link), the Xid
+column of `dcgmi dmon -e 230` and the `dcgmi health -c -j` report.
 
 Cells wrap at a fixed width, mid-word: a message is joined from its raw cell slices before
 its spaces are collapsed, so "disab" + "led" reads "disabled".
@@ -8,6 +9,7 @@ its spaces are collapsed, so "disab" + "led" reads "disabled".
 
 from __future__ import annotations
 
+import json
 import re
 
 from fleetval.formats.gpuhw import GpuReading
@@ -136,3 +138,81 @@ def _find_nvlink(s: Scan) -> None:
 
 
 NVLINK = Reader("dcgmi nvlink", _find_nvlink)
+
+
+# ---- dcgmi dmon -e 230, dcgmi health -c -j --------------------------------------------------
+
+_DMON_HEAD = re.compile(r"^#Entity\s+(.*\S)\s*$")
+_DMON_ROW = re.compile(r"^GPU (\d+)\s+(.*\S)\s*$")
+
+
+def read_dmon_xids(lines: list[str]) -> list[Observation]:
+    """Per GPU row, the value of the XIDER column (field 230: the last Xid the GPU raised, 0 for
+    none), from a `#Entity` header and the rows below it; nothing when no column is XIDER."""
+    tags = m.group(1).split() if (m := _DMON_HEAD.match(lines[0])) else []
+    if "XIDER" not in tags:
+        return []
+    col = tags.index("XIDER")
+    out = []
+    for line in lines[1:]:
+        if (m := _DMON_ROW.match(line)) and len(cells := m.group(2).split()) > col:
+            value = cells[col]
+            out.append(Observation(vendor="nvidia", source="dcgmi dmon", kind="xid",
+                                   ok=not value.isdigit() or int(value) == 0, subject="XIDER",
+                                   value=value, index=int(m.group(1))))  # fmt: skip
+    return out
+
+
+def _find_dmon(s: Scan) -> None:
+    """Each `#Entity` header (dmon repeats it) with its `ID` line and GPU rows."""
+    for i, ln in enumerate(s.lines):
+        if not _DMON_HEAD.match(ln):
+            continue
+        j = i
+        while j + 1 < len(s.lines) and (
+            s.lines[j + 1].startswith("ID") or _DMON_ROW.match(s.lines[j + 1])
+        ):
+            j += 1
+        if obs := read_dmon_xids(s.lines[i : j + 1]):
+            s.observations += obs
+            s.add(DMON.kind, i, j)
+
+
+DMON = Reader("dcgmi dmon", _find_dmon)
+
+
+def read_health_json(doc: dict[str, object]) -> list[Observation]:
+    """The report's Overall Health (the node's). Only the healthy form has been seen in public
+    captures, so incidents listed under it are not read one by one."""
+    body = doc.get("body")
+    overall = body.get("Overall Health") if isinstance(body, dict) else None
+    value = overall.get("value") if isinstance(overall, dict) else None
+    if not isinstance(value, str):
+        return []
+    return [Observation(vendor="nvidia", source="dcgmi health", kind="dcgm_health",
+                        ok=value == "Healthy", subject="Overall Health", value=value)]  # fmt: skip
+
+
+def _json_at(lines: list[str], i: int) -> tuple[object, int]:
+    """The JSON document starting at lines[i] and the line it ends on (None if there is none)."""
+    text = "\n".join(lines[i:])
+    try:
+        doc, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None, i
+    return doc, i + text[:end].count("\n")
+
+
+def _find_health(s: Scan) -> None:
+    """Each JSON document whose header is "Health Monitor Report" (`dcgmi health -c -j`)."""
+    i = 0
+    while i < len(s.lines):
+        doc, last = _json_at(s.lines, i) if s.lines[i].strip() == "{" else (None, i)
+        header = doc.get("header") if isinstance(doc, dict) else None
+        if isinstance(doc, dict) and isinstance(header, list) and "Health Monitor Report" in header:
+            s.observations += read_health_json(doc)
+            s.add(HEALTH.kind, i, last)
+        i = last + 1
+
+
+HEALTH = Reader("dcgmi health", _find_health)
