@@ -167,3 +167,15 @@ class EventKind(StrEnum):
     STEP_PROGRESS = "step_progress"  # the leading rank's progress within a step (coalesced)
     STEP_END = "step_end"  # a step finished, with its outcome
     RUN_END = "run_end"  # the run reached a final status (the last event of every stream)
+
+
+class OutputFormat(StrEnum):
+    """How a command or the service writes what it read: the one list of output formats. Each
+    command offers those its writers know, named from here (`COMPARE_FORMATS` and the like)."""
+
+    TABLE = "table"  # for a terminal (rich)
+    JSON = "json"
+    CSV = "csv"
+    MARKDOWN = "markdown"  # GitHub-flavoured: a CI summary or a PR comment
+    JUNIT = "junit"  # a CI system's test report (XML)
+    PARQUET = "parquet"  # the service's results: every column, samples included

@@ -5,7 +5,7 @@ Packaged as `fleetval.reports` (setuptools package-dir), Jinja2 templates as pac
 """
 
 from fleetval.reports.render import (
-    MEDIA_TYPES,
+    REPORTS,
     ReportFormat,
     format_for_accept,
     format_for_path,
@@ -30,11 +30,11 @@ def render_for_accept(
     asks for Markdown or JSON. ValueError (StoreError) for an unknown run or baseline."""
     fmt = format_for_accept(accept)
     signoff = build_signoff(store, run_id, baseline=baseline, sweeps=sweeps)
-    return render(signoff, fmt), MEDIA_TYPES[fmt]
+    return render(signoff, fmt), REPORTS[fmt].media_type
 
 
 __all__ = [
-    "MEDIA_TYPES",
+    "REPORTS",
     "GateName",
     "GateStatus",
     "ReportFormat",

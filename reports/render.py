@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from fleetval.checks.spec import plural
 from fleetval.nodesets import SHOWN, compress, more
 from fleetval.signoff.evaluate import Signoff
-from fleetval.signoff.sweep import SweepView
+from fleetval.signoff.sweep import MARKDOWN_DRAIN_FORM, SweepView
 from fleetval.text import human_bytes
 from fleetval.vocab import Status, Verdict
 
@@ -30,32 +30,50 @@ class ReportFormat(StrEnum):
     JSON = "json"  # verdict, gates and evidence for machines
 
 
-MEDIA_TYPES = {
-    ReportFormat.HTML: "text/html; charset=utf-8",
-    ReportFormat.MD: "text/markdown; charset=utf-8",
-    ReportFormat.JSON: "application/json",
-}
-_SUFFIXES = {".html": ReportFormat.HTML, ".htm": ReportFormat.HTML, ".md": ReportFormat.MD,
-             ".markdown": ReportFormat.MD, ".json": ReportFormat.JSON}  # fmt: skip
+@dataclass(frozen=True)
+class ReportKind:
+    """How one report format is asked for and answered."""
+
+    media_type: str  # what the service answers with
+    accepts: tuple[str, ...]  # the Accept media types that ask the service for it
+    suffixes: tuple[str, ...]  # the `-o FILE` suffixes that ask the CLI for it
+    body: str  # its body's type in the service's OpenAPI document
+
+    @property
+    def media(self) -> str:
+        """The media type without its parameters (charset)."""
+        return self.media_type.split(";")[0]
+
+
+# The report formats, named once: the CLI's suffixes, the service's Accept header and its
+# OpenAPI responses all read this.
+REPORTS: dict[ReportFormat, ReportKind] = {
+    ReportFormat.HTML: ReportKind("text/html; charset=utf-8", ("text/html", "*/*", "text/*"),
+                                  (".html", ".htm"), "string"),
+    ReportFormat.MD: ReportKind("text/markdown; charset=utf-8",
+                                ("text/markdown", "text/x-markdown"), (".md", ".markdown"),
+                                "string"),
+    ReportFormat.JSON: ReportKind("application/json", ("application/json", "text/json"),
+                                  (".json",), "object"),
+}  # fmt: skip
 
 
 def format_for_path(path: Path | str) -> ReportFormat:
     suffix = Path(path).suffix.lower()
-    if suffix not in _SUFFIXES:
-        raise ValueError(f"-o {path}: the suffix picks the format: .html, .md or .json")
-    return _SUFFIXES[suffix]
+    for fmt, kind in REPORTS.items():
+        if suffix in kind.suffixes:
+            return fmt
+    *most, last = (kind.suffixes[0] for kind in REPORTS.values())
+    raise ValueError(f"-o {path}: the suffix picks the format: {', '.join(most)} or {last}")
 
 
 def format_for_accept(accept: str | None) -> ReportFormat:
     """HTML unless the Accept header prefers Markdown or JSON (first match in its order)."""
     for part in (accept or "").split(","):
         media = part.split(";")[0].strip().lower()
-        if media in ("application/json", "text/json"):
-            return ReportFormat.JSON
-        if media in ("text/markdown", "text/x-markdown"):
-            return ReportFormat.MD
-        if media in ("text/html", "*/*", "text/*"):
-            return ReportFormat.HTML
+        for fmt, kind in REPORTS.items():
+            if media in kind.accepts:
+                return fmt
     return ReportFormat.HTML
 
 
@@ -169,5 +187,6 @@ def render(signoff: Signoff, fmt: ReportFormat | str) -> str:
     if fmt == ReportFormat.JSON:
         return json.dumps(to_json(signoff), indent=2, default=_default) + "\n"
     if fmt == ReportFormat.MD:
-        return _env.get_template("report.md.j2").render(_context(signoff))
+        md = _env.get_template("report.md.j2")
+        return md.render(**_context(signoff), drain_form=MARKDOWN_DRAIN_FORM)
     return _env.get_template("report.html.j2").render(**_context(signoff), plots=_plots(signoff))

@@ -10,7 +10,7 @@ from fleetval.analysis.baselines import Baselines
 from fleetval.api import service
 from fleetval.api.deps import ReadToken, StoreDep
 from fleetval.api.models import STORE_NAME
-from fleetval.reports import render_for_accept
+from fleetval.reports import REPORTS, render_for_accept
 from fleetval.signoff.sweep import SWEEPS_SHOWN
 from fleetval.store.dataset import Store
 
@@ -21,11 +21,7 @@ router = APIRouter(prefix="/v1/runs", tags=["reports"])
     "/{run_id}/report",
     responses={
         200: {
-            "content": {
-                "text/html": {"schema": {"type": "string"}},
-                "text/markdown": {"schema": {"type": "string"}},
-                "application/json": {"schema": {"type": "object"}},
-            },
+            "content": {k.media: {"schema": {"type": k.body}} for k in REPORTS.values()},
             "description": "The sign-off report; gates and their evidence",
         },
         409: {"description": "The baseline resolves to no stored run"},

@@ -23,10 +23,12 @@ from fleetval.store.catalog import CorruptFile, check_name
 from fleetval.store.dataset import Store, parquet_options
 from fleetval.store.query import filter_rows
 from fleetval.store.schema import RESULTS_SCHEMA
+from fleetval.vocab import OutputFormat
 
 router = APIRouter(prefix="/v1/runs", tags=["results"])
 
 PARQUET = "application/vnd.apache.parquet"
+ResultsFormat = Literal[OutputFormat.JSON, OutputFormat.PARQUET]  # `?format=`; else by Accept
 SAMPLES = "samples_us"
 # A JSON page with samples stops at the row that takes it past this many samples (at least
 # one row): a run of 10,000 rows x 100,000 iterations is 8 GB of samples, never one page.
@@ -94,7 +96,7 @@ def results(
             "or X-Fleetval-Next-Cursor of the previous file (Parquet)",
         ),
     ] = None,
-    format: Literal["json", "parquet"] | None = None,
+    format: ResultsFormat | None = None,
     accept: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Rows of the run (the steps finished so far while it runs), in pages of `limit` (with
@@ -104,7 +106,7 @@ def results(
     service.require_run(db, store, run_id)
     filters = {"step": step, "check": check, "collective": collective, "rank": rank, "node": node}
     start = int(cursor or 0)
-    if format == "parquet" or (format is None and PARQUET in (accept or "")):
+    if format == OutputFormat.PARQUET or (format is None and PARQUET in (accept or "")):
         with _sample_read(request, limits):
             return parquet_part(store, run_id, filters, start, limits)
     if samples:

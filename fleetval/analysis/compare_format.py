@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any, get_args
+from typing import Any
 from xml.etree import ElementTree as ET
 
 from rich import box
@@ -17,10 +17,10 @@ from rich.text import Text
 
 from fleetval.analysis.attribute import hint
 from fleetval.analysis.compare import Comparison, MetricComparison, Outlier
-from fleetval.analysis.compare_settings import CompareFormat
+from fleetval.analysis.compare_settings import COMPARE_FORMATS
 from fleetval.analysis.trend import TrendReport
 from fleetval.text import human_bytes
-from fleetval.vocab import Verdict
+from fleetval.vocab import OutputFormat, Verdict
 
 _STYLE = {
     Verdict.FAILED: "bold red",
@@ -290,22 +290,22 @@ def to_junit(c: Comparison, *, strict: bool = False) -> str:
 
 def format_comparison(
     c: Comparison,
-    fmt: CompareFormat,
+    fmt: OutputFormat,
     *,
     all_rows: bool = False,
     strict: bool = False,
     width: int = 80,
 ) -> str | Group:
     """The comparison in one of: table (a rich renderable), json, markdown, junit."""
-    if fmt == "table":
+    if fmt == OutputFormat.TABLE:
         return to_rich(c, all_rows=all_rows, strict=strict, width=width)
-    if fmt == "json":
+    if fmt == OutputFormat.JSON:
         return to_json(c, strict=strict)
-    if fmt == "markdown":
+    if fmt == OutputFormat.MARKDOWN:
         return to_markdown(c, all_rows=all_rows, strict=strict)
-    if fmt == "junit":
+    if fmt == OutputFormat.JUNIT:
         return to_junit(c, strict=strict)
-    raise ValueError(f"--format must be {' or '.join(get_args(CompareFormat))}, not {fmt!r}")
+    raise ValueError(f"--format must be {' or '.join(COMPARE_FORMATS)}, not {fmt!r}")
 
 
 def trend_table(report: TrendReport) -> Group:

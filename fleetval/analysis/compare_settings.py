@@ -17,12 +17,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, PositiveFloat, ValidationError
 
+from fleetval.vocab import OutputFormat
+
 # The choices compare and trend offer, named here (pyarrow-free) so the CLI lists them
 # without importing the comparison:
 Per = Literal["node", "sku"]  # match rows per node, or per GPU model (sku)
 DEFAULT_PER: Per = "sku"
-CompareFormat = Literal["table", "json", "markdown", "junit"]  # what `format_comparison` writes
-TrendFormat = Literal["table", "json"]  # what the trend renderers write
+# What `format_comparison` writes, and the trend renderers:
+COMPARE_FORMATS = (OutputFormat.TABLE, OutputFormat.JSON, OutputFormat.MARKDOWN, OutputFormat.JUNIT)
+TREND_FORMATS = (OutputFormat.TABLE, OutputFormat.JSON)
 # What identifies one measurement (`analysis.runvalues.ID_COLS`; trend's `--select` fields).
 IDENTITY_FIELDS = ("check", "collective", "op", "dtype", "size_bytes", "world_size", "metric",
                    "group")  # fmt: skip

@@ -10,8 +10,9 @@ import typer
 
 from fleetval.cli.common import DataOpt, JsonOpt, bad_input_exits, console, open_store
 from fleetval.store.catalog import parse_pairs
+from fleetval.vocab import OutputFormat
 
-FORMATS = ("table", "json", "markdown")
+FORMATS = (OutputFormat.TABLE, OutputFormat.JSON, OutputFormat.MARKDOWN)
 
 
 def parse_since(text: str | None) -> date | None:
@@ -51,7 +52,7 @@ def attribute(
     from fleetval.analysis.attribute import attribute_store
     from fleetval.analysis.attribute_format import to_markdown, to_rich
 
-    fmt = "json" if as_json else fmt
+    fmt = OutputFormat.JSON if as_json else fmt
     with bad_input_exits():
         if fmt not in FORMATS:
             raise ValueError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -61,9 +62,9 @@ def attribute(
             since=parse_since(since),
             metric=metric,
         )
-    if fmt == "json":
+    if fmt == OutputFormat.JSON:
         sys.stdout.write(result.to_json())
-    elif fmt == "markdown":
+    elif fmt == OutputFormat.MARKDOWN:
         sys.stdout.write(to_markdown(result, all_rows=all_rows))
     else:
         console.print(to_rich(result, all_rows=all_rows))

@@ -12,11 +12,11 @@ from rich.table import Table
 
 from fleetval.analysis.baselines import BaselineError, Baselines, resolve
 from fleetval.analysis.compare_settings import (
+    COMPARE_FORMATS,
     DEFAULT_PER,
     IDENTITY_FIELDS,
-    CompareFormat,
+    TREND_FORMATS,
     Per,
-    TrendFormat,
 )
 from fleetval.cli.common import (
     DataOpt,
@@ -29,14 +29,15 @@ from fleetval.cli.common import (
     open_store,
 )
 from fleetval.store.catalog import parse_pairs
+from fleetval.vocab import OutputFormat
 
 if TYPE_CHECKING:
     from fleetval.store.catalog import Catalog
 
 PerChoice = choices("Per", get_args(Per))
 PER_DEFAULT = PerChoice(DEFAULT_PER)
-CompareFormatChoice = choices("CompareFormat", get_args(CompareFormat))
-TrendFormatChoice = choices("TrendFormat", get_args(TrendFormat))
+CompareFormatChoice = choices("CompareFormat", COMPARE_FORMATS)
+TrendFormatChoice = choices("TrendFormat", TREND_FORMATS)
 
 RunsOpt = Annotated[
     list[str] | None,
@@ -122,12 +123,12 @@ def compare(
             history=history,
         )
     rendered = format_comparison(
-        result, fmt.value, all_rows=all_rows, strict=strict, width=console.size.width
+        result, OutputFormat(fmt), all_rows=all_rows, strict=strict, width=console.size.width
     )
     if isinstance(rendered, str):
         _emit(rendered, output)
     elif output:
-        md = format_comparison(result, "markdown", all_rows=all_rows, strict=strict)
+        md = format_comparison(result, OutputFormat.MARKDOWN, all_rows=all_rows, strict=strict)
         output.write_text(md)  # type: ignore[arg-type]
         console.print(rendered)
     else:

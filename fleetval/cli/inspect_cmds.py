@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import asdict
-from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -18,6 +17,7 @@ from fleetval.cli.common import (
     DataOpt,
     JsonOpt,
     bad_input_exits,
+    choices,
     console,
     open_catalog,
     open_store,
@@ -25,6 +25,7 @@ from fleetval.cli.common import (
 from fleetval.cli.run_cmd import STATUS_STYLE, print_summary
 from fleetval.nodesets import EnvSummary, group_env, head, more
 from fleetval.store.catalog import ENV_COLUMNS
+from fleetval.vocab import OutputFormat
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,10 +35,7 @@ if TYPE_CHECKING:
 RunArg = Annotated[str, typer.Argument(help="Run id (see `fleetval runs`), or `latest`")]
 
 
-class Format(StrEnum):
-    TABLE = "table"
-    JSON = "json"
-    CSV = "csv"
+Format = choices("ResultsFormat", (OutputFormat.TABLE, OutputFormat.JSON, OutputFormat.CSV))
 
 
 def runs(data: DataOpt = None, as_json: JsonOpt = False) -> None:

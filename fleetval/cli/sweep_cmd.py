@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from contextlib import ExitStack
-from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -23,7 +22,8 @@ from fleetval.cli.common import (
     open_catalog,
     open_store,
 )
-from fleetval.fleet.drain import FORMATS as DRAIN_FORMATS
+from fleetval.fleet.drain import DrainForm
+from fleetval.vocab import OutputFormat
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,12 +34,7 @@ if TYPE_CHECKING:
     from fleetval.store.catalog import RunRecord
 
 
-class Format(StrEnum):
-    TABLE = "table"
-    JSON = "json"
-
-
-DrainFormat = choices("DrainFormat", DRAIN_FORMATS)
+Format = choices("SweepFormat", (OutputFormat.TABLE, OutputFormat.JSON))
 MAX_REPEAT = 64  # back-to-back sweeps in one command (a fleet of 65 nodes covered)
 
 
@@ -53,8 +48,8 @@ def sweep(
     fmt: Annotated[Format, typer.Option("--format", help="Output")] = Format.TABLE,
     as_json: JsonOpt = False,
     drain_format: Annotated[
-        DrainFormat, typer.Option(help="Form of the drain list")
-    ] = DrainFormat.KUBECTL,
+        DrainForm, typer.Option(help="Form of the drain list")
+    ] = DrainForm.KUBECTL,
     local_fleet: Annotated[
         int | None,
         typer.Option(

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from enum import StrEnum
 
 from fleetval.fleet.verdict import FleetVerdict, NodeVerdict
 
 LABEL = "fleetval/verdict"  # the label and taint key every form uses
+
+
+class DrainForm(StrEnum):
+    """The drain forms, named once: `--drain-format`'s choices, the report's pasted lists."""
+
+    KUBECTL = "kubectl"
+    SLURM = "slurm"  # scontrol
+    RAY = "ray"  # node labels
+    JSON = "json"
 
 
 def _reason(v: NodeVerdict, run_id: str) -> str:
@@ -68,11 +78,11 @@ def as_json(verdict: FleetVerdict, run_id: str = "") -> list[str]:
     return [json.dumps(doc, indent=2)]
 
 
-FORMATS: dict[str, Callable[[FleetVerdict, str], list[str]]] = {
-    "kubectl": kubectl,
-    "slurm": slurm,
-    "ray": ray,
-    "json": as_json,
+FORMATS: dict[DrainForm, Callable[[FleetVerdict, str], list[str]]] = {
+    DrainForm.KUBECTL: kubectl,
+    DrainForm.SLURM: slurm,
+    DrainForm.RAY: ray,
+    DrainForm.JSON: as_json,
 }
 
 

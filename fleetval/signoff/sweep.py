@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from fleetval.fleet.drain import drain_lines
+from fleetval.fleet.drain import DrainForm, drain_lines
 from fleetval.fleet.history import DRIFT, NodeHistory, node_histories, sweep_runs
 from fleetval.fleet.topology import LEVELS
 from fleetval.fleet.verdict import FleetVerdict, LinkMeasured
@@ -23,7 +23,10 @@ from fleetval.vocab import NodeState
 
 SWEEPS_SHOWN = 10  # `fleetval report --sweeps`
 MATRIX_NODES = 48  # up to this many nodes a matrix cell is a link; beyond, a pair of groups
-DRAIN_FORMS = ("kubectl", "slurm")  # the drain list as the report prints it to paste
+# The drain list as a report pastes it: HTML and JSON in each of these forms, Markdown in
+# one (a CI summary has room for one block): the scheduler's.
+DRAIN_FORMS = (DrainForm.KUBECTL, DrainForm.SLURM)
+MARKDOWN_DRAIN_FORM = DrainForm.SLURM
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +117,7 @@ class LinkMatrix:
 class SweepView:
     verdict: FleetVerdict  # the reported sweep's, read back from its summary
     stored: dict[str, Any]  # the same as stored (with references and trials), for JSON
-    drain_lines: dict[str, tuple[str, ...]]  # form -> lines to paste (DRAIN_FORMS)
+    drain_lines: dict[DrainForm, tuple[str, ...]]  # form -> lines to paste (DRAIN_FORMS)
     last: int  # how many sweeps were asked for
     runs: tuple[str, ...]  # the sweeps shown, oldest first; the reported one last
     history: tuple[NodeTrend, ...]  # by node name
