@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README): set up with test extras, lint, then every test that needs no GPU.
 # Three xdist workers on two cores: with two, the cores idled 13% of a run (both waiting on
-# deadlines at once); a third fills it (bench/RESULTS.md, "Test time, sixth session").
+# deadlines at once); a third fills it (bench/RESULTS.md, "Test time on 2 cores,
+# 2026-11-27 04:17-06:04 UTC").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Bytecode caches on, whatever the machine says: without them every pytest worker rewrites and

@@ -18,7 +18,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Ray's background work that no test reads: the agents' metrics export and the usage-stats
 # reporter. Every Ray the tests start inherits this (the session's, fleet8's, the CLI's and
 # the service's embedded ones): an idle 4-node cluster used 0.075 cores with them, 0.05
-# without (bench/RESULTS.md, "Test time, fifth session").
+# without (bench/RESULTS.md, "Test time on 2 cores, 2026-11-27 01:08-03:16 UTC").
 os.environ.setdefault("RAY_enable_metrics_collection", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Each node's dashboard agent samples every process on the machine for the dashboard nobody

@@ -115,7 +115,7 @@ def _cap(measurements: int, threshold: float) -> float:
 
     NOTE: at RATIO_CAP alone, a step of three sizes named a rank on one size's burst (10 / 3
     is over 3): "rank 0 late by 0 us (score 4.4)" on a clean run, and a 3.0x warn in a full
-    test run (bench/RESULTS.md, "Test time, fifth session")."""
+    test run (bench/RESULTS.md, "Test time on 2 cores, 2026-11-27 01:08-03:16 UTC")."""
     if measurements < 2:
         return RATIO_CAP
     return min(RATIO_CAP, threshold * (measurements - 1))
