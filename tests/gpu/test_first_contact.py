@@ -166,21 +166,6 @@ def test_a_16_gib_bf16_all_reduce_verifies_exactly_within_2_3x_its_buffer(nccl_o
 # ---- items 1, 12: ranks sharing a GPU over gloo --------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def local_gpu_ray() -> Iterator[None]:
-    import ray
-
-    from fleetval.run.execute import connect
-
-    if ray.is_initialized():
-        pytest.skip("Ray is already connected (simulated cluster); run with -m gpu alone")
-    connect(None)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def test_gloo_send_recv_p2p_and_microbench_with_four_ranks_on_one_gpu(tmp_path, local_gpu_ray):
     from fleetval.run.execute import run_suite
     from fleetval.store.dataset import Store

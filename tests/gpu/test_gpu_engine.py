@@ -3,7 +3,6 @@ CUDA tensors with several ranks sharing one GPU, and Flight Recorder traces on a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,22 +16,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU"),
 ]
-
-
-@pytest.fixture(scope="module")
-def local_gpu_ray() -> Iterator[None]:
-    """An embedded Ray instance that sees this host's GPUs."""
-    import ray
-
-    from fleetval.run.execute import connect
-
-    if ray.is_initialized():
-        pytest.skip("Ray is already connected (simulated cluster); run with -m gpu alone")
-    connect(None)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def smoke_with(**placement: Any) -> Any:

@@ -15,27 +15,17 @@ from pathlib import Path
 import pytest
 
 from fleetval.vocab import EventKind
+from tests.helpers.source import docstring_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("fleetval", "api", "reports")
 KIND = re.compile(rf"\b({'|'.join(k.value for k in EventKind)})\b")
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    out = set()
-    for node in ast.walk(tree):
-        kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-        if isinstance(node, kinds) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                out.add(id(first.value))
-    return out
-
-
 def event_literals(source: str) -> list[tuple[int, str]]:
     """(line, kind) of every event kind inside a string constant that is not a docstring."""
     tree = ast.parse(source)
-    prose = _docstrings(tree)
+    prose = docstring_ids(tree)
     return sorted(
         (node.lineno, m.group(1))
         for node in ast.walk(tree)

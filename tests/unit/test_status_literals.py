@@ -17,29 +17,18 @@ from pathlib import Path
 import pytest
 
 from fleetval.vocab import QueueStatus, RunStatus, Status
+from tests.helpers.source import docstring_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("fleetval", "api", "reports")
 VALUES = frozenset(v.value for enum in (Status, RunStatus, QueueStatus) for v in enum)
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    """ids of the Constant nodes that are module, class or function docstrings."""
-    out = set()
-    for node in ast.walk(tree):
-        kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-        if isinstance(node, kinds) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                out.add(id(first.value))
-    return out
-
-
 def status_literals(source: str) -> list[tuple[int, str]]:
     """(line, value) of every string constant equal to a status value, outside docstrings
     and dict keys."""
     tree = ast.parse(source)
-    allowed = _docstrings(tree)
+    allowed = docstring_ids(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
             allowed |= {id(k) for k in node.keys if k is not None}
