@@ -1,4 +1,5 @@
-"""The `fleetval serve` subprocess, its CLI and the small suites the service tests share."""
+"""Servers for tests: `fleetval serve` as a subprocess, or the app under uvicorn in a thread;
+the CLI, and the small suites the service tests share."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,101 @@ HANG = {  # rank 1 stops participating: the step runs until cancelled (or its 60
 FINISHED = ("pass", "fail", "unjudged", "cancelled", "error", "interrupted")
 
 
+def answers_ok(r: httpx.Response) -> bool:
+    return r.status_code == 200
+
+
+def answers_at_all(r: httpx.Response) -> bool:
+    """Any answer: for a test of what /healthz says first (while the index builds)."""
+    return True
+
+
+def executor_up(r: httpx.Response) -> bool:
+    return bool(r.json()["executor"])
+
+
+@dataclass
+class Serving:
+    """A `fleetval serve` process on a loopback port, and the /healthz answer that made it
+    ready."""
+
+    proc: subprocess.Popen
+    url: str
+    log: Path
+    health: httpx.Response
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout_s)
+
+
+def start_serve(
+    data: Path,
+    *args: str,
+    ready: Callable[[httpx.Response], bool] = answers_ok,
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 90,
+) -> Serving:
+    """`fleetval serve --data DATA ARGS` on a free loopback port, its output in `log`
+    (DATA/server.log unless given), once /healthz answers what `ready` accepts. A process
+    that ends or never gets ready fails the test with its log."""
+    port = free_port()
+    log = log or data / "server.log"
+    cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data", str(data)]
+    env = env if env is not None else {**os.environ, "PYTHONPATH": os.getcwd()}
+    with log.open("ab") as out:  # NOTE: the child keeps its own handle open
+        proc = subprocess.Popen([*cmd, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    return Serving(proc, url, log, _until_ready(proc, url, log, ready, timeout_s))
+
+
+def _until_ready(
+    proc: subprocess.Popen,
+    url: str,
+    log: Path,
+    ready: Callable[[httpx.Response], bool],
+    timeout_s: float,
+) -> httpx.Response:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            r = httpx.get(f"{url}/healthz", timeout=2)
+            if ready(r):
+                return r
+        except (httpx.HTTPError, ValueError):  # not listening yet; a body not yet JSON
+            pass
+        time.sleep(0.2)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)
+    raise AssertionError(
+        f"`fleetval serve` not ready in {timeout_s:g}s:\n{log.read_text()[-5000:]}"
+    )
+
+
+@contextmanager
+def serve_app(app: Any, start_s: float = 60) -> Iterator[str]:
+    """The app served by a real uvicorn on a loopback port in a thread of this process (so a
+    test can reach the app's state); yields its base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_s
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]  # port 0: the OS picked it
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(start_s)
+
+
 def cli(*args: str, data: Path, **kw: Any) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "COLUMNS": "200"}
     return subprocess.run(
@@ -59,40 +157,10 @@ class Server:
     args: tuple[str, ...] = ()  # more `fleetval serve` options
 
     def start(self) -> Server:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "PYTHONPATH": os.getcwd()}
-        log = (self.data / "server.log").open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fleetval.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--data",
-                str(self.data),
-                "--address",
-                self.address,
-                *self.args,
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).json()["executor"]:
-                    return self
-            except (httpx.HTTPError, ValueError):
-                pass
-            assert self.proc.poll() is None, (self.data / "server.log").read_text()
-            time.sleep(0.3)
-        raise AssertionError(
-            "server did not become ready: " + (self.data / "server.log").read_text()
-        )
+        # NOTE: ready once the executor is up (it connects to Ray after the API answers)
+        serving = start_serve(self.data, "--address", self.address, *self.args, ready=executor_up)
+        self.url, self.proc = serving.url, serving.proc
+        return self
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:
@@ -152,23 +220,11 @@ class Replica:
     proc: subprocess.Popen | None = None
 
     def start(self) -> Replica:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "PYTHONPATH": os.getcwd()}
-        cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data",
-               str(self.data), "--no-executor", "--no-scheduler", "--no-access-log"]  # fmt: skip
-        with (self.data / "server.log").open("ab") as log:
-            self.proc = subprocess.Popen([*cmd, *self.args], env=env, stdout=log, stderr=log)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            assert self.proc.poll() is None, (self.data / "server.log").read_text()
-            time.sleep(0.2)
-        raise AssertionError("serve did not start: " + (self.data / "server.log").read_text())
+        serving = start_serve(
+            self.data, "--no-executor", "--no-scheduler", "--no-access-log", *self.args
+        )
+        self.url, self.proc = serving.url, serving.proc
+        return self
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -215,31 +215,26 @@ def test_serve_on_the_embedded_ray_stops_cleanly_and_takes_ray_along(tmp_path):
     """`fleetval serve` with no --address, stopped by SIGTERM as a service manager stops it:
     no stack trace that reads as a crash, no token-authentication notice, exit 0, and the
     embedded Ray's processes (GCS, raylet, workers) gone with it, not minutes later."""
-    import httpx
     from rayprocs import descendants
 
-    from tests.helpers.net import free_port
+    from tests.helpers.service import start_serve
 
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    port = free_port()
-    cmd = [sys.executable, "-m", "fleetval", "serve", "--port", str(port),
-           "--data", str(tmp_path / "data")]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)  # fmt: skip
+    # the API answering first; then the embedded Ray's processes, looked for below
+    serving = start_serve(tmp_path / "data", log=tmp_path / "serve.log", env=env, timeout_s=180)
+    proc = serving.proc
     try:
         deadline, ray_pids = time.monotonic() + 180, []
         while time.monotonic() < deadline and proc.poll() is None:
             names = {p: _comm(p) for p in descendants(proc.pid)}
             ray_pids = [p for p, n in names.items() if n in ("gcs_server", "raylet")]
-            with contextlib.suppress(httpx.HTTPError):
-                up = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
-                if up and len(ray_pids) == 2:
-                    break
+            if len(ray_pids) == 2:
+                break
             time.sleep(0.5)
         assert len(ray_pids) == 2, "the embedded Ray never started"
         everything = descendants(proc.pid)[1:]
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
+        serving.stop(signal.SIGTERM)
+        out = serving.log.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -8,7 +8,6 @@ directly, each of these ended in RecursionError (one stack frame per unindexed r
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from tests.foreignstore import write_foreign_store
-from tests.helpers.net import free_port
+from tests.helpers.service import answers_at_all, start_serve
 
 # NOTE: slow: the store of the issue's size is written (10,000 files), then indexed three
 # times (each test starts without index/); ~35 s on 2 quiet cores
@@ -81,34 +80,21 @@ def served(unindexed, tmp_path: Path) -> Iterator[tuple[httpx.Client, list[str],
     """`fleetval serve` on the store, and what /healthz said first (as soon as it answered)."""
     root, ids = unindexed
     token = fleetval("token", "create", "--scope", "submit", "--name", "t", "--data", str(root))
-    port = free_port()
-    log = tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data",
-           str(root), "--no-executor", "--no-scheduler", "--no-access-log"]  # fmt: skip
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ)
+    serving = start_serve(
+        root, "--no-executor", "--no-scheduler", "--no-access-log",
+        ready=answers_at_all, log=tmp_path / "server.log", timeout_s=60,
+    )  # fmt: skip
     client = httpx.Client(
-        base_url=f"http://127.0.0.1:{port}",
+        base_url=serving.url,
         headers={"Authorization": f"Bearer {token.stdout.strip()}"},
         timeout=30,
     )
+    health = {**serving.health.json(), "code": serving.health.status_code}
     try:
-        yield client, ids, _first_health(client, proc, log)
+        yield client, ids, health
     finally:
-        proc.terminate()
-        proc.wait(30)
+        serving.stop(timeout_s=30)
         client.close()
-
-
-def _first_health(client: httpx.Client, proc: subprocess.Popen, log: Path) -> dict:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            r = client.get("/healthz", timeout=2)
-            return {**r.json(), "code": r.status_code}
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise AssertionError(f"no answer from /healthz:\n{log.read_text()[-3000:]}")
 
 
 def test_serve_answers_while_it_indexes_then_reads(served):

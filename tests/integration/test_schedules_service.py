@@ -6,18 +6,14 @@ it all."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.helpers.net import free_port
-from tests.helpers.service import BARRIER, Server, cli, make_server, wait_for
+from tests.helpers.service import BARRIER, Server, cli, make_server, start_serve, wait_for
 
 EVERY_3S = "* * * * * */3"  # seconds resolution: a sixth field, written last
 
@@ -25,23 +21,11 @@ EVERY_3S = "* * * * * */3"  # seconds resolution: a sixth field, written last
 def start_replica(data: Path) -> tuple[subprocess.Popen, str]:
     """A second service process on the same data: an API replica whose scheduler races the
     first one's."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data", str(data),
-         "--no-executor", "--no-access-log", "--limits", str(data / "limits.yaml")],
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
-        stdout=(data / "replica.log").open("ab"), stderr=subprocess.STDOUT,
+    serving = start_serve(
+        data, "--no-executor", "--no-access-log", "--limits", str(data / "limits.yaml"),
+        log=data / "replica.log", timeout_s=60,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    proc.kill()
-    raise AssertionError((data / "replica.log").read_text())
+    return serving.proc, serving.url
 
 
 def fired_runs(server: Server) -> list[dict]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from fleetval.api.db import ServiceDB
 from fleetval.api.executor import CLUSTER_KEY
 from fleetval.store.dataset import RunRecord, Store
-from tests.helpers.net import free_port
+from tests.helpers.service import start_serve
 
 TINY = {
     "name": "tiny",
@@ -79,29 +78,13 @@ def replica(tmp_path_factory) -> Iterator[tuple[str, Path, dict[str, str]]]:
         who: fleetval("token", "create", "--scope", scope, "--name", who, "--data", str(data))
         for who, scope in (("alice", "submit"), ("bob", "submit"), ("root", "admin"))
     }
-    port = free_port()
-    log = (data / "server.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data", str(data),
-         "--no-executor", "--no-access-log", "--limits", str(limits)],
-        env={**os.environ, "PYTHONPATH": os.getcwd()}, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        raise AssertionError((data / "server.log").read_text())
+    serving = start_serve(
+        data, "--no-executor", "--no-access-log", "--limits", str(limits), timeout_s=60
+    )
     try:
-        yield url, data, tokens
+        yield serving.url, data, tokens
     finally:
-        proc.terminate()
-        proc.wait(30)
+        serving.stop(timeout_s=30)
 
 
 def client(url: str, token: str) -> httpx.Client:

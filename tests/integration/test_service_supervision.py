@@ -17,34 +17,20 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
 
 from fleetval.api.app import create_app
 from fleetval.api.db import Scope
 from fleetval.api.settings import Settings
-from tests.helpers.net import free_port
 from tests.helpers.ray import assert_no_leaks
-from tests.helpers.service import BARRIER, HANG, wait_for
+from tests.helpers.service import BARRIER, HANG, serve_app, wait_for
 
 
 @contextmanager
 def serving(settings: Settings) -> Iterator[tuple[str, object]]:
     """A real uvicorn server on loopback in a thread; the app, for its executor."""
     app = create_app(settings)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
-        time.sleep(0.1)
-    try:
+    with serve_app(app) as url:
         yield url, app
-    finally:
-        server.should_exit = True
-        thread.join(60)
 
 
 def kill_thread(thread: threading.Thread, exc: type[BaseException] = SystemExit) -> None:

@@ -20,6 +20,7 @@ from fleetval.api.limits import Limits
 from fleetval.api.scheduler import Scheduler
 from fleetval.cli import app as cli_app
 from fleetval.store.dataset import RunRecord, Store
+from tests.helpers.service import serve_app
 
 TINY = {
     "name": "tiny",
@@ -277,24 +278,11 @@ def _t():
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Any, dict[str, str]]]:
     """A real uvicorn on loopback (TestClient buffers a whole response; a stream never ends)."""
-    import uvicorn
-
     limits = Limits(max_streams_per_token=2, max_streams=3)
     app = create_app(Settings(data_dir=tmp_path, run_executor=False, limits=limits))
     tokens = {n: app.state.db.create_token(Scope.SUBMIT, n) for n in ("alice", "bob")}
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start in 30 s"
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", app, tokens
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with serve_app(app, start_s=30) as url:
+        yield url, app, tokens
 
 
 def _stream(url: str, token: str, run_id: str) -> Any:

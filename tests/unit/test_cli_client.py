@@ -8,19 +8,17 @@ message naming the request and an exit 2.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
 from fleetval.api import Settings, create_app
 from fleetval.api.db import Scope
 from fleetval.cli.app import app as cli_app
 from tests.helpers.net import free_port
+from tests.helpers.service import serve_app
 
 START_S = 20  # the in-thread server's deadline to accept connections
 
@@ -30,20 +28,8 @@ def service(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """The real app served by uvicorn in a thread: (base URL, token per scope)."""
     app = create_app(Settings(data_dir=tmp_path, run_executor=False))
     tokens = {s.value: app.state.db.create_token(s, f"{s.value}-user") for s in Scope}
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + START_S
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{server.config.port}", tokens
-    finally:
-        server.should_exit = True
-        thread.join(START_S)
+    with serve_app(app, start_s=START_S) as url:
+        yield url, tokens
 
 
 def fleetval(*args: str) -> tuple[int, str, str]:
