@@ -30,9 +30,7 @@ import time
 from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.helpers.net import free_port  # found from the repo root
+from _common import free_port, wait_ready
 
 SUITE = {
     "name": "bench-tiny",
@@ -139,15 +137,8 @@ def start_server(data: Path, port: int) -> subprocess.Popen:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()["executor"]:
-                return proc
-        except (httpx.HTTPError, ValueError):
-            time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("server did not start; see " + str(data / "server.log"))
+    wait_ready(f"http://127.0.0.1:{port}", proc, lambda r: r.json()["executor"], 120)
+    return proc
 
 
 def submit_and_follow(client: httpx.Client, suite: dict) -> dict[str, float]:

@@ -27,11 +27,11 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
-
 from fleetval.api.db import Scope, ServiceDB, now
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import wait_ready
+
 from tests.foreignstore import BASE, write_foreign_store  # found from the repo root
 
 FLOOR = 120  # the "empty" store: enough runs for full pages (a page of 50 is 50 runs)
@@ -86,17 +86,10 @@ def serve(data: Path, port: int, h11: bool = False) -> subprocess.Popen:
         env, cmd = None, f"-m fleetval.cli serve --data {data} --no-executor"
     cmd = [sys.executable, *cmd.split(), "--port", str(port), "--no-access-log"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        try:
-            health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
-            if health.status_code == 200 and health.json()["index"] == "ready":
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("server did not start, or did not build its run index in 900 s")
+    # NOTE: ready once the run index is built: the figures are of reads, not of a build
+    ready = lambda r: r.status_code == 200 and r.json()["index"] == "ready"  # noqa: E731
+    wait_ready(f"http://127.0.0.1:{port}", proc, ready, 900)
+    return proc
 
 
 ROUTES = {

@@ -1,7 +1,8 @@
-"""Fleet sweep verdicts on the simulated 8-node Ray fleet (one CPU per node, two racks
-labelled `fleetval/rack`, one gloo rank a node), over seeded repeats: how often each
-scenario gets the verdict it should, from a fresh store and from a store with 10 earlier
-sweeps, at each injected delay. The truth of each scenario is the fault injected.
+"""Fleet sweep verdicts on the simulated 8-node Ray fleet of `fleetval sweep --local-fleet 8`
+(`fleetval.run.localfleet`: one CPU per node, two racks labelled `fleetval/rack`, one gloo
+rank a node), over seeded repeats: how often each scenario gets the verdict it should, from
+a fresh store and from a store with 10 earlier sweeps, at each injected delay. The truth of
+each scenario is the fault injected.
 
     python bench/bench_fleet8.py --repeats 4 --delays 20 5
 
@@ -14,21 +15,18 @@ delay: expected verdicts, healthy nodes drained or left suspect, exit codes, sec
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
+from _common import sweep_suite
 
-import fleet8  # noqa: E402  (the test's fleet: nodes, racks, the shipped suite with faults)
+NODES = 8  # node-0..3 in rack-a, node-4..7 in rack-b (`localfleet.racks_of`)
 
 
 def scenario_faults(name: str, ms: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -62,7 +60,7 @@ def one(data: Path, name: str, ms: int) -> dict[str, Any]:
     from fleetval.suite import Suite
 
     faults, truth = scenario_faults(name, ms)
-    spec = Suite.model_validate(fleet8.suite(faults, max_drain_share=0.25) | {"name": name})
+    spec = Suite.model_validate(sweep_suite(faults, max_drain_share=0.25) | {"name": name})
     started = time.perf_counter()
     _, v = sweep(spec, Store(data))
     assert v is not None
@@ -100,56 +98,60 @@ def until_named(data: Path, name: str, ms: int) -> dict[str, Any]:
     return row | {"right": bool(row["link_named"])}
 
 
+def table(args: argparse.Namespace, root: Path) -> None:
+    """One row per scenario, store and delay; every sweep on the fleet this process is
+    connected to, on one set of warm ranks."""
+    from fleetval.run.sweep import keep_warm
+
+    print("| scenario | store | delay | right | healthy drained | healthy suspect/unjudged "
+          "| exit 0/1/5 | s per sweep (median) |\n|---|---|---:|---:|---:|---:|---:|---:|",
+          flush=True)  # fmt: skip
+    with keep_warm():
+        history = root / "history"
+        for _ in range(10):
+            one(history, "clean", 0)
+        for ms in args.delays:
+            for name in args.scenarios:
+                for store in ("fresh", "history"):
+                    rows = []
+                    for i in range(args.repeats):
+                        data = root / f"{name}-{ms}-{store}-{i}"
+                        if store == "history":
+                            shutil.copytree(history, data)
+                        rows.append(until_named(data, name, ms))
+                        shutil.rmtree(data, ignore_errors=True)
+                    print_row(name, store, ms, rows)
+
+
+def print_row(name: str, store: str, ms: int, rows: list[dict[str, Any]]) -> None:
+    exits = Counter(r["exit"] for r in rows)
+    nights = [r["night"] for r in rows if r.get("night") and r["right"]]
+    label = name + (f" (named in sweep {nights})" if "night" in rows[0] else "")
+    print(
+        f"| {label} | {store} | {ms} ms | {sum(r['right'] for r in rows)}/"
+        f"{len(rows)} | {sum(r['healthy_drained'] for r in rows)} | "
+        f"{sum(r['healthy_suspect'] for r in rows)} | "
+        f"{exits[0]}/{exits[1]}/{exits[5]} | "
+        f"{statistics.median(r['seconds'] for r in rows):.1f} |",
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--delays", type=int, nargs="+", default=[20, 5])
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
     args = ap.parse_args()
-    import ray
-    from ray.cluster_utils import Cluster
+    from fleetval.run.localfleet import simulated_fleet
 
-    from fleetval.run.sweep import keep_warm
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, **fleet8.QUIET_NODE})
     root = Path(tempfile.mkdtemp(prefix="bench-fleet8-"))
     try:
-        for n in fleet8.NODES:
-            labels = {"fleetval/node": n, "fleetval/rack": fleet8.RACKS[n]}
-            cluster.add_node(num_cpus=1, labels=labels, **fleet8.QUIET_NODE)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
-        print("| scenario | store | delay | right | healthy drained | healthy suspect/unjudged "
-              "| exit 0/1/5 | s per sweep (median) |\n|---|---|---:|---:|---:|---:|---:|---:|",
-              flush=True)  # fmt: skip
-        with keep_warm():
-            history = root / "history"
-            for _ in range(10):
-                one(history, "clean", 0)
-            for ms in args.delays:
-                for name in args.scenarios:
-                    for store in ("fresh", "history"):
-                        rows = []
-                        for i in range(args.repeats):
-                            data = root / f"{name}-{ms}-{store}-{i}"
-                            if store == "history":
-                                shutil.copytree(history, data)
-                            rows.append(until_named(data, name, ms))
-                            shutil.rmtree(data, ignore_errors=True)
-                        exits = Counter(r["exit"] for r in rows)
-                        nights = [r["night"] for r in rows if r.get("night") and r["right"]]
-                        label = name + (f" (named in sweep {nights})" if "night" in rows[0] else "")
-                        print(
-                            f"| {label} | {store} | {ms} ms | {sum(r['right'] for r in rows)}/"
-                            f"{len(rows)} | {sum(r['healthy_drained'] for r in rows)} | "
-                            f"{sum(r['healthy_suspect'] for r in rows)} | "
-                            f"{exits[0]}/{exits[1]}/{exits[5]} | "
-                            f"{statistics.median(r['seconds'] for r in rows):.1f} |",
-                            flush=True,
-                        )
+        # NOTE: the fleet `fleetval sweep --local-fleet 8` gets (one-CPU nodes in two racks,
+        # a head that takes no rank), with this process connected to it
+        with simulated_fleet(NODES):
+            table(args, root)
     finally:
-        ray.shutdown()
-        cluster.shutdown()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -30,8 +30,9 @@ import httpx
 from fleetval.store.catalog import Catalog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import free_port
+
 from tests.foreignstore import write_foreign_store  # found from the repo root
-from tests.helpers.net import free_port
 
 
 def timed(fn: object) -> tuple[float, float]:

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+from _common import free_port, wait_ready
 
 from fleetval.store.dataset import Store
 from fleetval.text import human_bytes
@@ -122,13 +122,13 @@ def main() -> None:
         token = subprocess.run([*fv, "token", "create", "--scope", "submit", "--name", "bench",
                                 "--data", str(svc_data)], env=env, capture_output=True,
                                text=True, check=True).stdout.split()[-1]  # fmt: skip
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         serve = subprocess.Popen([*fv, "serve", "--port", str(port), "--data", str(svc_data),
                                   "--no-access-log"], env=env, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)  # fmt: skip
         try:
-            _wait_healthy(url)
+            wait_ready(url, serve, lambda r: r.json().get("status") == "ok", 120)
             submit = [*fv, "submit", args.suite, "--server", url, "--token", token, "--wait"]
             paths = {
                 "run": ([*fv, "run", args.suite, "--data", str(run_data)], run_data),
@@ -156,27 +156,6 @@ def main() -> None:
     print(f"\nall_reduce {human_bytes(size)} busbw, median of {args.pairs}: run {statistics.median(run):.3f}"
           f" GB/s, service {statistics.median(svc):.3f} GB/s; service / run "
           f"{statistics.median(svc) / statistics.median(run):.2f} (95% {lo:.2f} .. {hi:.2f})")  # fmt: skip
-
-
-def _free_port() -> int:
-    """A free loopback TCP port (the service binds it right after)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=5).json().get("status") == "ok":
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{url}: the service did not become healthy in {timeout_s:g} s")
 
 
 if __name__ == "__main__":
