@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleetval.fleet.effects import Obs
+from fleetval.fleet.effects import Obs, pair
 from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 
 Pair = tuple[str, str]
@@ -32,10 +32,6 @@ class LinkSeen:
     run_id: str
     verdict: str  # fast, slow, unclear, failed
     gbps: float | None
-
-
-def pair(x: str, y: str) -> Pair:
-    return (x, y) if x < y else (y, x)
 
 
 def _order(nodes: Sequence[str]) -> list[str]:

@@ -256,8 +256,14 @@ def _node(a: Assessment, n: str, settings: SweepSettings, *, measured_alone: boo
     f = a.fit
     own, net = f.effect("node", (n,)), f.effect("nic", (n,))
     flagged = [e for e in (own, net) if e is not None and e.flagged]
-    if flagged:
+    if flagged and max(e.tonight for e in flagged) >= 2:
         a.bad[n] = [e.text() for e in flagged] + a.evidence.get(n, [])
+        return
+    if flagged:
+        # NOTE: flagged on past sweeps' jobs and one of tonight's (slow last night, and in
+        # the one pair it was in tonight): measured again before it is drained; that pair's
+        # link may be what is slow tonight (a node slow in the past is no proof it still is)
+        (a.pending_alone if measured_alone else a.pending_pair).add(n)
         return
     if own is not None and suspect(own, f):
         (a.pending_alone if measured_alone else a.pending_pair).add(n)

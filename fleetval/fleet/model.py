@@ -50,6 +50,7 @@ FAILED = math.log(0.01)  # a failed job reads as 1% of its level
 SIGMA_MIN = 0.005  # the noise is never taken as below 0.5%
 SIGMA_PRIOR = 0.05  # the noise assumed before the residuals say otherwise ...
 PRIOR_JOBS = 4  # ... counted as this many jobs
+EXACT_ROWS = 4000  # jobs (all sweeps) up to which leverages are found exactly (dense)
 PAST = "@past"  # an effect's change since the past sweeps (on their jobs): fitted, not tested
 
 
@@ -251,26 +252,57 @@ def _descend(
     return theta
 
 
-def _sigma(d: _Design, theta: np.ndarray, tonight: np.ndarray) -> float:
-    """The residuals' robust spread, each scaled up by its leverage (a job that alone
-    fixes an effect tells nothing of the noise and is left out)."""
-    r = _targets(d, theta) - d.Xr @ theta
-    w = d.w0
-    h = d.X.T @ w
-    active = np.array([c[0] in ("level", "load") for c in d.cols]) | (theta != 0)
-    inv = np.where(active & (h > 0), 1.0 / np.maximum(h, 1e-12), 0.0)
-    lev = w * (d.Xr @ inv)
-    use = (~d.failed) & (lev < 0.9)
-    if np.count_nonzero(use & tonight) >= 4:
-        use &= tonight
-    if not use.any():
+def _spread(err: np.ndarray, dof: float | None = None) -> float:
+    """The errors' robust spread (MAD), over `dof` jobs' worth of them where the fit used up
+    the rest, with `SIGMA_PRIOR` counted as `PRIOR_JOBS` jobs beside them."""
+    n = float(err.size if dof is None else dof)
+    if n <= 0:
         return SIGMA_PRIOR
-    adj = np.abs(r[use]) / np.sqrt(1 - lev[use])
-    mad = 1.4826 * float(np.median(adj))
-    # NOTE: a few jobs read their spread badly (7 alone jobs once read 0.8% on a 5% fleet):
-    # the prior counts as `PRIOR_JOBS` jobs beside them
-    n = adj.size
-    return max(SIGMA_MIN, math.sqrt((n * mad**2 + PRIOR_JOBS * SIGMA_PRIOR**2) / (n + PRIOR_JOBS)))
+    var = (1.4826 * float(np.median(np.abs(err)))) ** 2 * err.size / n
+    return max(SIGMA_MIN, math.sqrt((n * var + PRIOR_JOBS * SIGMA_PRIOR**2) / (n + PRIOR_JOBS)))
+
+
+def _leverage(d: _Design, theta: np.ndarray) -> np.ndarray:
+    """Each job's leverage (the hat matrix's diagonal) under the fit's active columns:
+    levels, loads and the effects not at 0."""
+    active = np.array([c[0] in ("level", "load") for c in d.cols]) | (theta != 0)
+    XA = d.X[:, active].toarray()
+    M = XA.T @ (XA * d.w0[:, None])
+    M[np.diag_indices_from(M)] += 1e-9 * max(1.0, float(np.trace(M)) / len(M))
+    return np.clip(d.w0 * np.einsum("ij,ij->i", XA @ np.linalg.inv(M), XA), 0.0, 1.0)
+
+
+def _refitted_errors(
+    d: _Design, theta: np.ndarray, sigma: float, tonight: np.ndarray
+) -> np.ndarray:
+    """Tonight's jobs' leave-one-out errors under the refitted (unshrunk) effects: each
+    residual scaled by its leverage; a job that alone fixes its effects (leverage near 1)
+    predicted by a refit without it, the effects it fixed back at 0."""
+    r = _targets(d, theta) - d.Xr @ theta
+    lev = _leverage(d, theta)
+    err = r / np.sqrt(np.maximum(1 - lev, 1e-12))
+    base = np.array([c[0] in ("level", "load") for c in d.cols])
+    fixed = {int(k): 0.0 for k in np.nonzero(~base & (theta == 0))[0]}
+    start, none = np.where(base, theta, 0.0), np.zeros(len(theta))
+    for i in np.nonzero((lev >= 0.9) & tonight & ~d.failed)[0]:
+        w0 = d.w0.copy()
+        w0[i] = 0.0
+        t = _descend(dataclasses.replace(d, w0=w0), start, sigma, fixed=fixed, lam=none, passes=100)
+        err[i] = _targets(d, t)[i] - (d.Xr[i] @ t)[0]
+    return err[tonight & ~d.failed]
+
+
+def _shared_errors(d: _Design, theta: np.ndarray, tonight: np.ndarray) -> np.ndarray:
+    """On a large fleet: each of tonight's jobs' residual without the effects it holds at
+    least half of tonight's weight of (what the others could not have predicted of it);
+    one job's leverage on the rest is small there."""
+    use = tonight & ~d.failed
+    r = (_targets(d, theta) - d.Xr @ theta)[use]
+    effect = np.array([c[0] not in ("level", "load") for c in d.cols]) & (theta != 0)
+    Xt = d.Xr[use][:, effect]
+    share = Xt.multiply(1.0 / np.maximum(np.asarray(Xt.sum(axis=0)).ravel(), 1e-12)).tocsr()
+    own = share.multiply(share >= 0.5)
+    return r + own.astype(bool).astype(float) @ theta[effect]
 
 
 def fit(obs: Sequence[Obs], settings: SweepSettings, topology: Topology = NO_TOPOLOGY) -> Fit:
@@ -294,16 +326,25 @@ def fit(obs: Sequence[Obs], settings: SweepSettings, topology: Topology = NO_TOP
 
 
 def _noise(d: _Design, theta: np.ndarray, sigma: float, tonight: np.ndarray) -> float:
-    """The noise: the larger of the refitted and the penalized fit's residual spread.
+    """The noise: the geometric mean of two spreads of tonight's jobs that err on opposite
+    sides. The refitted effects' leave-one-out errors read too small where the penalty chose
+    effects from the noise itself (a clean 8-node fleet: 6.0%, healthy nodes held by the
+    breaker); the penalized fit's residuals over its residual degrees of freedom read too
+    large where it shrinks real effects, by an amount that grows with the noise (two slow
+    nodes: 314%, nothing flagged). Each alone was tried, and so were the larger of the two,
+    the smaller capped at 1.5x, cross-validation (it read 349% on two slow nodes) and the
+    fast side of the residuals alone (it collapsed as the refit does).
 
-    NOTE: refitted alone, the effects the penalty chose from the noise itself leave too
-    little behind (a clean 8-node fleet read 6.7%, three healthy nodes held by the breaker;
-    capping the penalized one at 1.5x the refitted one did the same). The penalized one can
-    run away on a box loaded far past its cores (173%: two nodes at 3% left suspect, not
-    drained); the jobs' spread about their round's level alone read 401% under a slow
-    trunk crossed by most jobs. The open problem of this model."""
-    refit = _sigma(d, _relaxed(d, theta, sigma), tonight)
-    return max(refit, _sigma(d, theta, tonight))
+    NOTE: the past sweeps' errors are left out: fitted loosely where a fault came and went
+    (its change since then is priced), they read 69% as a prior for a sweep whose own jobs
+    spread 26%."""
+    use = tonight & ~d.failed
+    if d.X.shape[0] > EXACT_ROWS:  # a large fleet: few effects per job, both biases small
+        return _spread(_shared_errors(d, _relaxed(d, theta, sigma), tonight))
+    low = _spread(_refitted_errors(d, _relaxed(d, theta, sigma), sigma, tonight))
+    r = (_targets(d, theta) - d.Xr @ theta)[use]
+    high = _spread(r, float(np.sum(1 - _leverage(d, theta)[use])))
+    return math.sqrt(low * high)
 
 
 def _relaxed(d: _Design, theta: np.ndarray, sigma: float) -> np.ndarray:

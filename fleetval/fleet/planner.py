@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from fleetval.fleet.coverage import NO_FABRIC, Fabric, Pair, least_measured
+from fleetval.fleet.effects import pair
 from fleetval.fleet.judge import Assessment, Planned, remeasures
 from fleetval.fleet.settings import SweepSettings
 from fleetval.fleet.topology import Topology
@@ -160,7 +161,7 @@ def _one_control(
         key=lambda n: (where(n) == where(x), spare[where(n)], n in fast),
     )
     refs[:] = [n for n in refs if n not in (x, y)]
-    return [Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control")]
+    return [Planned(rnd, SweepPhase.PAIR, pair(x, y), "control")]
 
 
 def _repairs(
@@ -190,7 +191,7 @@ def _repairs(
                 left.remove(n)
                 refs.remove(partner)
                 why = f"re-pair with proven-good {partner}"
-                jobs.append(Planned(rnd, SweepPhase.PAIR, _pair(n, partner), why))
+                jobs.append(Planned(rnd, SweepPhase.PAIR, pair(n, partner), why))
         if inside and topo.levels:
             for x in list(left):
                 y = next((y for y in left if y != x and topo.same(x, y)
@@ -199,7 +200,7 @@ def _repairs(
                     left.remove(x)
                     left.remove(y)
                     jobs.append(
-                        Planned(rnd, SweepPhase.PAIR, _pair(x, y), "re-pair inside its group")
+                        Planned(rnd, SweepPhase.PAIR, pair(x, y), "re-pair inside its group")
                     )
     return jobs
 
@@ -224,12 +225,12 @@ def _trunk_check(
         x = next((x for x in mine for y in theirs if y not in a.paired.get(x, ())), None)
         y = next((y for y in theirs if x and y not in a.paired.get(x, ())), None)
         if x and y:
-            jobs.append(Planned(rnd, SweepPhase.PAIR, _pair(x, y), f"cross {level} {ga}-{gb}"))
+            jobs.append(Planned(rnd, SweepPhase.PAIR, pair(x, y), f"cross {level} {ga}-{gb}"))
             mine.remove(x)
             theirs.remove(y)
     for group, left in ((ga, mine), (gb, theirs)):
         if len(left) >= 2:
-            jobs.append(Planned(rnd, SweepPhase.PAIR, _pair(*left[:2]), f"inside {level} {group}"))
+            jobs.append(Planned(rnd, SweepPhase.PAIR, pair(*left[:2]), f"inside {level} {group}"))
     busy |= {n for j in jobs for n in j.nodes}
     return jobs
 
@@ -316,7 +317,7 @@ def _crossings(
             x, y = _unseen(xs, ys, seen)
             free[ga].remove(x)
             free[gb].remove(y)
-            out.append(Planned(rnd, SweepPhase.PAIR, _pair(x, y), f"cross {level} {ga}-{gb}"))
+            out.append(Planned(rnd, SweepPhase.PAIR, pair(x, y), f"cross {level} {ga}-{gb}"))
             busy |= {x, y}
     idle[:] = [n for n in idle if n not in busy]
     return out
@@ -373,7 +374,7 @@ def _unseen(xs: list[str], ys: list[str], seen: Collection[Pair]) -> tuple[str, 
     measured where there is one: back-to-back sweeps cover more links. The last of each
     where none is seen (and with no history)."""
     x, y = next(
-        ((x, y) for x in reversed(xs) for y in reversed(ys) if _pair(x, y) not in seen),
+        ((x, y) for x in reversed(xs) for y in reversed(ys) if pair(x, y) not in seen),
         (xs[-1], ys[-1]),
     )
     xs.remove(x)
@@ -387,7 +388,7 @@ def _pairs_unseen(nodes: list[str], seen: Collection[Pair]) -> list[tuple[str, s
     left, out = list(nodes), []
     while len(left) >= 2:
         x = left.pop(0)
-        y = next((y for y in left if _pair(x, y) not in seen), left[0])
+        y = next((y for y in left if pair(x, y) not in seen), left[0])
         left.remove(y)
         out.append((x, y))
     return out
@@ -445,7 +446,7 @@ def _controls(
     paired = {n for *_, p in inside for n in p}
     odd = [n for ns in by_group.values() for n in ns if n not in paired]
     pairs = [*(p for *_, p in inside), *zip(odd[::2], odd[1::2], strict=False)][:most]
-    return [Planned(rnd, SweepPhase.PAIR, _pair(x, y), "control") for x, y in pairs]
+    return [Planned(rnd, SweepPhase.PAIR, pair(x, y), "control") for x, y in pairs]
 
 
 def _first_matching(
@@ -484,12 +485,8 @@ def matching(
         y = next((y for y in order[i + 1 :] if y not in used and y not in paired.get(x, ())), None)
         if y is not None:
             used |= {x, y}
-            jobs.append(Planned(rnd, SweepPhase.PAIR, _pair(x, y), "pair"))
+            jobs.append(Planned(rnd, SweepPhase.PAIR, pair(x, y), "pair"))
     return jobs
-
-
-def _pair(x: str, y: str) -> tuple[str, str]:
-    return (x, y) if x < y else (y, x)
 
 
 def first_pairs(
@@ -538,7 +535,7 @@ def spread_crossings(pairs: Sequence[Pair], topo: Topology) -> list[Pair]:
                 count.update(k for p in swap for k in keys(*p))
                 out[i], out[j] = swap
                 break
-    return [_pair(*p) for p in out]
+    return [pair(*p) for p in out]
 
 
 def _better_swap(
@@ -589,8 +586,8 @@ def with_controls(pairs: Sequence[Pair], topo: Topology) -> list[Pair]:
                 (x1, y1), rest = ends[0], ends[1:]
                 far = topo.group(y1, level)
                 x2, y2 = next((e for e in rest if topo.group(e[1], level) == far), rest[0])
-                out = [p for p in out if p not in (_pair(x1, y1), _pair(x2, y2))]
-                out += [_pair(x1, x2), _pair(y1, y2)]
+                out = [p for p in out if p not in (pair(x1, y1), pair(x2, y2))]
+                out += [pair(x1, x2), pair(y1, y2)]
     return out
 
 
