@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from fleetval.detect.hardware import WatchItem
-    from fleetval.fleet.history import LinkCoverage
+    from fleetval.fleet.history import JobLate, LinkCoverage, NodeHistory
     from fleetval.fleet.verdict import FleetVerdict
     from fleetval.store.catalog import RunRecord
 
@@ -170,9 +170,18 @@ def sweep_history(
     ] = None,
 ) -> None:
     """Each node's verdicts and busbw over the last sweeps: repeat offenders, flapping, drift;
-    link coverage: how many links the sweeps measured, when each last, with what verdict; and
-    the GPUs to watch: hardware counters that grew over these sweeps (as `gpu-watch`)."""
-    from fleetval.fleet.history import link_coverage, node_histories, sweep_runs
+    the training jobs stored since the oldest of them (`fleetval ingest`) that found a rank on
+    it late; link coverage: how many links the sweeps measured, when each last, with what
+    verdict; and the GPUs to watch: hardware counters that grew over these sweeps (as
+    `gpu-watch`)."""
+    from fleetval.fleet.history import (
+        job_runs,
+        late_in_jobs,
+        link_coverage,
+        node_histories,
+        strongest_hint,
+        sweep_runs,
+    )
 
     catalog = open_catalog(data)
     if until is not None:
@@ -187,10 +196,14 @@ def sweep_history(
     if plot is not None:
         _plot(runs, plot, links)
     watch = _hardware_watch(data, [r.run_id for r in runs], node)
+    late = late_in_jobs(job_runs(catalog, runs, until), {h.node for h in found})
+    hints = [line for h in found if (line := strongest_hint(h, late.get(h.node, [])))]
     if as_json:
         doc = {"runs": [r.run_id for r in runs], "nodes": [h.to_dict() for h in found]}
+        jobs = {"late_in_jobs": {n: [j.to_dict() for j in js] for n, js in late.items()},
+                "strongest_hints": hints}  # fmt: skip
         hw = {"hardware_watch": [i._asdict() for i in watch]}
-        typer.echo(json.dumps(doc | {"coverage": cover.to_dict()} | hw))
+        typer.echo(json.dumps(doc | jobs | {"coverage": cover.to_dict()} | hw))
         return
     table = Table(
         title=f"{len(runs)} sweep(s): {', '.join(r.run_id for r in runs) or 'none stored'}"
@@ -202,10 +215,23 @@ def sweep_history(
         scores = " ".join(_num(s.score) for s in h.seen)
         table.add_row(h.node, states, scores, ", ".join(h.findings))
     console.print(table)
+    _late_in_jobs(found, late, hints)
     _coverage(cover, len(runs), links)
     typer.echo(f"hardware watch: {len(watch)} counter(s) or finding(s) grew over these sweeps")
     for i in watch:
         typer.echo(f"watch {i.node} {i.device_id}: {i.what} {i.evidence}")
+
+
+def _late_in_jobs(
+    found: list[NodeHistory], late: dict[str, list[JobLate]], hints: list[str]
+) -> None:
+    """Per node shown, each job window that found a rank on it late; then the nodes both a
+    sweep and a job named. NOTE: plain lines, so scripts can grep a node's name."""
+    for h in found:
+        for j in late.get(h.node, ()):
+            typer.echo(f"{h.node}: late in job {j.job} (run {j.run_id}), rank {j.rank}, {j.text()}")
+    for line in hints:
+        typer.echo(line)
 
 
 def _plot(runs: list[RunRecord], path: str, links: bool) -> None:

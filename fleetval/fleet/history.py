@@ -1,8 +1,11 @@
-"""Each node across the last N stored sweeps: repeat offenders, flapping, slow drift; and
-each link: when a sweep last measured it, and what it said (what the next sweep plans from).
+"""Each node across the last N stored sweeps: repeat offenders, flapping, slow drift; each
+link: when a sweep last measured it, and what it said (what the next sweep plans from); and
+each node's ranks that training jobs stored in the same window found late (`fleetval ingest`
+of a job's artefacts, `fleetval.signoff.jobrun`).
 
 A sweep is a stored run whose summary holds its verdict (`summary["sweep"]`, written by
-`fleetval.run.sweep`); reading them needs the catalog only (no pyarrow, no ray).
+`fleetval.run.sweep`); a job's run holds `fleetval stragglers --json` under
+`summary["stragglers"]`. Reading both needs the catalog only (no pyarrow, numpy, ray).
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from fleetval.fleet.coverage import LinkSeen, Pair
@@ -175,3 +179,91 @@ def past_jobs(
 
 def stored_jobs(runs: list[RunRecord]) -> tuple[Obs, ...]:
     return past_jobs([r.summary["sweep"] for r in runs])
+
+
+# -- training jobs that found a node's rank late, beside the sweeps --------------------------
+
+
+@dataclass(frozen=True)
+class JobLate:
+    """One rank of one stored training job found late on a node, in one window."""
+
+    job: str  # the run's `job` label
+    run_id: str
+    rank: int
+    lateness_ms: float  # median lateness in the window
+    start_s: float  # the window, wall clock (seconds since the epoch)
+    end_s: float
+    first_step: int | None  # where the step logs gave steps
+    last_step: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        """The window in a line: steps where the logs gave them, and its wall-clock span."""
+        steps = f"steps {self.first_step}-{self.last_step}, " if self.first_step is not None else ""
+        return f"{self.lateness_ms:.3g} ms, {steps}{_utc(self.start_s)} to {_utc(self.end_s)}"
+
+
+def _utc(t: float) -> str:
+    """Seconds since the epoch as UTC to the millisecond (as `fleetval show` says a job's);
+    a smaller number is a time of day from logs without dates, said as it is."""
+    if t < 1e9:
+        return f"{t:.1f}s"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+def job_runs(catalog: Catalog, sweeps: list[RunRecord], until: str | None) -> list[RunRecord]:
+    """Stored training jobs in the window of `sweeps`: from the oldest sweep shown to `until`
+    (default: now). NOTE: open at the newest end, as a job ingested after last night's sweep
+    is the news an operator wants beside it; none before the window (that past is not shown)."""
+    if not sweeps:
+        return []
+    first = sweeps[0].run_id
+    return [
+        r
+        for r in catalog.runs()
+        if "stragglers" in r.summary and "job" in r.labels
+        and r.run_id >= first and (until is None or r.run_id <= until)
+    ]  # fmt: skip
+
+
+def late_in_jobs(jobs: list[RunRecord], nodes: set[str]) -> dict[str, list[JobLate]]:
+    """Per node of `nodes`, the windows in which a job found a rank on it late (oldest first)."""
+    out: dict[str, list[JobLate]] = {}
+    for run in jobs:
+        hosts = _culprit_nodes(run)
+        for w in run.summary["stragglers"].get("windows", ()):
+            for r in w.get("ranks", ()):
+                node = r.get("host") or hosts.get(r["rank"])
+                if node in nodes:
+                    out.setdefault(node, []).append(_job_late(run, w, r))
+    return dict(sorted(out.items()))
+
+
+def _culprit_nodes(run: RunRecord) -> dict[int, str]:
+    """Rank to node as the run's `late` culprits name it: a rank whose window gives no host
+    took it from its dump's folder or the logs when the run was stored."""
+    steps = run.summary.get("steps", ())
+    return {c["rank"]: c["node"] for s in steps for c in s.get("culprits", ()) if c.get("node")}
+
+
+def _job_late(run: RunRecord, w: dict[str, Any], r: dict[str, Any]) -> JobLate:
+    return JobLate(
+        job=run.labels["job"], run_id=run.run_id, rank=r["rank"],
+        lateness_ms=r["lateness_s"] * 1e3, start_s=w["start_s"], end_s=w["end_s"],
+        first_step=w.get("first_step"), last_step=w.get("last_step"),
+    )  # fmt: skip
+
+
+def strongest_hint(h: NodeHistory, late: list[JobLate]) -> str | None:
+    """A node a sweep judged slow (drained or suspect) and a job found late: two sources that
+    never share a measurement agree, the operator's strongest hint. None where not both."""
+    slow = [s for s in h.seen if s.state in SEEN_SLOW]
+    if not slow or not late:
+        return None
+    said = ", ".join(f"{s.state.value} in sweep {s.run_id}" for s in slow)
+    # NOTE: one mention per job run and rank: a rank late in three windows is one job's say
+    jobs = ", ".join(dict.fromkeys(f"job {j.job} (run {j.run_id}, rank {j.rank})" for j in late))
+    return f"strongest hint {h.node}: {said}; late in {jobs}: a sweep and a job both name it"

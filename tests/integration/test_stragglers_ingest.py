@@ -1,7 +1,8 @@
 """`fleetval ingest` of a training job's artefacts: the real Flight Recorder dumps and step
 logs of real 4-rank gloo DDP jobs (tests/data/stragglers, made by
 tests/helpers/straggler_job.py) stored as a run labelled job=NAME, read back with pandas,
-DuckDB and `show`, signed off by `report`, and harmless to `trend` and `sweep-history`."""
+DuckDB and `show`, signed off by `report`, harmless to `trend`, and shown by `sweep-history`
+beside the sweeps' verdicts on the same nodes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from fleetval.cli.app import app
+from fleetval.store.dataset import Store
+from tests.sweepgen import write_sweep
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "stragglers"
 TABLE = Path(__file__).resolve().parents[1] / "data" / "real" / "nccl-tests-a3mega-h100-2node.txt"
@@ -147,3 +150,52 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     code, out = cli("ingest", str(TABLE), "--job", "x", "--data", str(data))
     assert code == 2 and "--job x: no Flight Recorder dump" in out
     assert not data.exists() or not any(data.rglob("*.parquet"))
+
+
+def sweeps_and_jobs(data: Path) -> tuple[list[str], dict[str, str]]:
+    """Two sweeps of node-0 and node-1 (node-1 suspect in the second), then two real jobs:
+    late-sleep (rank 2 on node-1 late) and sigstop (rank 1 on node-0 late). The sweeps'
+    run ids are older than any run ingested now, so both jobs fall in their window."""
+    ok = {n: ("healthy", 10.0) for n in ("node-0", "node-1")}
+    store = Store(data)
+    sweeps = [write_sweep(store, 0, ok), write_sweep(store, 1, {**ok, "node-1": ("suspect", 7.0)})]
+    jobs = {name: ingest(data, DATA / name)[0]["run_id"] for name in ("late-sleep", "sigstop")}
+    return sweeps, jobs
+
+
+def test_sweep_history_names_each_node_with_the_job_that_found_it_late(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    sweeps, jobs = sweeps_and_jobs(data)
+    code, out = cli("sweep-history", "--data", str(data), "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    (late,) = doc["late_in_jobs"]["node-1"]
+    assert (late["job"], late["run_id"], late["rank"]) == ("late-sleep", jobs["late-sleep"], 2)
+    assert 48 < late["lateness_ms"] < 56 and 19 <= late["first_step"] <= 21
+    assert late["start_s"] < late["end_s"]
+    assert {j["job"] for j in doc["late_in_jobs"]["node-0"]} == {"sigstop"}
+    # only node-1 was both suspected by a sweep and found late by a job
+    (hint,) = doc["strongest_hints"]
+    assert hint.startswith(f"strongest hint node-1: suspect in sweep {sweeps[1]}; late in job")
+    assert f"late-sleep (run {jobs['late-sleep']}, rank 2)" in hint
+
+    code, out = cli("sweep-history", "--data", str(data))
+    assert code == 0, out
+    assert f"node-1: late in job late-sleep (run {jobs['late-sleep']}), rank 2, " in out
+    assert "steps 20-30" in out and "node-0: late in job sigstop" in out
+    assert hint in out and "strongest hint node-0" not in out
+
+
+def test_jobs_outside_the_window_or_node_are_left_out(tmp_path: Path) -> None:
+    """--until an old sweep: jobs stored after it are not its past; --node: one node's jobs."""
+    data = tmp_path / "data"
+    sweeps, _ = sweeps_and_jobs(data)
+    ingest(data, DATA / "clean")  # names nobody: adds nothing
+    code, out = cli("sweep-history", "--data", str(data), "--json", "--until", sweeps[1])
+    assert code == 0, out
+    assert json.loads(out)["late_in_jobs"] == {} and json.loads(out)["strongest_hints"] == []
+    code, out = cli("sweep-history", "--data", str(data), "--json", "--node", "node-0")
+    assert code == 0, out
+    doc = json.loads(out)
+    assert list(doc["late_in_jobs"]) == ["node-0"] and doc["strongest_hints"] == []
+    assert [j["job"] for j in doc["late_in_jobs"]["node-0"]] == ["sigstop"]

@@ -37,6 +37,7 @@ COMMANDS = {
     "results latest --summary": READING,
     "compare -b base --latest": READING,
     "trend": READING,
+    "sweep-history": READING,  # stored jobs beside the sweeps: read from the catalog
 }
 
 
