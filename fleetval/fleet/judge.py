@@ -133,6 +133,8 @@ class Assessment:
     unclear: set[str] = field(default_factory=set)  # waiting on evidence, nothing seen slow
     bad_links: dict[Pair, list[str]] = field(default_factory=dict)
     pending_links: dict[Pair, list[str]] = field(default_factory=dict)
+    # pairs of good nodes with a job the fit leaves unexplained: measured again where free
+    odd_links: dict[Pair, list[str]] = field(default_factory=dict)
     trunks: dict[tuple[str, str, str], Trunk] = field(default_factory=dict)
     evidence: dict[str, list[str]] = field(default_factory=dict)  # node -> every job it was in
     paired: dict[str, set[str]] = field(default_factory=dict)  # partners measured with
@@ -220,13 +222,14 @@ def assess(
             # is what tells the two apart; measuring the link again would not
             a.pending_links[(x, y)] = [e.text(), *jobs]
     # NOTE: a job of two good nodes the fit leaves unexplained (its link fast in past sweeps,
-    # slow tonight once: the change is not worth its price on one job) is measured again
+    # slow tonight once: the change is not worth its price on one job) is measured again,
+    # once: a second job says whether the link or the first job was at fault
     for o, odd in zip(f.obs, f.unexplained, strict=True):
         if odd and o.age == 0 and len(o.nodes) == 2 and set(o.nodes) <= a.good:
             p = pair(*o.nodes)
-            if p not in a.bad_links and p not in a.pending_links:
-                a.pending_links[p] = ["slower than the fit explains: measured again",
-                                      *(line(j) for j in a.links.get(p, []))]  # fmt: skip
+            jobs = [line(j) for j in a.links.get(p, [])]
+            if p not in a.bad_links and p not in a.pending_links and len(jobs) < 2:
+                a.odd_links[p] = ["slower than the fit explains: measured again", *jobs]
     for e in f.of_kind("trunk"):
         if e.flagged or suspect(e, f):
             level, ga, gb = e.key

@@ -50,7 +50,9 @@ FAILED = math.log(0.01)  # a failed job reads as 1% of its level
 SIGMA_MIN = 0.005  # the noise is never taken as below 0.5%
 SIGMA_PRIOR = 0.05  # the noise assumed before the residuals say otherwise ...
 PRIOR_JOBS = 4  # ... counted as this many jobs
-EXACT_ROWS = 4000  # jobs (all sweeps) up to which leverages are found exactly (dense)
+# A fleet small enough for exact leverages (dense) and a refit per job that fixes its effects:
+# at most this many of tonight's jobs and of all sweeps' jobs
+EXACT_TONIGHT, EXACT_ROWS = 256, 4000
 PAST = "@past"  # an effect's change since the past sweeps (on their jobs): fitted, not tested
 
 
@@ -339,7 +341,9 @@ def _noise(d: _Design, theta: np.ndarray, sigma: float, tonight: np.ndarray) -> 
     (its change since then is priced), they read 69% as a prior for a sweep whose own jobs
     spread 26%."""
     use = tonight & ~d.failed
-    if d.X.shape[0] > EXACT_ROWS:  # a large fleet: few effects per job, both biases small
+    if (
+        use.sum() > EXACT_TONIGHT or d.X.shape[0] > EXACT_ROWS
+    ):  # few effects per job: both biases small
         return _spread(_shared_errors(d, _relaxed(d, theta, sigma), tonight))
     low = _spread(_refitted_errors(d, _relaxed(d, theta, sigma), sigma, tonight))
     r = (_targets(d, theta) - d.Xr @ theta)[use]
@@ -423,15 +427,23 @@ def _tested(
     return Fit(
         sigma, threshold, effects, levels, loads, [float(x) for x in deficits],
         jobs=int(tonight.sum()), tested=len(tests), obs=obs,
-        unexplained=[bool(x) for x in r + _link_part(d, theta) < -HUBER * sigma],
+        unexplained=[bool(x) for x in r + _link_part(d, theta) < -_odd(settings, tonight) * sigma],
     )  # fmt: skip
+
+
+def _odd(settings: SweepSettings, tonight: np.ndarray) -> float:
+    """How many noise units below the fit a job must be to be measured again: past the
+    loss's quadratic zone, and past what the noise gives the slowest of tonight's jobs at
+    the sweep's false-discovery rate (a clean 1,024-node fleet has a few 3-unit jobs)."""
+    n = max(1, int(tonight.sum()))
+    return max(HUBER, NormalDist().inv_cdf(1 - settings.fdr / n))
 
 
 def _link_part(d: _Design, theta: np.ndarray) -> np.ndarray:
     """Each job's slowdown the fit gives its link. A job is unexplained by what the fit says
     of everything but its link: a link seen slow once is shrunk by its price, and the nodes
-    beside it take some of the job (a 55x job 6.6 noise units below its level left a
-    residual of only 2.8 units, its link at z 1.4: never measured again, never named)."""
+    beside it take some of the job (a 55x job 6.3 noise units below its level left a
+    residual of only 2.4 units, its link at z 1.4: never measured again, never named)."""
     link = np.array([c[0] == "link" for c in d.cols])
     return d.Xr[:, link] @ theta[link]
 

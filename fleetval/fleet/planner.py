@@ -93,11 +93,24 @@ def next_round(
     refs.sort(key=lambda n: not any(n in p for p in later))  # crossings take these last
     crossing = _crossings(refs, jobs, a, topo, rnd, fabric.seen, later)
     crossing += _deferred(later, refs, rnd)
+    crossing += _odd_again(a, jobs + crossing, rnd)
     if not jobs and not crossing:
         return []
     most = max(2 * CONTROL_JOBS, len(jobs) + len(crossing))
     controls = _controls(refs, jobs + crossing, a, rnd, topo, most, fabric.seen)
     return jobs + crossing + controls
+
+
+def _odd_again(a: Assessment, planned: list[Planned], rnd: int) -> list[Planned]:
+    """A pair of good nodes whose job the fit left unexplained, measured again where both
+    are free once everything else is planned (a disturbed job must not move crossings)."""
+    busy = {n for j in planned for n in j.nodes}
+    out = []
+    for x, y in sorted(a.odd_links):
+        if x not in busy and y not in busy:
+            out.append(Planned(rnd, SweepPhase.PAIR, (x, y), "measure again"))
+            busy |= {x, y}
+    return out
 
 
 def _alone_controls(

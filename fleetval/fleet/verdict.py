@@ -317,7 +317,8 @@ def verdict(
     hardware = _hardware(judged)
     verdicts = [_with_hardware(v, hardware.get(v.node)) for v in verdicts]
     links = [LinkVerdict(p, True, tuple(e)) for p, e in sorted(a.bad_links.items())]
-    links += [LinkVerdict(p, False, tuple(e)) for p, e in sorted(a.pending_links.items())]
+    pending = {**a.odd_links, **a.pending_links}
+    links += [LinkVerdict(p, False, tuple(e)) for p, e in sorted(pending.items())]
     trunks = [TrunkVerdict.of(t) for _, t in sorted(a.trunks.items())]
     coverage = [
         LinkMeasured(p, link_verdict(js[-1]), js[-1].m.score, len(js))
