@@ -341,12 +341,13 @@ def _noise(d: _Design, theta: np.ndarray, sigma: float, tonight: np.ndarray) -> 
     (its change since then is priced), they read 69% as a prior for a sweep whose own jobs
     spread 26%."""
     use = tonight & ~d.failed
-    if (
-        use.sum() > EXACT_TONIGHT or d.X.shape[0] > EXACT_ROWS
-    ):  # few effects per job: both biases small
-        return _spread(_shared_errors(d, _relaxed(d, theta, sigma), tonight))
-    low = _spread(_refitted_errors(d, _relaxed(d, theta, sigma), sigma, tonight))
     r = (_targets(d, theta) - d.Xr @ theta)[use]
+    relaxed = _relaxed(d, theta, sigma)
+    if use.sum() > EXACT_TONIGHT or d.X.shape[0] > EXACT_ROWS:
+        # NOTE: a large fleet: leverages too costly to find exactly, and small (a job among
+        # many per effect); the leave-one-out errors by the effects each job holds alone
+        return math.sqrt(_spread(_shared_errors(d, relaxed, tonight)) * _spread(r))
+    low = _spread(_refitted_errors(d, relaxed, sigma, tonight))
     high = _spread(r, float(np.sum(1 - _leverage(d, theta)[use])))
     return math.sqrt(low * high)
 
