@@ -223,9 +223,17 @@ def assess(
             a.pending_links[(x, y)] = [e.text(), *jobs]
     # NOTE: a job of two good nodes the fit leaves unexplained (its link fast in past sweeps,
     # slow tonight once: the change is not worth its price on one job) is measured again,
-    # once: a second job says whether the link or the first job was at fault
+    # once: a second job says whether the link or the first job was at fault. Only the one
+    # slow job of each node: a node slow in several (throttled from outside, fast in one
+    # job) is re-paired as a suspect, or its slow jobs were each taken for a slow link
     for o, odd in zip(f.obs, f.unexplained, strict=True):
-        if odd and o.age == 0 and len(o.nodes) == 2 and set(o.nodes) <= a.good:
+        if (
+            odd
+            and o.age == 0
+            and len(o.nodes) == 2
+            and set(o.nodes) <= a.good
+            and all(_far_slower(a, n, f) <= 1 for n in o.nodes)
+        ):
             p = pair(*o.nodes)
             jobs = [line(j) for j in a.links.get(p, [])]
             if p not in a.bad_links and p not in a.pending_links and len(jobs) < 2:
@@ -237,6 +245,13 @@ def assess(
                         for j in js]  # fmt: skip
             a.trunks[(level, ga, gb)] = Trunk(level, ga, gb, e, (e.text(), *crossing))
     return a
+
+
+def _far_slower(a: Assessment, n: str, f: Fit) -> int:
+    """Tonight's pair jobs of node n slower than the tolerance by more than 3 noise units
+    (what the noise does not make of a job)."""
+    cut = f.threshold - 3 * f.sigma
+    return sum(d < cut for d in a.deficits.get(n, {}).get(SweepPhase.PAIR, []))
 
 
 def suspect(e: Effect, f: Fit) -> bool:
