@@ -14,6 +14,9 @@ from fleetval.vocab import SweepPhase
 
 HALF_LIFE = 5.0  # sweeps: a past sweep's jobs weigh 0.5 ** (age / HALF_LIFE)
 Z_HEALTHY = NormalDist().inv_cdf(0.95)  # one-sided 95%: how sure "no slower than" is
+# noise units: a job slower than its fit by more than this is not the noise's (past it the
+# fabric model's loss counts a residual linearly: a bounded pull per job)
+HUBER = 3.0
 
 
 @dataclass(frozen=True)

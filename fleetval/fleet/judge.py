@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleetval.fleet.effects import Z_HEALTHY, Effect, Fit, Obs, pair
+from fleetval.fleet.effects import HUBER, Z_HEALTHY, Effect, Fit, Obs, pair
 from fleetval.fleet.settings import SweepSettings
 from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 from fleetval.vocab import SweepPhase
@@ -248,9 +248,9 @@ def assess(
 
 
 def _far_slower(a: Assessment, n: str, f: Fit) -> int:
-    """Tonight's pair jobs of node n slower than the tolerance by more than 3 noise units
-    (what the noise does not make of a job)."""
-    cut = f.threshold - 3 * f.sigma
+    """Tonight's pair jobs of node n slower than the tolerance by more than `HUBER` noise
+    units (what the noise does not make of a job)."""
+    cut = f.threshold - HUBER * f.sigma
     return sum(d < cut for d in a.deficits.get(n, {}).get(SweepPhase.PAIR, []))
 
 
@@ -277,13 +277,10 @@ def _node(a: Assessment, n: str, settings: SweepSettings, *, measured_alone: boo
     if flagged and max(e.tonight for e in flagged) >= 2:
         a.bad[n] = [e.text() for e in flagged] + a.evidence.get(n, [])
         return
-    if flagged:
-        # NOTE: flagged on past sweeps' jobs and one of tonight's (slow last night, and in
-        # the one pair it was in tonight): measured again before it is drained; that pair's
-        # link may be what is slow tonight (a node slow in the past is no proof it still is)
-        (a.pending_alone if measured_alone else a.pending_pair).add(n)
-        return
-    if own is not None and suspect(own, f):
+    # NOTE: flagged on past sweeps' jobs and one of tonight's (slow last night, and in the
+    # one pair it was in tonight) is measured again before it is drained, as a suspect is:
+    # that pair's link may be what is slow tonight (slow in the past is no proof it still is)
+    if flagged or (own is not None and suspect(own, f)):
         (a.pending_alone if measured_alone else a.pending_pair).add(n)
         return
     if net is not None and suspect(net, f):

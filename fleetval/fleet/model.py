@@ -29,12 +29,13 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from statistics import NormalDist
 
 import numpy as np
 import scipy.sparse as sp
 
-from fleetval.fleet.effects import Effect, Fit, Key, Obs, pair, trunk_keys
+from fleetval.fleet.effects import HUBER, Effect, Fit, Key, Obs, pair, trunk_keys
 from fleetval.fleet.settings import SweepSettings
 from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 from fleetval.vocab import SweepPhase
@@ -44,7 +45,6 @@ KAPPA = 2.0  # the L1 penalty, noise units per unit of an effect: smaller pulls 
 # one node: two slow pairs of one node are its network's, not two links, unless its other
 # pairs say otherwise. Too heavy, and a lone slow link is blamed on its ends' networks.
 LINK_PRIOR = 1.2
-HUBER = 3.0  # slow residuals past this many noise units count linearly (a bounded pull per job)
 LOAD_SD = 1.0  # prior spread of a round's load (log scale): a busy box moves it 20x
 FAILED = math.log(0.01)  # a failed job reads as 1% of its level
 SIGMA_MIN = 0.005  # the noise is never taken as below 0.5%
@@ -83,6 +83,11 @@ class _Design:
     w0: np.ndarray  # prior weights (age)
     cols: list[tuple[str, Key]]  # ("level", ...), ("load", ...), then effects
     blocks: list[_Block]
+
+    @cached_property
+    def effect(self) -> np.ndarray:
+        """Per column: an effect (not a level or a load)."""
+        return np.array([c[0] not in ("level", "load") for c in self.cols])
 
 
 def _design(obs: Sequence[Obs], topology: Topology) -> _Design:
@@ -180,7 +185,7 @@ def _penalties(d: _Design, sigma: float) -> np.ndarray:
     """Per column: the L1 weight (effects), 0 for levels and loads; a link's is
     `LINK_PRIOR` times a node's or a trunk's."""
     lam = KAPPA * sigma * np.array([LINK_PRIOR if c[0] == "link" else 1.0 for c in d.cols])
-    lam[[c[0] in ("level", "load") for c in d.cols]] = 0.0
+    lam[~d.effect] = 0.0
     return lam
 
 
@@ -267,7 +272,7 @@ def _spread(err: np.ndarray, dof: float | None = None) -> float:
 def _leverage(d: _Design, theta: np.ndarray) -> np.ndarray:
     """Each job's leverage (the hat matrix's diagonal) under the fit's active columns:
     levels, loads and the effects not at 0."""
-    active = np.array([c[0] in ("level", "load") for c in d.cols]) | (theta != 0)
+    active = ~d.effect | (theta != 0)
     XA = d.X[:, active].toarray()
     M = XA.T @ (XA * d.w0[:, None])
     M[np.diag_indices_from(M)] += 1e-9 * max(1.0, float(np.trace(M)) / len(M))
@@ -283,7 +288,7 @@ def _refitted_errors(
     r = _targets(d, theta) - d.Xr @ theta
     lev = _leverage(d, theta)
     err = r / np.sqrt(np.maximum(1 - lev, 1e-12))
-    base = np.array([c[0] in ("level", "load") for c in d.cols])
+    base = ~d.effect
     fixed = {int(k): 0.0 for k in np.nonzero(~base & (theta == 0))[0]}
     start, none = np.where(base, theta, 0.0), np.zeros(len(theta))
     for i in np.nonzero((lev >= 0.9) & tonight & ~d.failed)[0]:
@@ -300,7 +305,7 @@ def _shared_errors(d: _Design, theta: np.ndarray, tonight: np.ndarray) -> np.nda
     one job's leverage on the rest is small there."""
     use = tonight & ~d.failed
     r = (_targets(d, theta) - d.Xr @ theta)[use]
-    effect = np.array([c[0] not in ("level", "load") for c in d.cols]) & (theta != 0)
+    effect = d.effect & (theta != 0)
     Xt = d.Xr[use][:, effect]
     share = Xt.multiply(1.0 / np.maximum(np.asarray(Xt.sum(axis=0)).ravel(), 1e-12)).tocsr()
     own = share.multiply(share >= 0.5)
@@ -355,8 +360,7 @@ def _noise(d: _Design, theta: np.ndarray, sigma: float, tonight: np.ndarray) -> 
 def _relaxed(d: _Design, theta: np.ndarray, sigma: float) -> np.ndarray:
     """The effects the penalty kept, refitted without it (the others held at 0): their
     size unshrunk, for the noise and for what is reported."""
-    effect = np.array([c[0] not in ("level", "load") for c in d.cols])
-    fixed = {int(k): 0.0 for k in np.nonzero(effect & (theta == 0))[0]}
+    fixed = {int(k): 0.0 for k in np.nonzero(d.effect & (theta == 0))[0]}
     return _descend(d, theta, sigma, fixed=fixed, lam=np.zeros(len(d.cols)))
 
 
@@ -468,7 +472,7 @@ def evidence(
     sharing a job with them."""
     rows1 = np.unique(d.X[:, list(ks)].nonzero()[0])
     near = np.unique(d.Xr[rows1].indices)
-    near = near[[d.cols[c][0] not in ("level", "load") for c in near]]
+    near = near[d.effect[near]]
     rows2 = np.unique(d.X[:, near].nonzero()[0])
     Xr = d.Xr[rows2]
     X = Xr[:, near].tocsc()
