@@ -152,6 +152,24 @@ class NodeState(StrEnum):
     UNJUDGED = "unjudged"  # too few jobs for the noise to judge it either way
 
 
+class LinkState(StrEnum):
+    """What a fleet sweep's last job over a link says of it, worst first."""
+
+    FAILED = "failed"  # the job failed: no figure
+    SLOW = "slow"  # slower than its round's level and load allow
+    UNCLEAR = "unclear"  # within the noise of the tolerance
+    FAST = "fast"
+
+
+class GateStatus(StrEnum):
+    """Outcome of one sign-off gate, and of the whole sign-off (PASS or FAIL): a report's word,
+    upper case, beside the row and run statuses above."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"  # also when the gate found no evidence: never a silent PASS
+    WAIVED = "WAIVED"  # failed, but accepted by a named person for a stated reason
+
+
 class SweepPhase(StrEnum):
     """What a fleet sweep job measures."""
 

@@ -13,9 +13,10 @@ from fleetval.reports.render import (
     to_json,
 )
 from fleetval.signoff.evaluate import Signoff, build_signoff
-from fleetval.signoff.gates import GateName, GateStatus, Waiver, parse_waiver
+from fleetval.signoff.gates import GateName, Waiver, parse_waiver
 from fleetval.signoff.sweep import SWEEPS_SHOWN
 from fleetval.store.dataset import Store
+from fleetval.vocab import GateStatus
 
 
 def render_for_accept(

@@ -25,7 +25,6 @@ from fleetval.signoff.gates import (
     SWEEP_DEFAULT_GATES,
     GateName,
     Gates,
-    GateStatus,
     RegressionGate,
     RunInputs,
     SweepGate,
@@ -36,6 +35,7 @@ from fleetval.signoff.gates import (
 from fleetval.signoff.sweep import SWEEPS_SHOWN
 from fleetval.signoff.views import Views, build_views
 from fleetval.store.dataset import RunRecord, Store
+from fleetval.vocab import GateStatus
 
 _EVIDENCE_CAP = 200  # per gate: a fleet can fail thousands of rows; the count says the rest
 

@@ -50,14 +50,6 @@ if TYPE_CHECKING:  # NOTE: compare imports pyarrow; a suite's `gates:` model nee
     from fleetval.analysis.compare import Comparison
 
 
-class GateStatus(StrEnum):
-    """Outcome of one gate, and of the whole sign-off (PASS or FAIL)."""
-
-    PASS = "PASS"
-    FAIL = "FAIL"  # also when the gate found no evidence: never a silent PASS
-    WAIVED = "WAIVED"  # failed, but accepted by a named person for a stated reason
-
-
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

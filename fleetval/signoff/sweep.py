@@ -19,7 +19,7 @@ from fleetval.fleet.topology import LEVELS
 from fleetval.fleet.verdict import FleetVerdict, LinkMeasured
 from fleetval.signoff.gates import is_sweep
 from fleetval.store.catalog import Catalog, RunRecord
-from fleetval.vocab import NodeState
+from fleetval.vocab import LinkState, NodeState
 
 SWEEPS_SHOWN = 10  # `fleetval report --sweeps`
 MATRIX_NODES = 48  # up to this many nodes a matrix cell is a link; beyond, a pair of groups
@@ -203,7 +203,7 @@ def _cell(c: LinkMeasured, ref: float | None, past: list[float]) -> MatrixCell:
     return MatrixCell(gbps=c.gbps, ratio=ratio, verdict=c.verdict, change=change)
 
 
-WORST = ("failed", "slow", "unclear", "fast")
+WORST = tuple(LinkState)  # worst first
 
 
 def _groups(

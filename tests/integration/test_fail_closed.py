@@ -20,9 +20,10 @@ from fleetval.run.job import RunState, job_ranks
 from fleetval.run.plan import make_plan
 from fleetval.run.step import run_step
 from fleetval.signoff.evaluate import build_signoff
-from fleetval.signoff.gates import GateName, GateStatus, Waiver
+from fleetval.signoff.gates import GateName, Waiver
 from fleetval.store.dataset import Store, new_run_id
 from fleetval.suite import parse_suite
+from fleetval.vocab import GateStatus
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

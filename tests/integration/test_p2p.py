@@ -9,9 +9,10 @@ import pytest
 
 from fleetval.run.execute import run_suite
 from fleetval.signoff.evaluate import build_signoff
-from fleetval.signoff.gates import GateName, GateStatus
+from fleetval.signoff.gates import GateName
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
+from fleetval.vocab import GateStatus
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

@@ -18,9 +18,10 @@ from fleetval.analysis.baselines import Baselines
 from fleetval.cli import app
 from fleetval.reports import build_signoff, render
 from fleetval.run.execute import run_suite
-from fleetval.signoff.gates import GateName, GateStatus
+from fleetval.signoff.gates import GateName
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
+from fleetval.vocab import GateStatus
 from tests.helpers.ray import assert_no_leaks
 from tests.helpers.tools import tool_missing
 

@@ -19,9 +19,10 @@ from fleetval.reports import (
     render,
     render_for_accept,
 )
-from fleetval.signoff.gates import GateName, GateStatus, Waiver, parse_waiver
+from fleetval.signoff.gates import GateName, Waiver, parse_waiver
 from fleetval.store.dataset import Store
 from fleetval.suite import SuiteError, parse_suite
+from fleetval.vocab import GateStatus
 from tests.helpers.stores import (
     ALL_GATES,
     GiB,

@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 from fleetval.cli import app
 from fleetval.fleet.verdict import LinkMeasured, LinkVerdict
 from fleetval.reports import build_signoff, render
-from fleetval.signoff.gates import GateName, GateStatus, Waiver
+from fleetval.signoff.gates import GateName, Waiver
 from fleetval.store.dataset import RunRecord, Store
+from fleetval.vocab import GateStatus
 from tests.sweepgen import NODES, SWEEPS, write_sweep
 
 runner = CliRunner()
