@@ -25,12 +25,14 @@ DOC = ROOT / "docs" / "architecture.md"
 # What each part may import of fleetval besides itself: a part is a module or package under
 # `fleetval.` ("fleet.settings" allows that one module of a part); "core" is the first
 # group; imports under `if TYPE_CHECKING:` count too (an annotation is a dependency).
-CORE = ("vocab", "text", "arrays", "metrics", "nodesets", "culprit", "policy", "status")
+CORE = ("vocab", "text", "arrays", "metrics", "nodesets", "culprit", "policy", "status",
+        "finding")
 ANYTHING = ("*",)
 ALLOWED: dict[str, tuple[str, ...]] = {
     "vocab": (), "text": (), "arrays": (), "metrics": (), "nodesets": (), "culprit": (),
     "policy": (),
     "status": ("vocab", "culprit"),
+    "finding": ("vocab",),
     "formats": ("core",),
     "store": ("core",),
     "detect": ("core", "formats", "store"),
