@@ -106,10 +106,7 @@ def _json(verdicts: dict[str, list[GpuVerdict]]) -> dict[str, Any]:
                 "key": v.key,
                 "action": v.action.value,
                 "reading": v.reading.model_dump() if v.reading else None,
-                "findings": [
-                    {**f._asdict(), "severity": f.severity.value, "action": f.action.value}
-                    for f in v.findings
-                ],
+                "findings": [f.to_json() for f in v.findings],
             }
             for node, vs in verdicts.items()
             for v in vs
@@ -145,7 +142,7 @@ def _print(verdicts: dict[str, list[GpuVerdict]]) -> None:
             console.print(f"{v.label}{what}: {v.action.value}", highlight=False, soft_wrap=True)
             for f in v.findings:
                 console.print(
-                    f"  {f.severity.value:<4} {f.code}: {f.evidence}\n"
+                    f"  {f.status.value:<4} {f.code}: {f.evidence}\n"
                     f"       -> {f.action.value}: {f.reason}",
                     highlight=False,
                     soft_wrap=True,

@@ -1,6 +1,6 @@
 """Why a GPU is bad and what to do: pure judgements over hardware readings and kernel events.
 
-Every finding names its evidence (the values read), a severity (WARN or FAIL) and one action
+Every finding names its evidence (the values read), a status (WARN or FAIL) and one action
 from `Action`, with the reason for that action. The driver's own word wins where it gives one
 (NVML's GPU recovery action, Xid 154). Thresholds are numbers in `HwThresholds`, which a suite
 sets; none live in code. Both `fleetval gpu-health` and the `health` check call `judge_node`.
@@ -15,10 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
+from fleetval.finding import Finding
 from fleetval.formats.gpuhw import GpuReading, KernelEvent, pci_key
 from fleetval.formats.hwobs import Observation
 from fleetval.vocab import Status
@@ -59,14 +60,33 @@ class HwThresholds(BaseModel):
     golden: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
-class Finding(NamedTuple):
-    """One judged fact about one GPU (or the node, for a kernel event without a GPU)."""
+class HwFindingJSON(TypedDict):
+    """A hardware finding as a health row's details store it and `gpu-health --json` prints it
+    (its status under the name stored rows have always had: `severity`)."""
 
-    code: str  # "row_remap_pending", "xid_79", ...
-    severity: Status  # WARN or FAIL; INFO for what is recorded only
+    code: str
+    severity: str
+    action: str
+    reason: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class HwFinding(Finding):
+    """One judged fact about one GPU (or the node, for a kernel event without a GPU): a
+    `Finding` (code "row_remap_pending", "xid_79", ...; status WARN or FAIL, INFO for what is
+    recorded only; the reason for its action) with what to do and the values read."""
+
     action: Action
-    reason: str  # why this action
     evidence: str  # the values read, as the tool printed them
+
+    def to_json(self) -> HwFindingJSON:
+        return HwFindingJSON(code=self.code, severity=self.status.value, action=self.action.value,
+                             reason=self.reason, evidence=self.evidence)  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: HwFindingJSON) -> HwFinding:
+        return cls(d["code"], Status(d["severity"]), d["reason"], Action(d["action"]), d["evidence"])
 
 
 @dataclass(frozen=True)
@@ -76,7 +96,7 @@ class GpuVerdict:
     key: str  # formats.gpuhw: PCI address, else UUID, else index
     label: str  # how a person names it: "GPU 3 (0000:1b:00, GPU-...)"
     reading: GpuReading | None
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[HwFinding] = field(default_factory=list)
 
     @property
     def action(self) -> Action:
@@ -84,8 +104,8 @@ class GpuVerdict:
                    default=Action.NONE)  # fmt: skip
 
     @property
-    def bad(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity in (Status.WARN, Status.FAIL)]
+    def bad(self) -> list[HwFinding]:
+        return [f for f in self.findings if f.bad]
 
 
 # ---- the Xid table ---------------------------------------------------------------------------
@@ -188,7 +208,7 @@ AMD_EVENTS: dict[str, tuple[Status, Action, str]] = {
 # ---- one GPU's readings ----------------------------------------------------------------------
 
 
-def judge_reading(r: GpuReading, t: HwThresholds) -> list[Finding]:
+def judge_reading(r: GpuReading, t: HwThresholds) -> list[HwFinding]:
     """Every finding one GPU's readings support; nothing for what the source did not say."""
     return [
         *_recovery(r),
@@ -200,93 +220,107 @@ def judge_reading(r: GpuReading, t: HwThresholds) -> list[Finding]:
     ]
 
 
-def _recovery(r: GpuReading) -> list[Finding]:
+def _recovery(r: GpuReading) -> list[HwFinding]:
     action = RECOVERY_ACTIONS.get((r.recovery_action or "").strip().lower())
     if action is None or action == Action.NONE:
         return []
-    return [Finding("driver_recovery_action", Status.FAIL, action,
-                    "the driver states this recovery action",
-                    f"GPU Recovery Action: {r.recovery_action}")]  # fmt: skip
+    return [HwFinding("driver_recovery_action", Status.FAIL,
+                      "the driver states this recovery action",
+                      action,
+                      f"GPU Recovery Action: {r.recovery_action}")]  # fmt: skip
 
 
-def _ecc(r: GpuReading, t: HwThresholds) -> list[Finding]:
+def _ecc(r: GpuReading, t: HwThresholds) -> list[HwFinding]:
     out = []
     if r.ecc_volatile_uncorrected:
-        out.append(Finding("ecc_uncorrected_volatile", Status.FAIL, Action.RESET_GPU,
-                           "uncorrectable memory errors since the driver loaded: data a job "
-                           "read may be wrong; a reset retires or remaps the bad memory",
-                           f"volatile uncorrected ECC: {r.ecc_volatile_uncorrected}"))  # fmt: skip
+        out.append(HwFinding("ecc_uncorrected_volatile", Status.FAIL,
+                             "uncorrectable memory errors since the driver loaded: data a job "
+                             "read may be wrong; a reset retires or remaps the bad memory",
+                             Action.RESET_GPU,
+                             f"volatile uncorrected ECC: {r.ecc_volatile_uncorrected}"))  # fmt: skip
     if r.ecc_aggregate_uncorrected:
-        out.append(Finding("ecc_uncorrected_aggregate", Status.WARN, Action.WATCH,
-                           "uncorrectable errors in the board's lifetime; the retired-page or "
-                           "row-remap state says whether they were repaired",
-                           f"aggregate uncorrected ECC: {r.ecc_aggregate_uncorrected}"))  # fmt: skip
+        out.append(HwFinding("ecc_uncorrected_aggregate", Status.WARN,
+                             "uncorrectable errors in the board's lifetime; the retired-page or "
+                             "row-remap state says whether they were repaired",
+                             Action.WATCH,
+                             f"aggregate uncorrected ECC: {r.ecc_aggregate_uncorrected}"))  # fmt: skip
     if r.ecc_volatile_corrected is not None and r.ecc_volatile_corrected >= t.ecc_corrected_watch:
-        out.append(Finding("ecc_corrected_high", Status.WARN, Action.WATCH,
-                           "many corrected errors often precede uncorrectable ones",
-                           f"volatile corrected ECC: {r.ecc_volatile_corrected} "
-                           f"(watch at {t.ecc_corrected_watch})"))  # fmt: skip
+        out.append(HwFinding("ecc_corrected_high", Status.WARN,
+                             "many corrected errors often precede uncorrectable ones",
+                             Action.WATCH,
+                             f"volatile corrected ECC: {r.ecc_volatile_corrected} "
+                             f"(watch at {t.ecc_corrected_watch})"))  # fmt: skip
     if r.sram_threshold_exceeded:
-        out.append(Finding("sram_threshold_exceeded", Status.FAIL, Action.DRAIN_RMA,
-                           "the SRAM error threshold is NVIDIA's RMA criterion",
-                           "SRAM Threshold Exceeded: Yes"))  # fmt: skip
+        out.append(HwFinding("sram_threshold_exceeded", Status.FAIL,
+                             "the SRAM error threshold is NVIDIA's RMA criterion",
+                             Action.DRAIN_RMA,
+                             "SRAM Threshold Exceeded: Yes"))  # fmt: skip
     out += _amd_blocks(r, t)
     return out
 
 
-def _amd_blocks(r: GpuReading, t: HwThresholds) -> list[Finding]:
+def _amd_blocks(r: GpuReading, t: HwThresholds) -> list[HwFinding]:
     out = []
     for block, counts in r.ecc_blocks.items():
         if block == "XGMI_WAFL":
             continue  # judged as a link, in _links
         if counts.get("uncorrectable"):
-            out.append(Finding(f"ecc_uncorrected_{block.lower()}", Status.FAIL, Action.RESET_GPU,
-                               f"uncorrectable errors in the {block} block",
-                               f"{block}: uncorrectable {counts['uncorrectable']}"))  # fmt: skip
+            out.append(HwFinding(f"ecc_uncorrected_{block.lower()}", Status.FAIL,
+                                 f"uncorrectable errors in the {block} block",
+                                 Action.RESET_GPU,
+                                 f"{block}: uncorrectable {counts['uncorrectable']}"))  # fmt: skip
         if counts.get("deferred"):
-            out.append(Finding(f"ecc_deferred_{block.lower()}", Status.WARN, Action.WATCH,
-                               "deferred (poisoned) errors not yet consumed",
-                               f"{block}: deferred {counts['deferred']}"))  # fmt: skip
+            out.append(HwFinding(f"ecc_deferred_{block.lower()}", Status.WARN,
+                                 "deferred (poisoned) errors not yet consumed",
+                                 Action.WATCH,
+                                 f"{block}: deferred {counts['deferred']}"))  # fmt: skip
         corrected = counts.get("correctable") or 0
         if corrected >= t.ecc_corrected_watch:
-            out.append(Finding(f"ecc_corrected_{block.lower()}", Status.WARN, Action.WATCH,
-                               "many corrected errors often precede uncorrectable ones",
-                               f"{block}: correctable {corrected}"))  # fmt: skip
+            out.append(HwFinding(f"ecc_corrected_{block.lower()}", Status.WARN,
+                                 "many corrected errors often precede uncorrectable ones",
+                                 Action.WATCH,
+                                 f"{block}: correctable {corrected}"))  # fmt: skip
     return out
 
 
-def _memory(r: GpuReading, t: HwThresholds) -> list[Finding]:
+def _memory(r: GpuReading, t: HwThresholds) -> list[HwFinding]:
     out = []
     if r.remap_failed:
-        out.append(Finding("row_remap_failed", Status.FAIL, Action.DRAIN_RMA,
-                           "a row could not be remapped: the memory has no spare left to "
-                           "repair it", "Remapping Failure Occurred: Yes"))  # fmt: skip
+        out.append(HwFinding("row_remap_failed", Status.FAIL,
+                             "a row could not be remapped: the memory has no spare left to "
+                             "repair it",
+                             Action.DRAIN_RMA, "Remapping Failure Occurred: Yes"))  # fmt: skip
     if r.remap_pending:
-        out.append(Finding("row_remap_pending", Status.FAIL, Action.RESET_GPU,
-                           "a row remap is recorded but applies only after a GPU reset; until "
-                           "then jobs can hit the bad row",
-                           f"Remapped Rows Pending: Yes (uncorrectable {r.remap_uncorrected}, "
-                           f"correctable {r.remap_corrected})"))  # fmt: skip
+        out.append(HwFinding("row_remap_pending", Status.FAIL,
+                             "a row remap is recorded but applies only after a GPU reset; until "
+                             "then jobs can hit the bad row",
+                             Action.RESET_GPU,
+                             f"Remapped Rows Pending: Yes (uncorrectable {r.remap_uncorrected}, "
+                             f"correctable {r.remap_corrected})"))  # fmt: skip
     low = sum(r.remap_histogram.get(k) or 0 for k in ("low", "none"))
     if low:
-        out.append(Finding("row_remap_spares_low", Status.WARN, Action.WATCH,
-                           "banks with few or no spare rows left cannot absorb more errors",
-                           f"bank remap availability: low {r.remap_histogram.get('low')}, "
-                           f"none {r.remap_histogram.get('none')}"))  # fmt: skip
+        out.append(HwFinding("row_remap_spares_low", Status.WARN,
+                             "banks with few or no spare rows left cannot absorb more errors",
+                             Action.WATCH,
+                             f"bank remap availability: low {r.remap_histogram.get('low')}, "
+                             f"none {r.remap_histogram.get('none')}"))  # fmt: skip
     retired = (r.retired_sbe or 0) + (r.retired_dbe or 0)
     if retired >= t.retired_pages_rma:
-        out.append(Finding("retired_pages_rma", Status.FAIL, Action.DRAIN_RMA,
-                           f"{retired} retired pages reach the RMA line of {t.retired_pages_rma}",
-                           f"Retired Pages: single bit {r.retired_sbe}, double bit "
-                           f"{r.retired_dbe}"))  # fmt: skip
+        out.append(HwFinding("retired_pages_rma", Status.FAIL,
+                             f"{retired} retired pages reach the RMA line of {t.retired_pages_rma}",
+                             Action.DRAIN_RMA,
+                             f"Retired Pages: single bit {r.retired_sbe}, double bit "
+                             f"{r.retired_dbe}"))  # fmt: skip
     elif r.retired_dbe:
-        out.append(Finding("retired_pages_dbe", Status.WARN, Action.WATCH,
-                           "pages retired for double-bit errors",
-                           f"Retired Pages: double bit {r.retired_dbe}"))  # fmt: skip
+        out.append(HwFinding("retired_pages_dbe", Status.WARN,
+                             "pages retired for double-bit errors",
+                             Action.WATCH,
+                             f"Retired Pages: double bit {r.retired_dbe}"))  # fmt: skip
     if r.retired_pending:
-        out.append(Finding("retired_pages_pending", Status.FAIL, Action.RESET_GPU,
-                           "a page retirement applies only after a GPU reset",
-                           "Pending Page Blacklist: Yes"))  # fmt: skip
+        out.append(HwFinding("retired_pages_pending", Status.FAIL,
+                             "a page retirement applies only after a GPU reset",
+                             Action.RESET_GPU,
+                             "Pending Page Blacklist: Yes"))  # fmt: skip
     return out
 
 
@@ -296,27 +330,30 @@ def _idle(r: GpuReading) -> bool:
     return "idle" in (r.clock_reasons or []) or pstate >= 8
 
 
-def _pcie(r: GpuReading, t: HwThresholds) -> list[Finding]:
+def _pcie(r: GpuReading, t: HwThresholds) -> list[HwFinding]:
     out = []
     if r.pcie_width and r.pcie_width_max and r.pcie_width < r.pcie_width_max:
-        out.append(Finding("pcie_width_downtrained", Status.FAIL, Action.REBOOT_NODE,
-                           "the link trained narrower than it can: host transfers are slower; "
-                           "a reboot retrains it, a reseat if it persists",
-                           f"PCIe width x{r.pcie_width} of x{r.pcie_width_max}"))  # fmt: skip
+        out.append(HwFinding("pcie_width_downtrained", Status.FAIL,
+                             "the link trained narrower than it can: host transfers are slower; "
+                             "a reboot retrains it, a reseat if it persists",
+                             Action.REBOOT_NODE,
+                             f"PCIe width x{r.pcie_width} of x{r.pcie_width_max}"))  # fmt: skip
     if r.pcie_gen and r.pcie_gen_max and r.pcie_gen < r.pcie_gen_max and not _idle(r):
-        out.append(Finding("pcie_gen_downtrained", Status.WARN, Action.REBOOT_NODE,
-                           "the link runs below its generation while the GPU is busy",
-                           f"PCIe gen {r.pcie_gen} of {r.pcie_gen_max} ({r.perf_state})"))  # fmt: skip
+        out.append(HwFinding("pcie_gen_downtrained", Status.WARN,
+                             "the link runs below its generation while the GPU is busy",
+                             Action.REBOOT_NODE,
+                             f"PCIe gen {r.pcie_gen} of {r.pcie_gen_max} ({r.perf_state})"))  # fmt: skip
     if r.pcie_replays is not None and r.pcie_replays >= t.pcie_replays_watch:
-        out.append(Finding("pcie_replays", Status.WARN, Action.WATCH,
-                           "replayed PCIe packets mean link errors; growth between sweeps "
-                           "points to a marginal slot or riser",
-                           f"PCIe replays since reset: {r.pcie_replays} "
-                           f"(watch at {t.pcie_replays_watch})"))  # fmt: skip
+        out.append(HwFinding("pcie_replays", Status.WARN,
+                             "replayed PCIe packets mean link errors; growth between sweeps "
+                             "points to a marginal slot or riser",
+                             Action.WATCH,
+                             f"PCIe replays since reset: {r.pcie_replays} "
+                             f"(watch at {t.pcie_replays_watch})"))  # fmt: skip
     return out
 
 
-def _clocks(r: GpuReading, t: HwThresholds) -> list[Finding]:
+def _clocks(r: GpuReading, t: HwThresholds) -> list[HwFinding]:
     out = []
     active = set(r.clock_reasons or [])
     clock = f"SM {r.sm_clock_mhz:g} of {r.sm_clock_max_mhz:g} MHz" if r.sm_clock_mhz and \
@@ -326,67 +363,77 @@ def _clocks(r: GpuReading, t: HwThresholds) -> list[Finding]:
         why = ("an external power-brake signal (PSU or BMC) holds the clocks down"
                if "hw_power_brake" in active else "the hardware itself slows the clocks "
                "(overheating or a power-supply fault)")  # fmt: skip
-        out.append(Finding("hw_slowdown", Status.FAIL, Action.REBOOT_NODE,
-                           f"{why}; a reboot clears a stuck signal, else the chassis needs "
-                           "service", f"active: {', '.join(hw)}; {clock}"))  # fmt: skip
+        out.append(HwFinding("hw_slowdown", Status.FAIL,
+                             f"{why}; a reboot clears a stuck signal, else the chassis needs "
+                             "service",
+                             Action.REBOOT_NODE, f"active: {', '.join(hw)}; {clock}"))  # fmt: skip
     if active & {"sw_thermal_slowdown", "throttled"}:
-        out.append(Finding("thermal_slowdown", Status.WARN, Action.WATCH,
-                           "the driver slows the clocks to stay under its temperature target",
-                           f"active: {', '.join(sorted(active))}; {clock}"))  # fmt: skip
+        out.append(HwFinding("thermal_slowdown", Status.WARN,
+                             "the driver slows the clocks to stay under its temperature target",
+                             Action.WATCH,
+                             f"active: {', '.join(sorted(active))}; {clock}"))  # fmt: skip
     margin = r.temp_slowdown_margin_c
     if margin is None and r.temp_c is not None and r.temp_slowdown_c is not None:
         margin = r.temp_slowdown_c - r.temp_c
     if margin is not None and margin <= t.temp_margin_watch_c:
-        out.append(Finding("temperature_near_slowdown", Status.WARN, Action.WATCH,
-                           "the GPU is close to the temperature where hardware slowdown starts",
-                           f"{margin:g} C before slowdown (watch within "
-                           f"{t.temp_margin_watch_c:g} C)"))  # fmt: skip
+        out.append(HwFinding("temperature_near_slowdown", Status.WARN,
+                             "the GPU is close to the temperature where hardware slowdown starts",
+                             Action.WATCH,
+                             f"{margin:g} C before slowdown (watch within "
+                             f"{t.temp_margin_watch_c:g} C)"))  # fmt: skip
     lim, default = r.power_limit_w, r.power_default_limit_w
     if lim and default and lim < default * (1 - t.power_limit_below_default_pct / 100):
-        out.append(Finding("power_limit_lowered", Status.WARN, Action.WATCH,
-                           "a power cap below the default slows every job on this GPU",
-                           f"power limit {lim:g} W, default {default:g} W"))  # fmt: skip
+        out.append(HwFinding("power_limit_lowered", Status.WARN,
+                             "a power cap below the default slows every job on this GPU",
+                             Action.WATCH,
+                             f"power limit {lim:g} W, default {default:g} W"))  # fmt: skip
     return out
 
 
-def _links(r: GpuReading, t: HwThresholds) -> list[Finding]:
+def _links(r: GpuReading, t: HwThresholds) -> list[HwFinding]:
     out = []
     expected = t.expect_nvlinks or r.nvlink_total
     if r.nvlink_up is not None and expected and r.nvlink_up < expected:
-        out.append(Finding("nvlink_down", Status.FAIL, Action.RESET_GPU,
-                           "NVLinks down: peer traffic falls back to PCIe or fails; a reset "
-                           "retrains them, RMA if they stay down",
-                           f"NVLinks up: {r.nvlink_up} of {expected}"))  # fmt: skip
+        out.append(HwFinding("nvlink_down", Status.FAIL,
+                             "NVLinks down: peer traffic falls back to PCIe or fails; a reset "
+                             "retrains them, RMA if they stay down",
+                             Action.RESET_GPU,
+                             f"NVLinks up: {r.nvlink_up} of {expected}"))  # fmt: skip
     elif r.nvlink_up == 0:  # NOTE: no active link is no NVLink fabric in use (a lone SXM GPU)
-        out.append(Finding("nvlink_inactive", Status.INFO, Action.NONE,
-                           "no NVLink is active: no NVLink fabric in use (set expect_nvlinks "
-                           "where one must be)", "all links are inactive"))  # fmt: skip
+        out.append(HwFinding("nvlink_inactive", Status.INFO,
+                             "no NVLink is active: no NVLink fabric in use (set expect_nvlinks "
+                             "where one must be)",
+                             Action.NONE, "all links are inactive"))  # fmt: skip
     for counter, n in sorted(r.nvlink_errors.items()):
         if n >= t.link_errors_watch:
-            out.append(Finding(f"nvlink_{counter}_errors", Status.WARN, Action.WATCH,
-                               "NVLink errors: the link retries; growth means a failing link",
-                               f"NVLink {counter} errors: {n}"))  # fmt: skip
+            out.append(HwFinding(f"nvlink_{counter}_errors", Status.WARN,
+                                 "NVLink errors: the link retries; growth means a failing link",
+                                 Action.WATCH,
+                                 f"NVLink {counter} errors: {n}"))  # fmt: skip
     xgmi_expected = t.expect_xgmi_links or r.xgmi_total
     if r.xgmi_up is not None and xgmi_expected and r.xgmi_up < xgmi_expected:
-        out.append(Finding("xgmi_down", Status.FAIL, Action.RESET_GPU,
-                           "XGMI peers unreachable: peer traffic falls back to PCIe or fails",
-                           f"XGMI links with counters: {r.xgmi_up} of {xgmi_expected}"))  # fmt: skip
+        out.append(HwFinding("xgmi_down", Status.FAIL,
+                             "XGMI peers unreachable: peer traffic falls back to PCIe or fails",
+                             Action.RESET_GPU,
+                             f"XGMI links with counters: {r.xgmi_up} of {xgmi_expected}"))  # fmt: skip
     wafl = r.ecc_blocks.get("XGMI_WAFL", {})
     if wafl.get("uncorrectable"):
-        out.append(Finding("xgmi_uncorrectable", Status.FAIL, Action.RESET_GPU,
-                           "uncorrectable XGMI link errors",
-                           f"XGMI_WAFL: uncorrectable {wafl['uncorrectable']}"))  # fmt: skip
+        out.append(HwFinding("xgmi_uncorrectable", Status.FAIL,
+                             "uncorrectable XGMI link errors",
+                             Action.RESET_GPU,
+                             f"XGMI_WAFL: uncorrectable {wafl['uncorrectable']}"))  # fmt: skip
     if (wafl.get("correctable") or 0) >= t.link_errors_watch:
-        out.append(Finding("xgmi_corrected_errors", Status.WARN, Action.WATCH,
-                           "corrected XGMI link errors: growth means a failing link",
-                           f"XGMI_WAFL: correctable {wafl['correctable']}"))  # fmt: skip
+        out.append(HwFinding("xgmi_corrected_errors", Status.WARN,
+                             "corrected XGMI link errors: growth means a failing link",
+                             Action.WATCH,
+                             f"XGMI_WAFL: correctable {wafl['correctable']}"))  # fmt: skip
     return out
 
 
 # ---- kernel events ---------------------------------------------------------------------------
 
 
-def judge_events(events: list[KernelEvent], t: HwThresholds) -> dict[str, list[Finding]]:
+def judge_events(events: list[KernelEvent], t: HwThresholds) -> dict[str, list[HwFinding]]:
     """Findings per GPU key from kernel events: one per Xid code (or amdgpu event kind) on a
     GPU, with its count and last line."""
     by: dict[tuple[str, str], list[KernelEvent]] = defaultdict(list)
@@ -394,38 +441,41 @@ def judge_events(events: list[KernelEvent], t: HwThresholds) -> dict[str, list[F
         kind = "xid_79" if e.kind == "fallen_off_bus" else (
             f"xid_{e.code}" if e.kind == "xid" else e.kind)  # fmt: skip
         by[(e.key(), kind)].append(e)
-    out: dict[str, list[Finding]] = defaultdict(list)
+    out: dict[str, list[HwFinding]] = defaultdict(list)
     for (key, kind), evs in by.items():
         out[key].append(_event_finding(kind, evs, t))
     return dict(out)
 
 
-def _event_finding(kind: str, evs: list[KernelEvent], t: HwThresholds) -> Finding:
+def _event_finding(kind: str, evs: list[KernelEvent], t: HwThresholds) -> HwFinding:
     last = evs[-1].text
     n = len(evs)
     table = AMD_EVENTS if evs[0].vendor == "amd" else NVIDIA_EVENTS
     if kind in table:
         severity, action, why = table[kind]
-        return Finding(kind, severity, action, why, f"{n}x, last: {last}")
+        return HwFinding(kind, severity, why, action, f"{n}x, last: {last}")
     code = int(kind.removeprefix("xid_"))
     rule = XID_TABLE.get(code)
     if rule is None:
-        return Finding(kind, Status.WARN, Action.WATCH, f"Xid {code} is not in fleetval's table",
-                       f"{n}x, last: {last}")  # fmt: skip
+        return HwFinding(kind, Status.WARN, f"Xid {code} is not in fleetval's table", Action.WATCH,
+                         f"{n}x, last: {last}")  # fmt: skip
     if code == 154 and (stated := RECOVERY_ACTIONS.get((evs[-1].recovery_action or "").lower())):
-        return Finding(kind, Status.FAIL if stated != Action.NONE else Status.INFO, stated,
-                       f"{rule.meaning}: the driver now asks for '{evs[-1].recovery_action}'",
-                       f"{n}x, last: {last}")  # fmt: skip
+        return HwFinding(kind, Status.FAIL if stated != Action.NONE else Status.INFO,
+                         f"{rule.meaning}: the driver now asks for '{evs[-1].recovery_action}'",
+                         stated,
+                         f"{n}x, last: {last}")  # fmt: skip
     if not rule.node_fault:
         procs = {m.group(1) for e in evs if (m := re.search(r"pid=(\d+|'<unknown>')", e.text))}
         if len(procs) >= t.xid_app_recurrence:
-            return Finding(kind, Status.WARN, Action.WATCH,
-                           f"{rule.meaning}, in {len(procs)} processes: recurring across jobs, "
-                           "so suspect the GPU", f"{n}x, last: {last}")  # fmt: skip
-        return Finding(kind, Status.INFO, Action.NONE,
-                       f"{rule.meaning}: an application error, not the node's",
-                       f"{n}x, last: {last}")  # fmt: skip
-    return Finding(kind, rule.severity, rule.action, rule.meaning, f"{n}x, last: {last}")
+            return HwFinding(kind, Status.WARN,
+                             f"{rule.meaning}, in {len(procs)} processes: recurring across jobs, "
+                             "so suspect the GPU",
+                             Action.WATCH, f"{n}x, last: {last}")  # fmt: skip
+        return HwFinding(kind, Status.INFO,
+                         f"{rule.meaning}: an application error, not the node's",
+                         Action.NONE,
+                         f"{n}x, last: {last}")  # fmt: skip
+    return HwFinding(kind, rule.severity, rule.meaning, rule.action, f"{n}x, last: {last}")
 
 
 # ---- what tools printed beside the counters ---------------------------------------------------
@@ -445,7 +495,7 @@ DCGM_CATEGORIES: dict[str, tuple[Action, str]] = {
 }  # fmt: skip
 
 
-def judge_observation(o: Observation) -> Finding | None:
+def judge_observation(o: Observation) -> HwFinding | None:
     """The finding one observation supports; None when what the tool printed is healthy."""
     if o.ok:
         return None
@@ -454,25 +504,27 @@ def judge_observation(o: Observation) -> Finding | None:
         severity = Status.WARN if o.value.startswith("Warn") or action == Action.WATCH else \
             Status.FAIL  # fmt: skip
         detail = f": {o.detail}" if o.detail else ""
-        return Finding(f"dcgm_{_slug(o.subject)}", severity, action, why,
-                       f"dcgmi diag {o.category} {o.subject}: {o.value}{detail}")  # fmt: skip
+        return HwFinding(f"dcgm_{_slug(o.subject)}", severity, why, action,
+                         f"dcgmi diag {o.category} {o.subject}: {o.value}{detail}")  # fmt: skip
     if o.kind == "fabric":
-        return Finding("nvlink_fabric", Status.FAIL, Action.REBOOT_NODE,
-                       "the GPU is not healthily registered with the NVLink fabric: multi-node "
-                       "NVLink jobs fail or fall back; check the fabric manager / IMEX, then "
-                       "reboot", f"Fabric: {o.value} ({o.detail})")  # fmt: skip
+        return HwFinding("nvlink_fabric", Status.FAIL,
+                         "the GPU is not healthily registered with the NVLink fabric: multi-node "
+                         "NVLink jobs fail or fall back; check the fabric manager / IMEX, then "
+                         "reboot",
+                         Action.REBOOT_NODE, f"Fabric: {o.value} ({o.detail})")  # fmt: skip
     if o.kind == "xid":  # a tool's Xid column: judged by the catalog the kernel log's Xids are
         code = int(o.value)
         ev = KernelEvent(vendor=o.vendor, kind="xid", pci_bus_id=o.pci_bus_id, code=code,
                          text=f"{o.source}: GPU {o.index} {o.subject} {o.value}")  # fmt: skip
         return _event_finding(f"xid_{code}", [ev], HwThresholds())
     if o.kind == "nvlink_pair":
-        return Finding("nvlink_pair_fewer", Status.FAIL, Action.RESET_GPU,
-                       "this GPU pair has fewer NVLinks than its peers: links are down; a reset "
-                       "retrains them, RMA if they stay down",
-                       f"topo -m {o.subject}: {o.value} ({o.detail})")  # fmt: skip
-    return Finding(o.kind, Status.WARN, Action.WATCH, f"{o.source} reports a problem",
-                   f"{o.subject}: {o.value}")  # fmt: skip
+        return HwFinding("nvlink_pair_fewer", Status.FAIL,
+                         "this GPU pair has fewer NVLinks than its peers: links are down; a reset "
+                         "retrains them, RMA if they stay down",
+                         Action.RESET_GPU,
+                         f"topo -m {o.subject}: {o.value} ({o.detail})")  # fmt: skip
+    return HwFinding(o.kind, Status.WARN, f"{o.source} reports a problem", Action.WATCH,
+                     f"{o.subject}: {o.value}")  # fmt: skip
 
 
 def _slug(name: str) -> str:
@@ -524,14 +576,14 @@ def judge_node(
     return verdicts
 
 
-def peer_findings(readings: list[GpuReading], t: HwThresholds) -> dict[str, list[Finding]]:
+def peer_findings(readings: list[GpuReading], t: HwThresholds) -> dict[str, list[HwFinding]]:
     """Busy GPUs of one node whose SM clock or power strays from the median of the others by
     more than `peer_tolerance_pct`. Idle GPUs are left out (they clock down on purpose), and
     fewer than three busy GPUs cannot say which one strays."""
     busy = [r for r in readings if not _idle(r) and r.clock_reasons is not None]
     if t.peer_tolerance_pct is None or len(busy) < 3:
         return {}
-    out: dict[str, list[Finding]] = defaultdict(list)
+    out: dict[str, list[HwFinding]] = defaultdict(list)
     for field_name, what, unit in (("sm_clock_mhz", "SM clock", "MHz"), ("power_w", "power", "W")):
         for r in busy:
             mine = getattr(r, field_name)
@@ -542,10 +594,11 @@ def peer_findings(readings: list[GpuReading], t: HwThresholds) -> dict[str, list
             median = statistics.median(others)
             off = (mine - median) / median * 100 if median else 0.0
             if abs(off) > t.peer_tolerance_pct:
-                out[r.key()].append(Finding(
-                    f"peer_{field_name.split('_')[0]}", Status.WARN, Action.WATCH,
+                out[r.key()].append(HwFinding(
+                    f"peer_{field_name.split('_')[0]}", Status.WARN,
                     f"{what} strays from the node's other busy GPUs: a slow or hot GPU drags "
                     "every collective it joins",
+                    Action.WATCH,
                     f"{what} {mine:g} {unit}, {off:+.0f}% from the others' median {median:g} "
                     f"{unit} (tolerance {t.peer_tolerance_pct:g}%)"))  # fmt: skip
     return dict(out)
@@ -553,7 +606,7 @@ def peer_findings(readings: list[GpuReading], t: HwThresholds) -> dict[str, list
 
 def firmware_drift(
     by_node: Mapping[str, list[GpuReading]], t: HwThresholds
-) -> dict[tuple[str, str], list[Finding]]:
+) -> dict[tuple[str, str], list[HwFinding]]:
     """(node, GPU key) -> findings for VBIOS or driver versions that differ from the SKU's
     golden config, else from the SKU's majority across the fleet (no majority: every GPU
     outside the most common version is named, with the counts)."""
@@ -562,7 +615,7 @@ def firmware_drift(
         for r in readings:
             if r.model:
                 by_model[r.model].append((node, r))
-    out: dict[tuple[str, str], list[Finding]] = defaultdict(list)
+    out: dict[tuple[str, str], list[HwFinding]] = defaultdict(list)
     for model, members in by_model.items():
         for attr in ("vbios", "driver_version"):
             counts = Counter(getattr(r, attr) for _, r in members if getattr(r, attr))
@@ -583,10 +636,11 @@ def firmware_drift(
             for node, r in members:
                 have = getattr(r, attr)
                 if have and have != want:
-                    out[(node, r.key())].append(Finding(
-                        f"{attr.removesuffix('_version')}_drift", Status.WARN, Action.WATCH,
+                    out[(node, r.key())].append(HwFinding(
+                        f"{attr.removesuffix('_version')}_drift", Status.WARN,
                         f"every {model} should run the same {attr.replace('_', ' ')}: "
                         "another one behaves differently (clocks, ECC handling, fixes)",
+                        Action.WATCH,
                         f"{attr} {have} on {node}; {basis}: {want}"))  # fmt: skip
     return dict(out)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,7 @@ from fleetval.analysis.compare import Comparison
 from fleetval.checks import CHECKS, bandwidth
 from fleetval.checks.ddp import scaling_efficiency, scaling_steps
 from fleetval.checks.health import NODE_HW_METRIC
-from fleetval.detect.hardware import ACTION_RANK, Action
+from fleetval.detect.hardware import ACTION_RANK, Action, HwFinding
 from fleetval.nodesets import SHOWN, EnvSummary, compress, group_env, natural
 from fleetval.signoff.sweep import SWEEPS_SHOWN, SweepView, sweep_view
 from fleetval.status import severity
@@ -102,14 +102,26 @@ class HeatView:
 
 
 @dataclass(frozen=True, kw_only=True)
-class HwFinding:
-    """One hardware finding on one GPU (or a node's kernel event), as a report lists it."""
+class NodeHwFinding(HwFinding):
+    """One hardware finding on one GPU (or a node's kernel event), as a report lists it: the
+    finding (status warn or fail) and where it was."""
 
     node: str
     gpu: str  # "GPU 3 (0000:1b:00, GPU-...)"
-    code: str  # "row_remap_pending", "xid_79", ...
-    severity: str  # warn or fail
-    action: str  # fleetval.detect.hardware.Action
+
+    def report_json(self) -> NodeHwFindingJSON:
+        """The JSON report's entry (its keys in the order reports have always had)."""
+        return NodeHwFindingJSON(node=self.node, gpu=self.gpu, code=self.code,
+                                 severity=self.status.value, action=self.action.value,
+                                 evidence=self.evidence, reason=self.reason)  # fmt: skip
+
+
+class NodeHwFindingJSON(TypedDict):
+    node: str
+    gpu: str
+    code: str
+    severity: str
+    action: str
     evidence: str
     reason: str
 
@@ -119,8 +131,8 @@ class HwGroup:
     """Every occurrence of one finding with one action: how many GPUs, on which nodes."""
 
     code: str
-    action: str
-    severity: str
+    action: Action
+    severity: Status
     gpus: int
     nodes: tuple[str, ...]
     evidence: str  # the first occurrence's, as an example
@@ -138,7 +150,7 @@ class HardwareView:
     gpus: int  # GPU rows (one per GPU, or per kernel event at an address no reading names)
     healthy: int  # judged, no finding
     unjudged: int  # read, but the source did not say enough to judge (never a pass)
-    findings: tuple[HwFinding, ...]  # worst action first, then node
+    findings: tuple[NodeHwFinding, ...]  # worst action first, then node
     groups: tuple[HwGroup, ...]  # by finding and action, worst first
     node_actions: dict[str, tuple[str, ...]]  # node action (worst first) -> nodes
 
@@ -152,7 +164,7 @@ class HardwareView:
             "gpus": self.gpus,
             "healthy": self.healthy,
             "unjudged": self.unjudged,
-            "findings": [asdict(f) for f in self.findings],
+            "findings": [f.report_json() for f in self.findings],
             "groups": [{**asdict(g), "hosts": compress(g.nodes)} for g in self.groups],
             "node_actions": {a: list(n) for a, n in self.node_actions.items()},
         }
@@ -305,14 +317,13 @@ def hardware_view(rows: list[dict[str, Any]]) -> HardwareView | None:
     if not gpu_rows:
         return None
     findings = [
-        HwFinding(node=r["node"], gpu=r["details"].get("gpu") or r["device_id"] or "?",
-                  code=f["code"], severity=f["severity"], action=f["action"],
-                  evidence=f["evidence"], reason=f["reason"])
+        NodeHwFinding(**vars(HwFinding.from_json(f)), node=r["node"],
+                      gpu=r["details"].get("gpu") or r["device_id"] or "?")
         for r in gpu_rows
         for f in r["details"].get("findings", [])
-        if f["severity"] in (Status.WARN, Status.FAIL)
-    ]  # fmt: skip
-    findings.sort(key=lambda f: (-_action_rank(f.action), -severity(f.severity),
+    ]
+    findings = [f for f in findings if f.bad]
+    findings.sort(key=lambda f: (-ACTION_RANK[f.action], -severity(f.status),
                                  natural(f.node), f.gpu))  # fmt: skip
     return HardwareView(
         gpus=len(gpu_rows),
@@ -328,12 +339,12 @@ def _action_rank(action: str) -> int:
     return ACTION_RANK.get(action, 0)  # type: ignore[call-overload]  # NOTE: StrEnum keys hash as str
 
 
-def _hw_groups(findings: list[HwFinding]) -> tuple[HwGroup, ...]:
-    members: dict[tuple[str, str], list[HwFinding]] = defaultdict(list)
+def _hw_groups(findings: list[NodeHwFinding]) -> tuple[HwGroup, ...]:
+    members: dict[tuple[str, Action], list[NodeHwFinding]] = defaultdict(list)
     for f in findings:  # already worst first, so the groups keep that order
         members[(f.code, f.action)].append(f)
     return tuple(
-        HwGroup(code=code, action=action, severity=fs[0].severity, gpus=len(fs),
+        HwGroup(code=code, action=action, severity=fs[0].status, gpus=len(fs),
                 nodes=tuple(sorted({f.node for f in fs}, key=natural)),
                 evidence=fs[0].evidence, reason=fs[0].reason)
         for (code, action), fs in members.items()

@@ -35,7 +35,7 @@ def text(name: str) -> str:
 
 
 def codes(r: GpuReading, t: HwThresholds = T) -> dict[str, tuple[str, str]]:
-    return {f.code: (f.severity.value, f.action.value) for f in judge_reading(r, t)}
+    return {f.code: (f.status.value, f.action.value) for f in judge_reading(r, t)}
 
 
 # ---- nvidia-smi -q across driver generations -------------------------------------------------
@@ -219,7 +219,7 @@ def test_xid_79_fallen_off_the_bus_reboots_the_node() -> None:
         ("xid", 79, "0000:01:00"), ("fallen_off_bus", None, "0000:01:00")]  # fmt: skip
     (v,) = judge_node([], events, T)
     (f,) = v.findings
-    assert (f.code, f.severity, f.action) == ("xid_79", Status.FAIL, Action.REBOOT_NODE)
+    assert (f.code, f.status, f.action) == ("xid_79", Status.FAIL, Action.REBOOT_NODE)
     assert f.evidence.startswith("2x, last: ")
 
 
@@ -245,10 +245,10 @@ def test_application_xids_are_not_node_faults_unless_they_recur() -> None:
     line = "[1.0] NVRM: Xid (PCI:0000:00:06): 31, pid={}, name=exe, Ch 0000000a"
     one = kernlog.read_kernel_log("\n".join(line.format(7) for _ in range(5)))
     (v,) = judge_node([], one, T)
-    assert (v.findings[0].severity, v.action, v.bad) == (Status.INFO, Action.NONE, [])
+    assert (v.findings[0].status, v.action, v.bad) == (Status.INFO, Action.NONE, [])
     many = kernlog.read_kernel_log("\n".join(line.format(p) for p in (7, 8, 9)))
     (v,) = judge_node([], many, T)
-    assert (v.findings[0].severity, v.action) == (Status.WARN, Action.WATCH)
+    assert (v.findings[0].status, v.action) == (Status.WARN, Action.WATCH)
 
 
 def test_amdgpu_ras_poison_and_bad_page_threshold() -> None:

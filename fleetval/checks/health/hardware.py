@@ -327,7 +327,7 @@ def _gpu_row(v: GpuVerdict, hw: NodeHardware) -> dict[str, Any]:
     missing = not_judged(r) if r is not None else []
     bad = v.bad
     if bad:
-        status = Status.FAIL if any(f.severity == Status.FAIL for f in bad) else Status.WARN
+        status = Status.FAIL if any(f.status == Status.FAIL for f in bad) else Status.WARN
         text = "; ".join(f"{f.code}: {f.evidence} -> {f.action.value}" for f in bad)
     elif r is not None and not missing:
         status, text = Status.PASS, f"no hardware finding ({r.source})"
@@ -349,10 +349,7 @@ def _gpu_row(v: GpuVerdict, hw: NodeHardware) -> dict[str, Any]:
             "source": hw.source,
             "not_judged": missing,
             "reading": r.model_dump() if r is not None else None,
-            "findings": [
-                {**f._asdict(), "severity": f.severity.value, "action": f.action.value}
-                for f in v.findings
-            ],
+            "findings": [f.to_json() for f in v.findings],
         },
     }
 
