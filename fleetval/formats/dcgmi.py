@@ -1,7 +1,7 @@
 """`dcgmi` output: `dcgmi diag` tables in the three layouts DCGM printed (2.x: "Blacklist" and
 "Pass - All"; 3.x: a Metadata section and "Denylist"; 4.x: lower-case test names with a
 "GPUn: Pass" row per GPU), `dcgmi nvlink -s` / `--link-status` (U, D, X, _ per link), the Xid
-column of `dcgmi dmon -e 230` and the `dcgmi health -c -j` report.
+column of `dcgmi dmon -e 230` and the `dcgmi health -c` report (its table and its `-j` JSON).
 
 Cells wrap at a fixed width, mid-word: a message is joined from its raw cell slices before
 its spaces are collapsed, so "disab" + "led" reads "disabled".
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 
 from fleetval.formats.gpuhw import GpuReading
 from fleetval.formats.hwobs import Observation
@@ -203,16 +204,92 @@ def _json_at(lines: list[str], i: int) -> tuple[object, int]:
     return doc, i + text[:end].count("\n")
 
 
+# The `dcgmi health -c` table: a name cell 25 wide, a value cell 56 wide; the names form a tree
+# ("GPU", "-> 0", "   -> Errors", "      -> Power system") and a wrapped message continues in
+# rows whose name cell is empty.
+_HEALTH_TITLE = re.compile(r"^\s*\|\s*Health Monitor Report\s*\|\s*$")
+_HEALTH_ROW = re.compile(r"^\s*\| (.{25}) \| (.*?)\s*\|\s*$")
+
+
+@dataclass
+class _Incident:
+    """One system a `dcgmi health` table names under an entity, as read so far."""
+
+    gpu: int | None
+    entity: str  # "GPU", or another entity group DCGM watches
+    group: str  # "Errors"
+    system: str  # "Power system", "Memory system", ...
+    value: str  # "Warning", "Failure"
+    message: list[str] = field(default_factory=list)
+
+    def observation(self) -> Observation:
+        subject = self.system if self.gpu is not None else f"{self.entity} {self.system}"
+        return Observation(vendor="nvidia", source="dcgmi health", kind="dcgm_health",
+                           ok=self.value == "Healthy", subject=subject, value=self.value,
+                           detail=" ".join(self.message), category=self.group,
+                           index=self.gpu)  # fmt: skip
+
+
+def read_health_table(lines: list[str]) -> list[Observation]:
+    """Each incident under a GPU (its system, Warning or Failure, and the message), from the
+    table's lines; the Overall Health (the node's) when it lists none."""
+    overall: str | None = None
+    gpu: int | None = None
+    entity = group = ""
+    incidents: list[_Incident] = []
+    for line in lines:
+        if not (m := _HEALTH_ROW.match(line)):
+            continue
+        name, value = m.group(1).strip(), m.group(2).strip()
+        depth = len(m.group(1)) - len(m.group(1).lstrip())
+        node = name.removeprefix("->").strip()
+        if name == "Overall Health":
+            overall = value
+        elif name and not name.startswith("->"):
+            entity, gpu = name, None
+        elif name.startswith("->") and depth == 0:
+            gpu = int(node) if entity == "GPU" and node.isdigit() else None
+        elif name.startswith("->") and depth == 3:
+            group = node
+        elif name.startswith("->"):
+            incidents.append(_Incident(gpu, entity, group, node, value))
+        elif not name and value and incidents:
+            incidents[-1].message.append(value)
+    if incidents:
+        return [i.observation() for i in incidents]
+    if overall is None:
+        return []
+    return [Observation(vendor="nvidia", source="dcgmi health", kind="dcgm_health",
+                        ok=overall == "Healthy", subject="Overall Health", value=overall)]  # fmt: skip
+
+
 def _find_health(s: Scan) -> None:
-    """Each JSON document whose header is "Health Monitor Report" (`dcgmi health -c -j`)."""
+    """Each `dcgmi health -c` report: a JSON document whose header is "Health Monitor Report"
+    (`-j`), or the table under a "Health Monitor Report" title, to its closing rule (partial
+    without one)."""
     i = 0
     while i < len(s.lines):
+        if _HEALTH_TITLE.match(s.lines[i]):
+            i = _health_table(s, i)
+            continue
         doc, last = _json_at(s.lines, i) if s.lines[i].strip() == "{" else (None, i)
         header = doc.get("header") if isinstance(doc, dict) else None
         if isinstance(doc, dict) and isinstance(header, list) and "Health Monitor Report" in header:
             s.observations += read_health_json(doc)
             s.add(HEALTH.kind, i, last)
         i = last + 1
+
+
+def _health_table(s: Scan, title: int) -> int:
+    """Reads the table titled at lines[title]; returns the line after it."""
+    first = title - 1 if title > 0 and s.lines[title - 1].lstrip().startswith("+") else title
+    j = title
+    while j + 1 < len(s.lines) and s.lines[j + 1].lstrip()[:1] in ("|", "+"):
+        j += 1
+    closed = j > title + 1 and re.match(r"^\s*\+-+\+-+\+\s*$", s.lines[j]) is not None
+    s.observations += read_health_table(s.lines[title : j + 1])
+    s.add(HEALTH.kind, first, j, partial=not closed)
+    return j + 1
 
 
 HEALTH = Reader("dcgmi health", _find_health)

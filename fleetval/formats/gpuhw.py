@@ -103,9 +103,10 @@ class KernelEvent(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     vendor: str
-    kind: str  # "xid", "fallen_off_bus", "poison_consumed", "poison_created", "bad_page_threshold", ...
+    kind: str  # "xid", "fallen_off_bus", "poison_consumed", "umc_uncorrectable", ...
     pci_bus_id: str | None
     code: int | None = None  # the Xid
+    count: int | None = None  # amdgpu UMC lines: the errors the line counts
     text: str  # the line as logged, for evidence
     recovery_action: str | None = None  # Xid 154: the action the driver changed to
 

@@ -1,8 +1,8 @@
 """Kernel-log events about GPUs, from `dmesg`, `journalctl -k` or a log shipper: NVIDIA's
 `NVRM: Xid (PCI:dddd:bb:dd): code, ...` and "fallen off the bus" lines, and amdgpu RAS
 events (poison consumed or created, bad-page threshold reached), each with its PCI address.
-`RmInitAdapter failed!`, amdgpu ATHUB and ACA hardware errors, a failed reset and an SMU that
-stops answering. Whatever prefix a line carries (timestamps, host names, `kern :err :`) is
+`RmInitAdapter failed!`, amdgpu ATHUB and ACA hardware errors, the error counts amdgpu logs for
+its memory controller (UMC: VRAM ECC), a failed reset and an SMU that stops answering. Whatever prefix a line carries (timestamps, host names, `kern :err :`) is
 ignored; an NVRM message printed over several lines is joined first."""
 
 from __future__ import annotations
@@ -36,15 +36,23 @@ _AMD_KINDS = (
     ),
     (re.compile(r"SMU: I'm not done with your previous command"), "smu_unresponsive"),
 )
+# amdgpu's count of memory-controller (UMC, VRAM ECC) errors, as the driver spelled it over
+# kernel releases: "N uncorrectable hardware errors detected in UMC block", "N uncorrectable
+# hardware errors and M deferred hardware errors detected in UMC block", "N correctable
+# hardware errors detected in umc block" (the RAS block name), "... detected in total in ..."
+_UMC = re.compile(
+    r"(\d+) (correctable|uncorrectable) hardware errors (?:and (\d+) deferred hardware errors )?"
+    r"detected in (?:total in )?umc block",
+    re.IGNORECASE,
+)
 
 
 def read_kernel_log(text: str) -> list[KernelEvent]:
     """Every GPU event in a kernel log, in order; lines about anything else are skipped."""
-    events = []
+    events: list[KernelEvent] = []
     for line in _joined(text.splitlines()):
-        event = _nvidia(line) or _amd(line)
-        if event is not None:
-            events.append(event)
+        nvidia = _nvidia(line)
+        events += [nvidia] if nvidia is not None else _amd(line)
     return events
 
 
@@ -75,14 +83,32 @@ def _nvidia(line: str) -> KernelEvent | None:
     return None
 
 
-def _amd(line: str) -> KernelEvent | None:
+def _amd(line: str) -> list[KernelEvent]:
     m = _AMDGPU.search(line)
     if not m:
-        return None
+        return []
     kind = next((k for pattern, k in _AMD_KINDS if pattern.search(m.group(2))), None)
     if kind is None:
-        return None
-    return KernelEvent(vendor="amd", kind=kind, pci_bus_id=m.group(1), text=line.strip())
+        return []
+    return [KernelEvent(vendor="amd", kind=kind, pci_bus_id=m.group(1), text=line.strip())]
+
+
+def read_umc_counts(text: str) -> list[KernelEvent]:
+    """amdgpu's UMC (VRAM ECC) error counts in a kernel log: one event per kind of error a line
+    counts (umc_correctable, umc_uncorrectable, umc_deferred; none for a count of 0), with the
+    count. NOTE: not yet part of `read_kernel_log`: `fleetval.detect.hardware` has no rule for
+    these kinds yet (its AMD_EVENTS), and an amdgpu event it has no rule for stops the judge."""
+    events: list[KernelEvent] = []
+    for line in text.splitlines():
+        if (m := _AMDGPU.search(line)) and (umc := _UMC.search(m.group(2))):
+            events += _umc(m.group(1), umc, line.strip())
+    return events
+
+
+def _umc(bus: str, m: re.Match[str], text: str) -> list[KernelEvent]:
+    counts = {f"umc_{m.group(2).lower()}": int(m.group(1)), "umc_deferred": int(m.group(3) or 0)}
+    return [KernelEvent(vendor="amd", kind=kind, pci_bus_id=bus, count=n, text=text)
+            for kind, n in counts.items() if n]  # fmt: skip
 
 
 def looks_like_kernel_log(text: str) -> bool:

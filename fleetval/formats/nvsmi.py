@@ -353,23 +353,42 @@ QUERY_FIELDS = (
 )
 
 
-def read_nvidia_smi_csv(text: str) -> list[GpuReading]:
-    """Rows of `nvidia-smi --query-gpu=<fields> --format=csv` (header line first)."""
+def read_nvidia_smi_csv(text: str, fields: list[str] | None = None) -> list[GpuReading]:
+    """Rows of `nvidia-smi --query-gpu=<fields> --format=csv` (header line first), or of
+    `--format=csv,noheader` given the `fields` the command asked for. A note a person put after
+    a row (`1, Reset   <= GPU is unusable`) is not a cell."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    if not lines or "," not in lines[0]:
-        raise SmiError("nvidia-smi csv: expected a header line of comma-separated field names")
-    keys = [re.sub(r"\s*\[.*\]$", "", k.strip()) for k in lines[0].split(",")]
-    if not {"index", "uuid", "pci.bus_id"} & set(keys):
+    if fields is None:
+        if not lines or "," not in lines[0]:
+            raise SmiError("nvidia-smi csv: expected a header line of comma-separated field names")
+        fields, lines = _header(lines[0]), lines[1:]
+    if not {"index", "uuid", "pci.bus_id"} & set(fields):
         raise SmiError("nvidia-smi csv: the header names none of index, uuid, pci.bus_id")
     out = []
-    for n, line in enumerate(lines[1:], start=2):
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) != len(keys):
+    for n, line in enumerate(lines, start=2):
+        cells = _cells(line)
+        if len(cells) != len(fields):
             raise SmiError(
-                f"nvidia-smi csv: line {n} has {len(cells)} cells for {len(keys)} fields"
+                f"nvidia-smi csv: line {n} has {len(cells)} cells for {len(fields)} fields"
             )
-        out.append(_from_csv(dict(zip(keys, (na(c) for c in cells), strict=True))))
+        row = dict(zip(fields, cells, strict=True))
+        # NOTE: the recovery action's "None" is an answer (nothing to do), not N/A
+        out.append(
+            _from_csv({k: v if k == "gpu_recovery_action" else na(v) for k, v in row.items()})
+        )
     return out
+
+
+def _header(line: str) -> list[str]:
+    return [re.sub(r"\s*\[.*\]$", "", k.strip()) for k in line.split(",")]
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.sub(r"\s+(?:<=|<-|#).*$", "", line).split(",")]
+
+
+# nvidia-smi's short spellings of the GPU recovery action in CSV, as `-q` spells them
+_CSV_RECOVERY = {"reset": "GPU Reset", "reboot": "Node Reboot"}
 
 
 def _from_csv(r: dict[str, Any]) -> GpuReading:
@@ -405,7 +424,12 @@ def _from_csv(r: dict[str, Any]) -> GpuReading:
         temp_c=number(r.get("temperature.gpu")),
         power_w=number(r.get("power.draw")),
         power_limit_w=number(r.get("power.limit")),
+        recovery_action=_csv_recovery(r.get("gpu_recovery_action")),
     )
+
+
+def _csv_recovery(value: str | None) -> str | None:
+    return _CSV_RECOVERY.get(value.lower(), value) if value else None
 
 
 # ---- nvidia-smi nvlink -s / -e ---------------------------------------------------------------
@@ -512,19 +536,32 @@ def _find_nvlink(s: Scan) -> None:
 NVLINK = Reader("nvidia-smi nvlink", _find_nvlink)
 
 
+_QUERY_CMD = re.compile(r"--query-gpu[= ]([\w.,]+)")
+_NOHEADER = re.compile(r"--format[= ]\S*noheader")
+
+
 def _find_query_csv(s: Scan) -> None:
-    """A `--query-gpu` CSV: a header naming index, uuid or pci.bus_id, then rows as wide."""
+    """A `--query-gpu` CSV: a header naming index, uuid or pci.bus_id, then rows as wide; or,
+    printed with `noheader`, the rows under the command line that names the fields."""
     if s.whole is not None:
         return
-    for i, ln in enumerate(s.lines):
-        keys = [re.sub(r"\s*\[.*\]$", "", k.strip()) for k in ln.split(",")]
+    i = 0
+    while i < len(s.lines):
+        ln = s.lines[i]
+        cmd = _QUERY_CMD.search(ln)
+        fields = cmd.group(1).split(",") if cmd and _NOHEADER.search(ln) else None
+        keys = fields or _header(ln)
         if len(keys) < 2 or not {"index", "uuid", "pci.bus_id"} & set(keys):
+            i += 1
             continue
-        j = i
-        while j + 1 < len(s.lines) and s.lines[j + 1].count(",") == ln.count(","):
+        first = i + 1 if fields else i
+        j = first
+        while j + 1 < len(s.lines) and len(_cells(s.lines[j + 1])) == len(keys):
             j += 1
-        s.readings += read_nvidia_smi_csv("\n".join(s.lines[i : j + 1]))
-        s.add(QUERY_CSV.kind, i, j)
+        if j > first or not fields:
+            s.readings += read_nvidia_smi_csv("\n".join(s.lines[first : j + 1]), fields)
+            s.add(QUERY_CSV.kind, i, j)
+        i = j + 1
 
 
 QUERY_CSV = Reader("nvidia-smi --query-gpu", _find_query_csv)
