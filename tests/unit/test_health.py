@@ -16,8 +16,8 @@ from fleetval.checks.base import CheckContext, Heartbeat, RankContext
 from fleetval.checks.health import rank as h
 from fleetval.formats.nccllog import read_nccl_log
 from fleetval.suite import parse_suite
+from fleetval.testing.net import free_port
 from fleetval.vocab import Status
-from tests.helpers.net import free_port
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GOLDEN = DATA / "golden" / "h100"
@@ -51,13 +51,13 @@ def test_params_registered_and_validated() -> None:
 
 def test_visible_devices_match() -> None:
     f = h.judge_visible_devices({"CUDA_VISIBLE_DEVICES": "3"}, 1, rocm=False)
-    assert f.status == Status.PASS and "CUDA_VISIBLE_DEVICES=3" in f.message
+    assert f.status == Status.PASS and "CUDA_VISIBLE_DEVICES=3" in f.reason
 
 
 def test_visible_devices_mismatch_fails() -> None:
     f = h.judge_visible_devices({"CUDA_VISIBLE_DEVICES": "0,1"}, 1, rocm=False)
     assert f.status == Status.FAIL
-    assert f.message == "CUDA_VISIBLE_DEVICES='0,1' names 2 device(s) but torch sees 1"
+    assert f.reason == "CUDA_VISIBLE_DEVICES='0,1' names 2 device(s) but torch sees 1"
 
 
 def test_visible_devices_unset_with_many_gpus_warns() -> None:
@@ -74,7 +74,7 @@ def test_visible_devices_rocm_layers() -> None:
     bad = h.judge_visible_devices(
         {"ROCR_VISIBLE_DEVICES": "4,5", "HIP_VISIBLE_DEVICES": "2"}, 0, rocm=True
     )
-    assert bad.status == Status.FAIL and "indexes past ROCR_VISIBLE_DEVICES=4,5" in bad.message
+    assert bad.status == Status.FAIL and "indexes past ROCR_VISIBLE_DEVICES=4,5" in bad.reason
     # On CUDA, ROCR/HIP variables mean nothing.
     cuda = h.judge_visible_devices({"ROCR_VISIBLE_DEVICES": "0,1"}, 1, rocm=False)
     assert cuda.status == Status.PASS
@@ -94,29 +94,29 @@ def test_gpu_count(found: int | None, expected: int | None, status: Status) -> N
     f = h.judge_gpu_count(found, expected, "nvidia-smi" if found is not None else None)
     assert f.status == status
     if status == Status.FAIL:
-        assert f.message == "nvidia-smi lists 7 GPUs, fewer than the 8 expected"
+        assert f.reason == "nvidia-smi lists 7 GPUs, fewer than the 8 expected"
 
 
 def test_a_declared_gpu_count_without_evidence_fails_unless_optional() -> None:
     """nvidia-smi failed: the suite's expect_gpus_per_node has nothing to judge it by."""
     f = h.judge_gpu_count(None, 8, None)
     assert f.status == Status.FAIL
-    assert f.message.startswith("expect_gpus_per_node=8 declared, but no evidence: no GPU tool")
-    assert "optional" in f.message  # says how to accept it
+    assert f.reason.startswith("expect_gpus_per_node=8 declared, but no evidence: no GPU tool")
+    assert "optional" in f.reason  # says how to accept it
     assert h.judge_gpu_count(None, 8, None, optional=True).status == Status.SKIP
 
 
 def test_declared_nccl_expectations_without_a_log_fail_unless_optional() -> None:
     why = "no NCCL log: backend is gloo"
     net = h.judge_transport(None, why_none=why, multinode=True, expect_network="IB")
-    assert net.status == Status.FAIL and "expect_network=IB declared" in net.message
-    assert why in net.message
+    assert net.status == Status.FAIL and "expect_network=IB declared" in net.reason
+    assert why in net.reason
     assert h.judge_transport(None, why_none=why, multinode=True, expect_network="IB",
                              optional=True).status == Status.SKIP  # fmt: skip
     plugin = h.judge_net_plugin(None, why_none=why, expect_plugin="aws-ofi-rccl")
     assert plugin.status == Status.FAIL
     version = h.judge_nccl_version(None, "2.18", "nccl", why_none=why)
-    assert version.status == Status.FAIL and why in version.message
+    assert version.status == Status.FAIL and why in version.reason
     assert h.judge_nccl_version(None, "2.18", "nccl", optional=True).status == Status.SKIP
 
 
@@ -137,7 +137,7 @@ def test_cpu_affinity(affinity: set[int], gpu_node: int, numa: dict, status: Sta
     f = h.judge_cpu_affinity(affinity, gpu_node, numa)
     assert f.status == status
     if status == Status.FAIL:
-        assert f.message == "pinned to CPUs 0-3, none on the GPU's NUMA node 1 (CPUs 8-15)"
+        assert f.reason == "pinned to CPUs 0-3, none on the GPU's NUMA node 1 (CPUs 8-15)"
 
 
 # ---- NCCL version and environment ---------------------------------------------------------
@@ -147,7 +147,7 @@ def test_nccl_version() -> None:
     assert h.judge_nccl_version("2.28.9", "2.18", "nccl").status == Status.PASS
     old = h.judge_nccl_version("2.18.3", "2.20.0", "rccl")
     assert (
-        old.status == Status.FAIL and old.message == "RCCL 2.18.3 is older than the minimum 2.20.0"
+        old.status == Status.FAIL and old.reason == "RCCL 2.18.3 is older than the minimum 2.20.0"
     )
     assert h.judge_nccl_version(None, None, "nccl").status == Status.SKIP
     assert h.judge_nccl_version("2.28.9", None, "nccl").status == Status.INFO  # no minimum
@@ -166,7 +166,7 @@ def test_socket_ifname_names_no_interface_fails() -> None:
     """The golden bad-ifname capture: NCCL_SOCKET_IFNAME=doesnotexist0."""
     f = h.judge_socket_ifname("doesnotexist0", {"lo", "eth0"})
     assert f.status == Status.FAIL
-    assert f.message == (
+    assert f.reason == (
         "NCCL_SOCKET_IFNAME=doesnotexist0 selects no interface on this node (have: eth0, lo)"
     )
 
@@ -185,13 +185,13 @@ def test_socket_ifname_names_no_interface_fails() -> None:
 )
 def test_socket_ifname(value: str, status: Status, selected: list[str]) -> None:
     f = h.judge_socket_ifname(value, SLINGSHOT)
-    assert f.status == status, f.message
+    assert f.status == status, f.reason
     assert f.details["selected"] == selected
 
 
 def test_socket_ifname_unset_beside_management_network_warns() -> None:
     f = h.judge_socket_ifname(None, SLINGSHOT)
-    assert f.status == Status.WARN and "NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3" in f.message
+    assert f.status == Status.WARN and "NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3" in f.reason
     assert h.judge_socket_ifname(None, {"lo", "eth0"}).status == Status.PASS
 
 
@@ -201,7 +201,7 @@ def test_ib_hca() -> None:
     assert h.judge_ib_hca("mlx5", hcas).status == Status.PASS
     assert h.judge_ib_hca("mlx5_0,mlx5_4", hcas).status == Status.WARN
     none = h.judge_ib_hca("mlx5_0", set())
-    assert none.status == Status.FAIL and "(have: none)" in none.message
+    assert none.status == Status.FAIL and "(have: none)" in none.reason
     assert h.judge_ib_hca(None, set()).status == Status.PASS
 
 
@@ -227,12 +227,12 @@ def test_transport_from_golden_logs() -> None:
         _log("nccl-debug-info.log"), why_none="", multinode=False, expect_network=None
     )
     assert ok.status == Status.PASS
-    assert ok.message == "network Socket; over eth0; GDR disabled"
+    assert ok.reason == "network Socket; over eth0; GDR disabled"
     bad = h.judge_transport(
         _log("nccl-debug-bad-ifname.log"), why_none="", multinode=False, expect_network=None
     )
     assert bad.status == Status.FAIL
-    assert bad.message == (
+    assert bad.reason == (
         "NCCL reported ncclInvalidUsage; last warning: Bootstrap : no socket interface found"
     )
 
@@ -243,29 +243,29 @@ def test_transport_expectations() -> None:
         Status.PASS
     )
     wrong = h.judge_transport(ib, why_none="", multinode=True, expect_network="AWS Libfabric")
-    assert wrong.status == Status.FAIL and wrong.message == (
+    assert wrong.status == Status.FAIL and wrong.reason == (
         "NCCL used IB; the suite expects AWS Libfabric"
     )
     sockets = _log("nccl-debug-info.log")
     tcp = h.judge_transport(sockets, why_none="", multinode=True, expect_network=None)
-    assert tcp.status == Status.WARN and "TCP sockets" in tcp.message
+    assert tcp.status == Status.WARN and "TCP sockets" in tcp.reason
     mgmt = h.judge_transport(
         _log("rccl-no-plugin-mgmt-net.log"), why_none="", multinode=True, expect_network=None
     )
-    assert mgmt.status == Status.FAIL and "ncclRemoteError" in mgmt.message
+    assert mgmt.status == Status.FAIL and "ncclRemoteError" in mgmt.reason
     skip = h.judge_transport(None, why_none="no NCCL log: backend is gloo", multinode=False,
                              expect_network=None)  # fmt: skip
-    assert (skip.status, skip.message) == (Status.SKIP, "no NCCL log: backend is gloo")
+    assert (skip.status, skip.reason) == (Status.SKIP, "no NCCL log: backend is gloo")
 
 
 def test_net_plugin() -> None:
     ofi = _log("rccl-ofi-slingshot.log")
     found = h.judge_net_plugin(ofi, why_none="", expect_plugin="aws-ofi-rccl")
-    assert (found.status, found.message) == (Status.PASS, "aws-ofi-rccl 1.4.0 (provider cxi)")
+    assert (found.status, found.reason) == (Status.PASS, "aws-ofi-rccl 1.4.0 (provider cxi)")
     missing = h.judge_net_plugin(
         _log("rccl-ib-mlx5.log"), why_none="", expect_plugin="aws-ofi-rccl"
     )
-    assert missing.status == Status.FAIL and "no external plugin" in missing.message
+    assert missing.status == Status.FAIL and "no external plugin" in missing.reason
     internal = h.judge_net_plugin(_log("nccl-debug-info.log"), why_none="", expect_plugin=None)
     assert internal.status == Status.INFO  # nothing expected: recorded only
     assert h.judge_net_plugin(None, why_none="x", expect_plugin=None).status == Status.SKIP
@@ -295,7 +295,7 @@ def test_miopen_cache() -> None:
     assert h.judge_miopen_cache(True, good).status == Status.PASS
     set_bad = [("MIOPEN_USER_DB_PATH", "/ro/db", False), ("default", "/home/u/.cache", True)]
     f = h.judge_miopen_cache(True, set_bad)
-    assert f.status == Status.FAIL and "MIOPEN_USER_DB_PATH=/ro/db" in f.message
+    assert f.status == Status.FAIL and "MIOPEN_USER_DB_PATH=/ro/db" in f.reason
     default_bad = [("default", "/home/u/.config/miopen", False)]
     assert h.judge_miopen_cache(True, default_bad).status == Status.WARN
 
@@ -318,7 +318,7 @@ def test_miopen_dirs_probe_real_paths(tmp_path: Path) -> None:
 def test_fine_grain_pcie() -> None:
     assert h.judge_fine_grain_pcie(True, "1").status == Status.PASS
     unset = h.judge_fine_grain_pcie(True, None)
-    assert unset.status == Status.WARN and "HSA_FORCE_FINE_GRAIN_PCIE unset" in unset.message
+    assert unset.status == Status.WARN and "HSA_FORCE_FINE_GRAIN_PCIE unset" in unset.reason
     assert h.judge_fine_grain_pcie(True, "0").status == Status.WARN
 
 
@@ -327,7 +327,7 @@ def test_kernel_args() -> None:
     cmd = "BOOT_IMAGE=/vmlinuz ro amd_iommu=on iommu=pt quiet"
     assert h.judge_kernel_args(True, cmd, wanted).status == Status.PASS
     f = h.judge_kernel_args(True, "BOOT_IMAGE=/vmlinuz ro quiet iommu=on", wanted)
-    assert f.status == Status.WARN and "lacks iommu=pt, amd_iommu=on" in f.message
+    assert f.status == Status.WARN and "lacks iommu=pt, amd_iommu=on" in f.reason
     assert h.judge_kernel_args(True, None, wanted).status == Status.SKIP
 
 
@@ -338,7 +338,7 @@ def test_required_env() -> None:
     )
     f = h.judge_required_env({"NCCL_IB_GID_INDEX": "0"}, req)
     assert f.status == Status.FAIL
-    assert f.message == "NCCL_IB_GID_INDEX is '0', needs '3'; NCCL_CROSS_NIC is unset, needs '1'"
+    assert f.reason == "NCCL_IB_GID_INDEX is '0', needs '3'; NCCL_CROSS_NIC is unset, needs '1'"
     assert h.judge_required_env({}, {}).status == Status.SKIP
 
 
@@ -349,7 +349,7 @@ def test_memory_balance_names_the_low_rank() -> None:
     free = [79.0, 79.2, 40.0, 78.8]
     low = h.judge_memory_balance(free, 2, 10, 25, "device memory free")
     assert low.status == Status.FAIL
-    assert low.message == (
+    assert low.reason == (
         "rank 2: 40.0 GiB device memory free, 49.3% below the median 78.9 GiB of 4 rank(s)"
     )
     assert low.details["worst_rank"] == 2
@@ -450,12 +450,12 @@ def test_run_health_without_the_jobs_process_group_fails_balance() -> None:
 
 
 def test_a_probe_that_raises_is_a_fail_with_its_error() -> None:
-    def broken() -> h.Finding:
+    def broken() -> h.HealthFinding:
         raise OSError("nvidia-smi: couldn't communicate with the NVIDIA driver")
 
     f = h._safe("gpu_count", broken)
     assert f.status == Status.FAIL
-    assert f.message == (
+    assert f.reason == (
         "probe failed: OSError: nvidia-smi: couldn't communicate with the NVIDIA driver"
     )
 

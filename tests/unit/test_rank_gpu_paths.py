@@ -28,7 +28,7 @@ from fleetval.run.rank import (
     bind_device,
     device_index,
 )
-from tests.helpers.net import free_port
+from fleetval.testing.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -172,7 +172,7 @@ def test_min_nccl_version_is_judged_on_the_loaded_library(monkeypatch):
     c = CheckContext(ctx("cuda:0", "nccl"), "h", (), Heartbeat())
     p = HealthParams(check="health", min_nccl_version="2.26")
     f = health._version(c, None, p, rocm=False)
-    assert (f.status.value, f.message) == ("pass", "NCCL 2.28.9 >= 2.26")
+    assert (f.status.value, f.reason) == ("pass", "NCCL 2.28.9 >= 2.26")
 
 
 def test_the_version_in_use_falls_back_to_the_log_then_the_header():
