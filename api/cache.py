@@ -19,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run
 
 TABLES = ("runs", "results", "nodes")  # the directories whose entries the listings reflect
 # What an attribution, a report or a compare reads besides: a step's summaries, lateness and
@@ -54,7 +55,7 @@ class CachedStore(Store):
             return None
         return tops, runs
 
-    def runs(self) -> list[RunRecord]:
+    def runs(self) -> list[Run]:
         return self._cached("runs", super().runs)
 
     def node_rows(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:

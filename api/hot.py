@@ -26,8 +26,8 @@ from fleetval.api.auth import admit, credentials_of
 from fleetval.api.db import Scope as TokenScope
 from fleetval.api.db import ServiceDB
 from fleetval.api.pagecache import PageCache
-from fleetval.store.catalog import RunFilter
 from fleetval.store.dataset import Store
+from fleetval.store.records import RunFilter
 
 RUNS = "/v1/runs"
 PREFIX = RUNS + "/"

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from fleetval.api.schedules import cron_pattern
+from fleetval.store.records import RunHeader
 from fleetval.suite import shipped_suites
 from fleetval.vocab import Catchup
 
@@ -264,20 +265,20 @@ class Progress(_Out):
     culprits: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class RunOut(_Out):
-    run_id: str
-    suite: str
-    status: str
-    message: str = ""
-    labels: dict[str, str] = Field(default_factory=dict)
-    submitter: str = ""
+# NOTE: no docstring, which would become the OpenAPI schema's description. A run as the
+# service shows it: the run's header (`RunHeader`, declared with `Run` in
+# fleetval/store/records.py), where the queue has it (`Submission`'s own fields), its times,
+# live progress and step verdicts. A stored run the service never queued is its `listing`
+# with these defaults.
+class RunOut(_Out, RunHeader):
+
     submission_id: str | None = None
     attempt: int = 1
     retries: int = 0
     retry_of: str | None = None
     retried_as: str | None = None
     submitted_at: str | None = None
-    started_at: str | None = None
+    started_at: str | None = None  # ISO 8601, as `Run.listing` writes it
     finished_at: str | None = None
     queue_position: int | None = None
     progress: Progress | None = None

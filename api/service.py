@@ -32,8 +32,9 @@ from fleetval.api.models import (
 )
 from fleetval.api.schedules import CronError, next_after, stamp, validate
 from fleetval.run.plan import ClusterShape, NodeShape, make_plan
-from fleetval.store.catalog import RunFilter, RunNotFound
-from fleetval.store.dataset import RunRecord, Store, new_run_id
+from fleetval.store.catalog import RunNotFound
+from fleetval.store.dataset import Store, new_run_id
+from fleetval.store.records import Run, RunFilter
 from fleetval.suite import Suite, SuiteError, load_suite, parse_suite, shipped_suites
 
 
@@ -148,7 +149,7 @@ def run_out(db: ServiceDB, sub: Submission) -> RunOut:
 def _stored_prefix() -> str:
     """The RunOut fields a stored run's listing lacks (their defaults), as the start of a
     JSON object the listing's own fields complete."""
-    sample = RunRecord(run_id="", suite="", status="", started_at=datetime.now(UTC)).listing()
+    sample = Run(run_id="", suite="", status="", started_at=datetime.now(UTC)).listing()
     extra = {
         name: field.get_default(call_default_factory=True)
         for name, field in RunOut.model_fields.items()
@@ -182,7 +183,7 @@ def stored_json(listing: str) -> str:
     return _STORED_PREFIX + listing[1:]
 
 
-def stored_run(store: Store, run_id: str) -> RunRecord:
+def stored_run(store: Store, run_id: str) -> Run:
     """A run of the store: from its index row, else its own files (RunNotFound, CorruptFile)."""
     return store.run_index().get(run_id) or store.run(run_id)
 

@@ -8,31 +8,33 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ConfigDict
+
 from fleetval.api.db.connection import Connection, now
-from fleetval.store.catalog import RunFilter
+from fleetval.store.records import RunFilter, RunHeader
 from fleetval.vocab import QueueStatus
 
 ACTIVE = (QueueStatus.QUEUED, QueueStatus.RUNNING)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Submission:
+class Submission(RunHeader):
+    """A run in the queue: the run's header (`RunHeader`: id, suite, status, message,
+    labels, submitter; declared with `Run` in fleetval/store/records.py) and what only the
+    queue holds: its place, the submission that made it and its attempts, the suite to run,
+    its times and live progress. `status` is a QueueStatus value."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     seq: int
-    run_id: str
     submission_id: str | None
-    suite: str
     suite_json: str
-    labels: dict[str, str]
-    submitter: str
     retries: int
     planned_s: float
     attempt: int
     retry_of: str | None
     retried_as: str | None
-    status: str
-    message: str
-    steps: list[dict[str, Any]]
-    progress: dict[str, Any]
+    steps: list[dict[str, Any]]  # the verdicts of the steps ended, as execution recorded them
+    progress: dict[str, Any]  # the last progress event, as the executor recorded it
     cancel_requested: int
     submitted_at: str
     started_at: str | None

@@ -11,7 +11,7 @@ from fleetval.api import service
 from fleetval.api.auth import BEARER_DECLARED
 from fleetval.api.deps import DbDep, ExecutorDep, LimitsDep, ReaderDep, StoreDep, SubmitToken
 from fleetval.api.models import RunList, RunOut, SubmitRequest
-from fleetval.store.catalog import RunFilter
+from fleetval.store.records import RunFilter
 from fleetval.vocab import QueueStatus, RunStatus
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])

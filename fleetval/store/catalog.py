@@ -42,6 +42,7 @@ from fleetval.store.records import INDEX as INDEX
 from fleetval.store.records import SAFE_NAME as SAFE_NAME
 from fleetval.store.records import TIMESTAMPS as TIMESTAMPS
 from fleetval.store.records import RunFilter as RunFilter
+from fleetval.store.records import Run
 from fleetval.store.records import RunRecord as RunRecord
 from fleetval.store.records import incomplete_run as incomplete_run
 from fleetval.store.records import index_json as index_json
@@ -139,7 +140,7 @@ class Catalog:
         """Where the index keeps `table`/<run_id>.parquet (run_id: checked, or a file's stem)."""
         return self.root / INDEX / table / f"{run_id}.json"
 
-    def runs(self) -> list[RunRecord]:
+    def runs(self) -> list[Run]:
         """All runs, oldest first; runs cut off before their record was written are
         `incomplete`. CorruptFile names a run record that cannot be read."""
         index = self.run_index()
@@ -147,20 +148,20 @@ class Catalog:
             raise next(iter(index.unreadable.values()))
         return index.all()
 
-    def run(self, run_id: str) -> RunRecord:
+    def run(self, run_id: str) -> Run:
         """One run, found by its file names (no scan): RunNotFound when there is none,
         CorruptFile when its record cannot be read from the index or from Parquet."""
         if not SAFE_NAME.match(run_id):
             raise RunNotFound(run_id, self.root)
         record = self.root / "runs" / f"{run_id}.parquet"
         if record.exists():
-            return RunRecord.from_record(self._rows("runs", [record])[0])
+            return Run.from_record(self._rows("runs", [record])[0])
         results = self.root / "results" / run_id
         if results.is_dir():
             return incomplete_run(results)
         raise RunNotFound(run_id, self.root)
 
-    def find_runs(self, run_ids: list[str]) -> dict[str, RunRecord]:
+    def find_runs(self, run_ids: list[str]) -> dict[str, Run]:
         """The runs among `run_ids` that exist, by id: one query of the run index; an id the
         index lacks is looked up by its file names (never a scan). Absent ids are left out;
         a corrupt record raises CorruptFile."""
@@ -171,7 +172,7 @@ class Catalog:
                     found[run_id] = self.run(run_id)
         return found
 
-    def latest_run(self) -> RunRecord:
+    def latest_run(self) -> Run:
         newest = self.run_index().page(RunFilter(), before=None, limit=1)
         if not newest:
             raise StoreError(f"no runs in {self.root}")

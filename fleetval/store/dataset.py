@@ -28,12 +28,13 @@ from fleetval.arrays import arrow, np_col
 
 # NOTE: what needs no pyarrow lives in fleetval.store.catalog (runs and nodes are listed from its
 # JSON index); the names the store's users know are re-exported here
-from fleetval.store.catalog import Catalog, RunRecord, atomic_write
+from fleetval.store.catalog import Catalog, RunRecord, atomic_write  # noqa: F401
 from fleetval.store.catalog import StoreError as StoreError
 from fleetval.store.catalog import check_name as _check_name
 from fleetval.store.catalog import default_data_dir as default_data_dir
 from fleetval.store.catalog import new_run_id as new_run_id
 from fleetval.store.parquet import parquet_options, read_parquet, table_rows, write_bounded
+from fleetval.store.records import Run
 from fleetval.store.schema import (
     GPUS_SCHEMA,
     LATENESS_SCHEMA,
@@ -104,7 +105,7 @@ class Store(Catalog):
         path = self.root / "artifacts" / _check_name("run", run_id) / _check_name("artifact", name)
         return atomic_write(path, lambda f: f.write(data))
 
-    def write_run(self, record: RunRecord) -> Path:
+    def write_run(self, record: Run) -> Path:
         table = pa.Table.from_pylist([record.to_record()], schema=RUNS_SCHEMA)
         return self._write_indexed("runs", record.run_id, table)
 

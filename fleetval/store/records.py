@@ -1,4 +1,5 @@
-"""What the catalog and the run index share: a run's record, index entries as JSON, filters.
+"""A run (`Run`, declared once), and what the catalog and the run index share: index
+entries as JSON, filters.
 
 Apart from `catalog` so that `runindex` (which the catalog opens) builds on it without a cycle.
 """
@@ -12,6 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from fleetval.metrics import MetricDecl
 from fleetval.vocab import RunStatus
 
@@ -20,31 +23,62 @@ INDEX = "index"
 TIMESTAMPS = {"runs": ("started_at", "finished_at"), "nodes": ()}
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunRecord:
+class RunHeader(BaseModel):
+    """What every view of a run begins with, whoever holds it: the stored run (`Run`), the
+    queue's submission (`api/db/submissions.py`) and the API body (`RunOut`, api/models.py)
+    take these fields from here rather than restating them."""
+
     run_id: str
     suite: str
-    status: str  # a RunStatus value; INCOMPLETE when read back without a record
+    status: str  # a RunStatus value (a QueueStatus one while the service holds the run)
+    message: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    submitter: str = ""
+
+
+# A run's stored fields in the order of its row (RUNS_SCHEMA), which `to_dict` keeps.
+ROW_ORDER = (
+    "run_id", "suite", "status", "started_at", "finished_at", "labels", "submitter", "backend",
+    "faults", "suite_json", "summary", "message", "metrics",
+)  # fmt: skip
+# Text columns an older or foreign writer may have left null: read as their default.
+_TEXT = ("message", "submitter", "backend", "suite_json")
+
+
+class Run(RunHeader):
+    """A run, declared once. Every form of it derives from these fields:
+
+    - its row (`to_record`, read back by `from_record`): the `runs/<id>.parquet` file and its
+      JSON catalog entry `index/runs/<id>.json` (`entry_json`), labels as pairs and faults,
+      summary and metrics as JSON text: the stored formats, unchanged;
+    - its run index row (`index_row`: store/runindex.py), which keeps its `listing` as JSON;
+    - the API body (`RunOut`: the header's fields, `listing`'s times and steps, and the
+      queue's own fields) and the report's header (`signoff/views.py`) read its fields.
+
+    `faults` (each as the suite declared it) and `summary` (what execution recorded: steps,
+    a sweep's verdict, a job's stragglers) are JSON documents: stored as JSON text, read by
+    the parts that wrote them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     started_at: datetime
     finished_at: datetime | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    submitter: str = ""
     backend: str = ""
-    faults: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[dict[str, Any]] = Field(default_factory=list)
     suite_json: str = ""
-    summary: dict[str, Any] = field(default_factory=dict)
-    message: str = ""
-    metrics: list[MetricDecl] = field(default_factory=list)  # declared by the checks run
+    summary: dict[str, Any] = Field(default_factory=dict)
+    metrics: list[MetricDecl] = Field(default_factory=list)  # declared by the checks run
 
     def to_dict(self) -> dict[str, Any]:
-        """The record for tools (`--json`, the API): everything but the stored suite text."""
-        out = {k: v for k, v in self.__dict__.items() if k != "suite_json"}
+        """The record for tools (`--json`): everything but the stored suite text."""
+        out = {k: getattr(self, k) for k in ROW_ORDER if k != "suite_json"}
         out["metrics"] = [m.to_dict() for m in self.metrics]
         return out
 
     def listing(self) -> dict[str, Any]:
         """What a list of runs shows of this run (the service's view of a stored run): its
-        ids, status, times and step verdicts; no suite text, no metric declarations."""
+        header, times as ISO 8601 text and step verdicts; no suite text, no metric
+        declarations. `RunOut` declares the same fields."""
         return {
             "run_id": self.run_id,
             "suite": self.suite,
@@ -54,12 +88,18 @@ class RunRecord:
             "submitter": self.submitter,
             "started_at": self.started_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
-            "steps": self.summary.get("steps", []),
+            "steps": self.steps,
         }
 
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        """The verdicts of the steps that ended, as execution recorded them."""
+        return self.summary.get("steps", [])
+
     def to_record(self) -> dict[str, Any]:
+        """Its row, as `runs/<id>.parquet` holds it."""
         return {
-            **self.__dict__,
+            **{k: getattr(self, k) for k in ROW_ORDER},
             "labels": list(self.labels.items()),
             "faults": json.dumps(self.faults),
             "summary": json.dumps(self.summary, default=str),
@@ -67,16 +107,24 @@ class RunRecord:
         }
 
     @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> RunRecord:
+    def from_record(cls, rec: dict[str, Any]) -> Run:
+        """The run of a row as its Parquet file or its catalog entry reads back."""
         return cls(
             **{
                 **rec,
+                **{k: rec[k] or "" for k in _TEXT if k in rec},
                 "labels": dict(rec["labels"] or []),
                 "faults": json.loads(rec["faults"] or "[]"),
                 "summary": json.loads(rec["summary"] or "{}"),
                 "metrics": [MetricDecl.from_dict(m) for m in json.loads(rec["metrics"] or "[]")],
             }
         )
+
+    def index_row(self, entry: str) -> tuple[str, str, str, str, str, str]:
+        """Its row of the run index (run_id, suite, status, labels, record, listing), with
+        `entry` its row's JSON as the catalog entry holds it."""
+        listing = json.dumps(self.listing())
+        return self.run_id, self.suite, self.status, json.dumps(self.labels), entry, listing
 
     @property
     def injected(self) -> bool:
@@ -104,9 +152,9 @@ def rows_from_json(table: str, text: str) -> list[dict[str, Any]]:
     return rows
 
 
-def incomplete_run(results: Path) -> RunRecord:
+def incomplete_run(results: Path) -> Run:
     """A run with results but no record: cut off before it ended."""
-    return RunRecord(
+    return Run(
         run_id=results.name,
         suite="?",
         status=RunStatus.INCOMPLETE.value,
@@ -141,3 +189,6 @@ class RunFilter:
 def label_path(key: str) -> str:
     """A JSON path naming one key of an object, any characters quoted."""
     return "$." + json.dumps(key)
+
+
+RunRecord = Run  # NOTE: the name its users knew; they import `Run` as they are renamed

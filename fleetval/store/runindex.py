@@ -28,8 +28,8 @@ from fleetval.store.base import CorruptFile, create_private_file
 from fleetval.store.records import (
     INDEX,
     SAFE_NAME,
+    Run,
     RunFilter,
-    RunRecord,
     incomplete_run,
     index_json,
     rows_from_json,
@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT NOT NULL,
     labels TEXT NOT NULL,                    -- JSON object, for label filters
     record TEXT NOT NULL,                    -- the run's index entry (one row, JSON)
-    listing TEXT                             -- RunRecord.listing() as JSON, served as it is
+    listing TEXT                             -- Run.listing() as JSON, served as it is
 ) WITHOUT ROWID;
 """
 
@@ -176,13 +176,7 @@ class RunIndex:
 
     def put_rows(self, rows: list[dict[str, Any]]) -> None:
         """Runs' rows (as their Parquet files read back) in one transaction, replacing older ones."""
-        values = []
-        for row in rows:
-            record = RunRecord.from_record(row)
-            labels = json.dumps(record.labels)
-            entry = index_json([row]).decode()
-            listing = json.dumps(record.listing())
-            values.append((record.run_id, record.suite, record.status, labels, entry, listing))
+        values = [Run.from_record(row).index_row(index_json([row]).decode()) for row in rows]
         with self._lock, self._transaction():
             self._conn.executemany(
                 "INSERT OR REPLACE INTO runs (run_id, suite, status, labels, record, listing)"
@@ -228,13 +222,13 @@ class RunIndex:
             rows = self._conn.execute("SELECT run_id, status FROM runs").fetchall()
         return {r: status != RunStatus.INCOMPLETE.value for r, status in rows}
 
-    def all(self) -> list[RunRecord]:
+    def all(self) -> list[Run]:
         """Every run, oldest first."""
         with self._lock:
             rows = self._conn.execute("SELECT record FROM runs ORDER BY run_id").fetchall()
         return [_record(r[0]) for r in rows]
 
-    def get(self, run_id: str) -> RunRecord | None:
+    def get(self, run_id: str) -> Run | None:
         with self._lock:
             row = self._conn.execute(
                 "SELECT record FROM runs WHERE run_id = ?", (run_id,)
@@ -249,9 +243,9 @@ class RunIndex:
             ).fetchone()
         return row[0] if row else None
 
-    def get_many(self, run_ids: list[str]) -> dict[str, RunRecord]:
+    def get_many(self, run_ids: list[str]) -> dict[str, Run]:
         """The indexed runs among `run_ids`, in one query."""
-        found: dict[str, RunRecord] = {}
+        found: dict[str, Run] = {}
         for i in range(0, len(run_ids), 500):  # NOTE: under SQLite's bound-parameter limit
             chunk = run_ids[i : i + 500]
             with self._lock:
@@ -262,7 +256,7 @@ class RunIndex:
             found.update((r[0], _record(r[1])) for r in rows)
         return found
 
-    def page(self, where: RunFilter, *, before: str | None, limit: int) -> list[RunRecord]:
+    def page(self, where: RunFilter, *, before: str | None, limit: int) -> list[Run]:
         """Up to `limit` runs matching `where`, newest first, with run ids below `before`."""
         return [_record(rec) for rec in self._page("record", where, before, limit).values()]
 
@@ -472,5 +466,5 @@ def _connect(path: Path | str) -> sqlite3.Connection:
     return conn
 
 
-def _record(text: str) -> RunRecord:
-    return RunRecord.from_record(rows_from_json("runs", text)[0])
+def _record(text: str) -> Run:
+    return Run.from_record(rows_from_json("runs", text)[0])
