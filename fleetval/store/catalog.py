@@ -41,8 +41,8 @@ from fleetval.store.base import make_private_dir
 from fleetval.store.records import INDEX as INDEX
 from fleetval.store.records import SAFE_NAME as SAFE_NAME
 from fleetval.store.records import TIMESTAMPS as TIMESTAMPS
-from fleetval.store.records import RunFilter as RunFilter
 from fleetval.store.records import Run
+from fleetval.store.records import RunFilter as RunFilter
 from fleetval.store.records import RunRecord as RunRecord
 from fleetval.store.records import incomplete_run as incomplete_run
 from fleetval.store.records import index_json as index_json
