@@ -17,6 +17,7 @@ from typing import Any
 
 from fleetval import status
 from fleetval.checks import declared_metrics
+from fleetval.checks.spec import StepSpec
 from fleetval.run.cluster import (
     ClusterUnreachable,
     check_reachable,
@@ -25,22 +26,25 @@ from fleetval.run.cluster import (
     embedded_limit,
     will_embed,
 )
-from fleetval.run.job import JobAborted, RunState, job_ranks
-from fleetval.run.outcome import Culprit, Event, EventSink, RunCancelled, StepOutcome
+from fleetval.run.job import JobAborted, RunState, WarmRanks, job_ranks
+from fleetval.run.life import RunLife, RunOutcome, RunStopped, StopReason
+from fleetval.run.outcome import Culprit, Event, EventSink, StepOutcome
 from fleetval.run.plan import Job, PlanError, make_plan
 from fleetval.run.pool import RankPool
-from fleetval.run.step import StepBroke, culprit_row, run_step
+from fleetval.run.step import culprit_row, run_step
 from fleetval.store.dataset import RunRecord, Store, new_run_id
 from fleetval.suite import Suite
-from fleetval.vocab import EventKind, RunStatus, Status
+from fleetval.vocab import EventKind, Status
 
 __all__ = [
     "ClusterUnreachable",
     "Culprit",
     "Event",
     "EventSink",
-    "RunCancelled",
+    "RunLife",
+    "RunOutcome",
     "RunState",
+    "RunStopped",
     "StepOutcome",
     "check_reachable",
     "cluster_shape",
@@ -55,7 +59,8 @@ def run_job(
     job: Job, state: RunState, ready: Callable[[], None] | None = None
 ) -> list[StepOutcome]:
     """The job's steps in order on one set of ranks; torn down on every path. `ready` is
-    called once the ranks are up, before the first step (a sweep lines up a round's jobs)."""
+    called once the ranks are up, before the first step (a sweep lines up a round's jobs).
+    A step whose outcome breaks the job ends it: its remaining steps are recorded not run."""
     state.backend = state.backend or job.backend
     first = len(state.outcomes)
     remaining = list(job.steps)
@@ -65,23 +70,20 @@ def run_job(
                 ready()
             while remaining:
                 state.check_cancelled()
-                step = remaining[0]
+                step = remaining.pop(0)
                 state.event(EventKind.STEP_START, job.index, step.step_name)
                 outcome = run_step(ranks, job, step, state)
-                remaining.pop(0)
                 _record(state, job, outcome)
-    except StepBroke as broke:
-        remaining.pop(0)
-        _record(state, job, broke.outcome)
-        _not_run(
-            state, job, remaining, f"not run: job aborted after step {broke.outcome.step} failed"
-        )
+                if outcome.breaks_job:
+                    why = f"not run: job aborted after step {outcome.step} failed"
+                    _not_run(state, job, remaining, why)
+                    remaining = []
     except JobAborted as err:
         _job_failed(state, job, remaining, err)
     return state.outcomes[first:]
 
 
-def _job_failed(state: RunState, job: Job, steps: list[Any], err: JobAborted) -> None:
+def _job_failed(state: RunState, job: Job, steps: list[StepSpec], err: JobAborted) -> None:
     """The job never got to run `steps`: its culprits (if known) go with the first one."""
     if err.culprits and steps:
         rows = [culprit_row(c, job, steps[0], state.run_id, []) for c in err.culprits]
@@ -106,7 +108,7 @@ def _record(state: RunState, job: Job, outcome: StepOutcome) -> None:
     state.event(EventKind.STEP_END, job.index, outcome.step, outcome.message, outcome)
 
 
-def _not_run(state: RunState, job: Job, steps: list[Any], message: str) -> None:
+def _not_run(state: RunState, job: Job, steps: list[StepSpec], message: str) -> None:
     for step in steps:
         _record(
             state,
@@ -123,7 +125,7 @@ def _not_run(state: RunState, job: Job, steps: list[Any], message: str) -> None:
         )
 
 
-def summary(outcomes: list[StepOutcome]) -> dict[str, Any]:
+def summary(outcomes: list[StepOutcome]) -> dict[str, list[dict[str, Any]]]:
     return {"steps": [asdict(o) for o in outcomes]}
 
 
@@ -138,33 +140,37 @@ def recording(
     total_steps: int = 0,
     run_id: str | None = None,
     cancel: threading.Event | None = None,
+    life: RunLife | None = None,
+    pool: WarmRanks | None = None,
 ) -> Iterator[RunState]:
-    """One run: yields its state for `run_job` calls, then writes nodes and the run record,
-    whatever happened. A Ctrl-C is recorded as `cancelled` and re-raised; a cancel event
-    set by the caller is recorded as `cancelled` and the record returned as usual."""
+    """One run: yields its state for `run_job` calls, then ends its life and writes nodes and
+    the run record, whatever happened (`state.record`, `life.outcome`).
+
+    The run stops through its life (`life.request_stop`, or setting `cancel`: give one or
+    the other): the running job is torn down and the run ends `cancelled`, its record
+    returned as usual. A KeyboardInterrupt (a Ctrl-C no handler caught) stops it the same
+    way, and is re-raised; any other exception ends it `error`, and is re-raised."""
+    if life is not None and cancel is not None:
+        raise TypeError("recording: pass a cancel event or a life, not both")
+    life = life if life is not None else RunLife(cancel)
     state = RunState(
-        run_id or new_run_id(), suite, store, on_event or (lambda e: None), total_steps
+        run_id or new_run_id(),
+        suite,
+        store,
+        on_event or (lambda e: None),
+        total_steps,
+        life=life,
+        pool=pool,
     )
-    state.cancel = cancel
     started = datetime.now(UTC)
-    store.write_schema_note()
-    run_status, message = RunStatus.ERROR.value, ""
-    try:
-        yield state
-        run_status = status.run_status(o.status for o in state.outcomes).value
-    except KeyboardInterrupt:
-        run_status, message = RunStatus.CANCELLED.value, "interrupted; finished steps are kept"
-        raise
-    except RunCancelled:
-        run_status = RunStatus.CANCELLED.value
-        message = "cancelled by request; finished steps are kept"
-    finally:
+
+    def write(outcome: RunOutcome) -> RunRecord:
         if state.nodes:
             store.write_nodes(state.run_id, list(state.nodes.values()))
-        state.record = RunRecord(
+        record = RunRecord(
             run_id=state.run_id,
             suite=suite.name,
-            status=run_status,
+            status=outcome.status.value,
             started_at=started,
             finished_at=datetime.now(UTC),
             labels=labels or {},
@@ -173,10 +179,27 @@ def recording(
             faults=[f.model_dump(mode="json", exclude_none=True) for f in suite.faults],
             suite_json=suite.to_json(),
             summary={**summary(state.outcomes), **state.summary},
-            message=message,
+            message=outcome.message,
             metrics=declared_metrics(s.check for s in suite.steps),
         )
-        store.write_run(state.record)
+        store.write_run(record)
+        return record
+
+    try:
+        store.write_schema_note()
+        life.start()
+        yield state
+    except RunStopped:
+        life.stopped(write)
+    except KeyboardInterrupt:
+        life.request_stop(StopReason.CTRL_C)
+        life.stopped(write)
+        raise
+    except BaseException as err:
+        life.fail(err, write)
+        raise
+    else:
+        life.finish(status.run_status(o.status for o in state.outcomes), write)
 
 
 def _check_embedded(address: str | None, worlds: list[int], cpus_per_rank: float) -> None:
@@ -204,19 +227,30 @@ def run_suite(
     run_id: str | None = None,
     cancel: threading.Event | None = None,
     pool: RankPool | None = None,
+    life: RunLife | None = None,
 ) -> RunRecord:
     """Plan the suite on the cluster, run every job, store rows, nodes and the run record.
 
-    A PlanError (bad input) is raised before anything is written. `run_id` lets a caller
-    (the service) name the run before it starts; setting `cancel` stops it within a poll
-    interval: the running job's actors are killed and its group removed, status `cancelled`.
-    With a `pool` (the service's), jobs take warm ranks from it and give clean ones back.
+    A PlanError (bad input) is raised before anything is written (the life ends `error`).
+    `run_id` lets a caller (the service) name the run before it starts. A stop, asked of
+    the run's `life` (the service holds it: `life.request_stop(reason)`) or by setting
+    `cancel` (one or the other), takes effect within a poll interval: the running job's
+    actors are killed and its group removed, status `cancelled`; `life.outcome` says how the
+    run ended, on every path. With a `pool` (the service's), jobs take warm ranks from it and
+    give clean ones back.
     """
-    fixed = [w for w in suite.placement.world_sizes if w != "all"]
-    need = max(fixed, default=0) * suite.placement.cpus_per_rank
-    _check_embedded(address, fixed, suite.placement.cpus_per_rank)
-    connect(address, need)
-    plan = make_plan(suite, cluster_shape())
+    if life is not None and cancel is not None:
+        raise TypeError("run_suite: pass a cancel event or a life, not both")
+    life = life if life is not None else RunLife(cancel)
+    try:
+        fixed = [w for w in suite.placement.world_sizes if w != "all"]
+        need = max(fixed, default=0) * suite.placement.cpus_per_rank
+        _check_embedded(address, fixed, suite.placement.cpus_per_rank)
+        connect(address, need)
+        plan = make_plan(suite, cluster_shape())
+    except BaseException as err:  # refused before it started: nothing written
+        life.fail(err)
+        raise
     total = sum(len(j.steps) for j in plan.jobs)
     with recording(
         suite,
@@ -226,9 +260,9 @@ def run_suite(
         on_event=on_event,
         total_steps=total,
         run_id=run_id,
-        cancel=cancel,
+        life=life,
+        pool=pool,
     ) as state:
-        state.pool = pool
         for job in plan.jobs:
             state.check_cancelled()
             run_job(job, state)

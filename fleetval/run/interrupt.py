@@ -1,5 +1,8 @@
 """Ctrl-C for a run in the foreground: the first cancels, a second exits at once.
 
+The event is a `StopSwitch` of reason Ctrl-C: passed as a run's cancel event, its life
+(`fleetval.run.life`) records the run stopped by Ctrl-C.
+
 NOTE: Python's default SIGINT handler raises KeyboardInterrupt wherever the main thread
 happens to be: inside a Ray call, a lock of the progress display, a teardown half done. Raised
 there, it can leave a lock held (the next call then waits for ever) or skip the teardown that
@@ -17,6 +20,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+
+from fleetval.run.life import StopReason, StopSwitch
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process ended by Ctrl-C
 
@@ -39,10 +44,10 @@ def ctrl_c_cancels(grace_s: float) -> Iterator[threading.Event]:
     Off the main thread (a library caller's worker) signals cannot be handled: the event is
     still yielded, and only the caller sets it.
     """
-    cancel = threading.Event()
     if threading.current_thread() is not threading.main_thread():
-        yield cancel
+        yield threading.Event()  # its caller's cancel: a stop by request
         return
+    cancel = StopSwitch(StopReason.CTRL_C)
 
     def on_sigint(signum: int, frame: FrameType | None) -> None:
         if cancel.is_set():

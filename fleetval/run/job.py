@@ -14,7 +14,6 @@ import logging
 import os
 import re
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -34,7 +33,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from fleetval.checks.base import RankContext
 from fleetval.policy import FailurePolicy
 from fleetval.run.culprits import is_symptom
-from fleetval.run.outcome import Culprit, Event, EventSink, RunCancelled, StepOutcome
+from fleetval.run.life import RunLife
+from fleetval.run.outcome import Culprit, Event, EventSink, StepOutcome
 from fleetval.run.plan import NODE_LABEL, Job
 from fleetval.run.rank import Placed, RankActor
 from fleetval.suite import Suite
@@ -102,26 +102,34 @@ class WarmRanks(Protocol):
 
 @dataclass
 class RunState:
-    """What a run accumulates while its jobs execute."""
+    """A run while its jobs execute: what it is (built complete, never set afterwards) and
+    what it accumulates. Its life (`RunLife`) is the one thing that moves it, stopped
+    included; a sweep's jobs each have a copy of it (`dataclasses.replace`) sharing the life."""
 
     run_id: str
     suite: Suite
     store: Store
     on_event: EventSink
     total_steps: int
+    life: RunLife = field(default_factory=RunLife)
+    pool: WarmRanks | None = None  # warm ranks kept between jobs (the service's, a sweep's)
+    # What it accumulates as its jobs run.
     done_steps: int = 0
-    backend: str = ""
+    backend: str = ""  # the first job's
     outcomes: list[StepOutcome] = field(default_factory=list)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    record: RunRecord | None = None
-    cancel: threading.Event | None = None
-    pool: WarmRanks | None = None  # warm ranks kept between jobs (the service's, a sweep's)
     # More for the run's summary (a sweep's verdict).
     summary: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def record(self) -> RunRecord | None:
+        """The run's stored record, once it has ended (its life's outcome)."""
+        outcome = self.life.outcome
+        return outcome.record if outcome is not None else None
+
     def check_cancelled(self) -> None:
-        if self.cancel is not None and self.cancel.is_set():
-            raise RunCancelled("cancelled by request")
+        """Every wait's look at the run's life: RunStopped once a stop was asked."""
+        self.life.check()
 
     def event(
         self, kind: str, job: int, step: str, detail: str = "", outcome: StepOutcome | None = None
@@ -139,8 +147,11 @@ def job_ranks(job: Job, state: RunState) -> Iterator[list[RankHandle]]:
     With a pool (`state.pool`: the service's, a sweep's), the ranks come from it when it has
     healthy ones for this job, and a job that ends cleanly gives them back (reset) instead of
     tearing them down; any other exit tears them down (a pool's groups stay with the pool).
-    Every wait on the way looks at the run's cancel event (`state.check_cancelled`)."""
+    A step that broke the job (`StepOutcome.breaks_job`, recorded in `state.outcomes`) leaves
+    its ranks untrusted: torn down. Every wait on the way looks at the run's life
+    (`state.check_cancelled`): a stop unwinds it with `RunStopped`, and the ranks are torn down."""
     t, tick = state.suite.timeouts, state.check_cancelled
+    first = len(state.outcomes)
     pooled = state.pool.take(job, t) if state.pool is not None else None
     pg: PlacementGroup | None = pooled.pg if pooled else None
     ranks: list[RankHandle] = pooled.ranks if pooled else []
@@ -153,9 +164,9 @@ def job_ranks(job: Job, state: RunState) -> Iterator[list[RankHandle]]:
         fingerprint_nodes(ranks, state, t.rendezvous_s)
         rendezvous(ranks, job, state.suite, state.run_id, tick)
         yield ranks
-        clean = True
+        clean = not any(o.breaks_job for o in state.outcomes[first:] if o.job == job.index)
     finally:
-        if not (state.cancel is not None and state.cancel.is_set()):
+        if not state.life.stopping:
             keep_node_files(ranks, state, job)  # NOTE: evidence, not worth delaying a cancel
         if clean and state.pool is not None and ranks:
             state.pool.give_back(job, pg, ranks, t)
@@ -297,8 +308,17 @@ def _failure_text(kind: str, err: Any, what: str) -> str:
     return f"raised {short(err)}"
 
 
-def _bundle_nodes(pg: PlacementGroup) -> dict[int, dict[str, Any]]:
-    """Bundle index -> the Ray node holding it (name, id, address), from the group's table."""
+@dataclass(frozen=True)
+class BundleNode:
+    """The Ray node that holds a bundle of a placement group, as its table names it."""
+
+    node: str  # its fleetval/node label, else its hostname
+    node_id: str
+    ip: str
+
+
+def _bundle_nodes(pg: PlacementGroup) -> dict[int, BundleNode]:
+    """Bundle index -> the Ray node holding it, from the group's table."""
     try:
         table = placement_group_table(pg)
         by_id = {n["NodeID"]: n for n in ray.nodes()}
@@ -308,16 +328,17 @@ def _bundle_nodes(pg: PlacementGroup) -> dict[int, dict[str, Any]]:
     for i, node_id in (table.get("bundles_to_node_id") or {}).items():
         n = by_id.get(node_id, {})
         name = (n.get("Labels") or {}).get(NODE_LABEL) or n.get("NodeManagerHostname", "?")
-        out[int(i)] = {"node": name, "node_id": node_id, "ip": n.get("NodeManagerAddress", "")}
+        out[int(i)] = BundleNode(name, node_id, n.get("NodeManagerAddress", ""))
     return out
 
 
-def _unknown_placed(node: dict[str, Any] | None) -> Placed:
-    node = node or {}
+def _unknown_placed(node: BundleNode | None) -> Placed:
+    """An actor that could not describe itself, placed as far as its bundle's node is known."""
+    node = node or BundleNode("?", "", "")
     return Placed(
-        node=node.get("node", "?"),
-        node_id=node.get("node_id", ""),
-        node_ip=node.get("ip", ""),
+        node=node.node,
+        node_id=node.node_id,
+        node_ip=node.ip,
         hostname="",
         gpu_ids=(),
         device="?",

@@ -11,11 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fleetval.culprit import Culprit as Culprit  # the engine's modules import it from here
+from fleetval.status import aborts
 from fleetval.vocab import EventKind
-
-
-class RunCancelled(Exception):
-    """The caller set the run's cancel event: the current job is torn down, nothing more runs."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +26,13 @@ class StepOutcome:
     seconds: float
     culprits: tuple[Culprit, ...] = ()
     deadline: bool = False  # cut off by its deadline while every rank progressed (no culprit)
+
+    @property
+    def breaks_job(self) -> bool:
+        """Its ranks can no longer be trusted (cut off at its deadline, or a culprit that
+        aborts: crash, hang, error): the job's remaining steps are not run, its ranks torn
+        down. The failure policy (`fleetval.status.aborts`) decides which culprits abort."""
+        return self.deadline or any(aborts(c) for c in self.culprits)
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fleetval.vocab import Backend, Strategy
 
 if TYPE_CHECKING:  # NOTE: annotations only: the rank actor imports this module for its node
     # label, and the suite's models (every check's parameters) would cost each rank seconds
+    from fleetval.checks.spec import StepSpec
     from fleetval.suite import Suite
 
 NODE_LABEL = "fleetval/node"  # a Ray node label naming the node; else its hostname is used
@@ -70,7 +71,7 @@ class Job:
     cpus_per_rank: float
     strategy: Strategy
     nodes: tuple[str, ...] | None  # node names the job is restricted to
-    steps: tuple[Any, ...]
+    steps: tuple[StepSpec, ...]  # the suite's steps: each a check's parameter model
     node_ids: tuple[str, ...] = ()  # the same nodes by Ray id, where known
 
     def bundle(self) -> dict[str, float]:

@@ -21,6 +21,7 @@ import ray
 
 from fleetval.checks import CHECKS
 from fleetval.checks.base import ActiveFault, CheckContext, Heartbeat, Progress, RankContext
+from fleetval.checks.spec import StepSpec
 from fleetval.run import flightrec
 from fleetval.run.plan import NODE_LABEL
 from fleetval.store.schema import Row
@@ -357,7 +358,7 @@ class RankActor:
         if torch.cuda.is_initialized():
             torch.cuda.empty_cache()
 
-    def run_step(self, step: Any, faults: tuple[ActiveFault, ...]) -> list[Row]:
+    def run_step(self, step: StepSpec, faults: tuple[ActiveFault, ...]) -> list[Row]:
         if self._ctx is None:
             raise RuntimeError("run_step before join(): the driver must form the group first")
         self._on_device()

@@ -1,6 +1,7 @@
 """One step on every rank of a job: start it everywhere, wait on all ranks at once under the
-step's deadline, name the culprits, write rows. Crash, hang and error culprits abort the
-job (`StepBroke`); late ranks are named but the job goes on.
+step's deadline, name the culprits, write rows. Crash, hang and error culprits break the
+job (its outcome's `breaks_job`: the job runs no more steps and its ranks are torn down);
+late ranks are named but the job goes on.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import ray
 from fleetval import status
 from fleetval.checks import synchronizing_metrics
 from fleetval.checks.base import ActiveFault, Progress, RankContext
+from fleetval.checks.spec import StepSpec
 from fleetval.detect import lateness
 from fleetval.policy import FailurePolicy
 from fleetval.run import flightrec
@@ -24,21 +26,13 @@ from fleetval.run.culprits import (
     progressed,
 )
 from fleetval.run.fabric import node_groups
-from fleetval.run.job import JobAborted, RankHandle, RunState, gather
+from fleetval.run.job import RankHandle, RunState, gather
 from fleetval.run.outcome import Culprit, StepOutcome
 from fleetval.run.plan import Job
 from fleetval.store.schema import Row
 from fleetval.suite import Suite
 from fleetval.text import short
 from fleetval.vocab import CULPRIT_METRIC, CulpritReason, EventKind, Status
-
-
-class StepBroke(JobAborted):
-    """A step ended with culprits that make the job's ranks untrustworthy."""
-
-    def __init__(self, outcome: StepOutcome) -> None:
-        super().__init__(outcome.message, outcome.culprits)
-        self.outcome = outcome
 
 
 @dataclass
@@ -114,8 +108,9 @@ def faults_for(
     )
 
 
-def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> StepOutcome:
-    """Run one step on every rank and write its rows; raise StepBroke if the ranks are lost."""
+def run_step(ranks: list[RankHandle], job: Job, step: StepSpec, state: RunState) -> StepOutcome:
+    """Run one step on every rank and write its rows. An outcome that `breaks_job` (the ranks
+    lost, or still busy at the deadline) ends the job: its ranks are torn down."""
     suite, name = state.suite, step.step_name
     timeout = suite.step_timeout(step)
     started = time.monotonic()
@@ -180,8 +175,6 @@ def run_step(ranks: list[RankHandle], job: Job, step: Any, state: RunState) -> S
     )
     if rows:
         state.store.write_results(state.run_id, f"job{job.index}-{name}", rows)
-    if finding is not None or any(status.aborts(c) for c in culprits):
-        raise StepBroke(outcome)  # NOTE: at a deadline the ranks are still busy: tear down
     return outcome
 
 
@@ -232,7 +225,7 @@ def keep_traces(traces: dict[int, bytes], state: RunState, part: str) -> None:
         state.store.write_artifact(state.run_id, f"{part}-rank{rank}.flight-recorder", trace)
 
 
-def culprit_row(c: Culprit, job: Job, step: Any, run_id: str, ranks: list[RankHandle]) -> Row:
+def culprit_row(c: Culprit, job: Job, step: StepSpec, run_id: str, ranks: list[RankHandle]) -> Row:
     """A culprit as a row of the step, so queries over results see who broke or slowed it."""
     ctx = next((r.ctx for r in ranks if r.rank == c.rank), None)
     return Row(
