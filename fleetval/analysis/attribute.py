@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 from itertools import pairwise
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import pyarrow as pa
@@ -46,10 +46,11 @@ from fleetval.analysis.compare_settings import settings_from_suite_json
 from fleetval.analysis.runvalues import run_values
 from fleetval.analysis.statistics import bh_adjust, t_test, verdicts
 from fleetval.arrays import group_rows, np_col, one_chunk
+from fleetval.finding import Finding
 from fleetval.metrics import BUSBW, LATENCY
 from fleetval.store.dataset import Store
 from fleetval.text import human_bytes
-from fleetval.vocab import Verdict
+from fleetval.vocab import Status, Verdict
 
 # What a version change is attributed to, and the nodes-table columns that say its version
 # (the first non-null one: HIP is ROCm's own runtime, so it stands in only where ROCm is
@@ -91,21 +92,55 @@ class AttributeSettings:
     canary_nights: int = 3
 
 
+class Identity(TypedDict):
+    """What was measured (ID_KEYS), as a run's values name it."""
+
+    check: str
+    collective: str | None
+    op: str | None
+    dtype: str | None
+    size_bytes: int | None
+    world_size: int | None
+    metric: str
+    gpu_model: str | None
+
+
+# A version finding in `fleetval attribute --json` (`from` is a keyword: the functional form).
+VersionFindingJSON = TypedDict("VersionFindingJSON", {
+    "component": str, "from": str, "to": str, "collective": str | None,
+    "size_bytes": int | None, "dtype": str | None, "gpu_model": str | None, "metric": str,
+    "effect_pct": float | None, "ci_pct": list[float | None] | None, "q": float | None,
+    "nodes": int, "nights": int, "verdict": str,
+})  # fmt: skip
+
+
 @dataclass(frozen=True, kw_only=True)
-class Finding:
-    component: str
+class VersionFinding(Finding):
+    """A version change's effect at one measurement: a `Finding` (code: the component; status
+    FAIL where the effect is a regression, a confounded one included, WARN confounded, SKIP
+    too little evidence, else PASS; reason: the line a sign-off prints) with the change and its
+    estimate."""
+
     from_version: str
     to_version: str
-    identity: dict[str, Any]  # ID_KEYS
+    identity: Identity
     effect_pct: float | None
     ci_pct: tuple[float, float] | None
     q: float | None
     nodes: int  # nodes measured on either version on the nights both were measured
     nights: int  # nights both versions were measured side by side
-    verdict: str
-    regressed: bool = False  # the (joint) effect is a regression: a confounded one counts
+    verdict: str  # a compare Verdict, CONFOUNDED or INSUFFICIENT
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def component(self) -> str:
+        return self.code
+
+    @property
+    def regressed(self) -> bool:
+        """The (joint) effect is a regression: a confounded one counts."""
+        return self.status == Status.FAIL
+
+    def to_json(self) -> VersionFindingJSON:
         i = self.identity
         return {
             "component": self.component, "from": self.from_version, "to": self.to_version,
@@ -118,22 +153,51 @@ class Finding:
         }  # fmt: skip
 
 
+class CanaryGroup(TypedDict):
+    label: str  # "canary=control", "canary=rccl-2.21"
+    nodes: list[str]
+    pin: dict[str, str]  # nodes-table column -> the version pinned
+
+
+class CanaryPlan(TypedDict):
+    """Nodes pinned so each confounded change is measured alone beside a control."""
+
+    suite: str
+    nights: int
+    groups: list[CanaryGroup]
+    rest: str
+    run: str
+
+
+class ConfoundedJSON(TypedDict):
+    components: list[str]
+    changes: list[str]
+    why: str
+    plan: CanaryPlan
+
+
 @dataclass(frozen=True, kw_only=True)
 class Confounded:
     components: tuple[str, ...]
     changes: tuple[str, ...]
     why: str
-    plan: dict[str, Any]
+    plan: CanaryPlan
     regressed: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"components": list(self.components), "changes": list(self.changes),
-                "why": self.why, "plan": self.plan}  # fmt: skip
+    def to_json(self) -> ConfoundedJSON:
+        return ConfoundedJSON(components=list(self.components), changes=list(self.changes),
+                              why=self.why, plan=self.plan)  # fmt: skip
+
+
+class AttributionJSON(TypedDict):
+    findings: list[VersionFindingJSON]
+    confounded: list[ConfoundedJSON]
+    notes: list[str]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Attribution:
-    findings: tuple[Finding, ...]
+    findings: tuple[VersionFinding, ...]
     confounded: tuple[Confounded, ...]
     notes: tuple[str, ...]
 
@@ -142,12 +206,10 @@ class Attribution:
         """1 when a regression is attributed or a confounded change regressed, else 0."""
         return int(any(f.regressed for f in self.findings))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "findings": [f.to_dict() for f in self.findings],
-            "confounded": [c.to_dict() for c in self.confounded],
-            "notes": list(self.notes),
-        }
+    def to_dict(self) -> AttributionJSON:
+        return AttributionJSON(findings=[f.to_json() for f in self.findings],
+                               confounded=[c.to_json() for c in self.confounded],
+                               notes=list(self.notes))  # fmt: skip
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
@@ -251,13 +313,7 @@ def what_it_did(store: Store, suite: str, changed: list[str]) -> tuple[str, ...]
     except ValueError as err:
         return (f"{', '.join(comps)} changed; not attributed: {err}",)
     shown = [f for f in a.findings if f.component in comps and f.verdict != Verdict.UNCHANGED.value]
-    lines = [
-        f"{f.component} {f.from_version} -> {f.to_version}: {f.verdict}"
-        + (f", {f.effect_pct:+.1f}% {f.identity['metric']}" if f.effect_pct is not None else "")
-        + f" at {_ident_label(f.identity)} ({f.nodes} nodes, {f.nights} nights side by side)"
-        for f in shown
-        if f.verdict != CONFOUNDED
-    ]
+    lines = [f.reason for f in shown if f.verdict != CONFOUNDED]
     lines += [
         f"confounded: {', '.join(c.changes)}: {c.why}"
         for c in a.confounded
@@ -322,7 +378,7 @@ class _Panel:
     comp: dict[str, tuple[np.ndarray, list[str]]]  # component -> (codes, version names)
     node_names: list[str]
     night_names: list[str]
-    idents: list[dict[str, Any]]
+    idents: list[Identity]
     bounds: np.ndarray  # identity i is rows bounds[i]:bounds[i + 1]
 
     def rows(self, i: int) -> slice:
@@ -405,7 +461,7 @@ def _panel(values: pa.Table, nodes: pa.Table, nights: dict[str, str], metric: st
         node=node_v[order], night=night[order],
         comp={c: (codes[row][order], vnames) for c, (codes, vnames) in comp.items()},
         node_names=names, night_names=night_names,
-        idents=values.select(list(ID_KEYS)).take(pa.array(first)).to_pylist(),
+        idents=cast(list[Identity], values.select(list(ID_KEYS)).take(pa.array(first)).to_pylist()),
         bounds=np.searchsorted(ident[order], np.arange(len(first) + 1)),
     )  # fmt: skip
 
@@ -699,14 +755,21 @@ def _judge(raw: list[_Estimate], panel: _Panel, s: AttributeSettings, suite: str
             float(np.expm1(effect[k] + half[k]) * 100),
         )
         regressed = judged[k] == Verdict.REGRESSION.value and testable[k]
+        status = (Status.FAIL if regressed else Status.WARN if verdict == CONFOUNDED
+                  else Status.SKIP if verdict == INSUFFICIENT else Status.PASS)  # fmt: skip
+        identity = panel.idents[e.ident]
+        effect_pct = float(pct[k]) if math.isfinite(pct[k]) else None
         for j, comp in enumerate(e.components):
+            said = (f"{comp} {e.from_versions[j]} -> {e.to_versions[j]}: {verdict}"
+                    + (f", {effect_pct:+.1f}% {identity['metric']}" if effect_pct is not None else "")
+                    + f" at {_ident_label(identity)} ({e.nodes} nodes, {e.nights} nights side by side)")  # fmt: skip
             findings.append(
-                Finding(
-                    component=comp, from_version=e.from_versions[j], to_version=e.to_versions[j],
-                    identity=panel.idents[e.ident],
-                    effect_pct=float(pct[k]) if math.isfinite(pct[k]) else None,
+                VersionFinding(
+                    code=comp, status=status, reason=said,
+                    from_version=e.from_versions[j], to_version=e.to_versions[j],
+                    identity=identity, effect_pct=effect_pct,
                     ci_pct=ci if testable[k] else None, q=float(q[k]) if testable[k] else None,
-                    nodes=e.nodes, nights=e.nights, verdict=verdict, regressed=bool(regressed),
+                    nodes=e.nodes, nights=e.nights, verdict=verdict,
                 )
             )  # fmt: skip
     notes += _insufficient_notes(raw, short, judged, testable, s)
@@ -770,7 +833,7 @@ def _insufficient_notes(
 
 
 def _confounded(
-    raw: list[_Estimate], findings: list[Finding], panel: _Panel, s: AttributeSettings, suite: str
+    raw: list[_Estimate], findings: list[VersionFinding], panel: _Panel, s: AttributeSettings, suite: str
 ) -> tuple[Confounded, ...]:
     """The confounded sets over all identities, each with what it did and a canary plan."""
     regressed = {}
@@ -807,7 +870,7 @@ def _confounded(
     return tuple(out)
 
 
-def _ident_label(i: dict[str, Any]) -> str:
+def _ident_label(i: Identity) -> str:
     size = human_bytes(i["size_bytes"]) if i["size_bytes"] is not None else ""
     return " ".join(str(p) for p in (i["collective"], i["dtype"], size, i["gpu_model"]) if p)
 
@@ -819,7 +882,7 @@ def _plan(
     panel: _Panel,
     s: AttributeSettings,
     suite: str,
-) -> dict[str, Any]:
+) -> CanaryPlan:
     """Nodes pinned so each change is measured alone beside a control on the same nights."""
     columns = {c: COMPONENTS[c][0] for c in comps}
     groups = [("control", dict(zip(comps, frm, strict=True)))]
@@ -831,14 +894,14 @@ def _plan(
     out = []
     for g, (label, pins) in enumerate(groups):
         picked = nodes[g * per : (g + 1) * per]
-        out.append({"label": f"canary={label}", "nodes": picked,
-                    "pin": {columns[c]: v for c, v in pins.items()}})  # fmt: skip
+        out.append(CanaryGroup(label=f"canary={label}", nodes=picked,
+                               pin={columns[c]: v for c, v in pins.items()}))  # fmt: skip
     rest = ", ".join(f"{columns[c]}={z}" for c, z in zip(comps, to, strict=True))
-    return {
-        "suite": suite,
-        "nights": s.canary_nights,
-        "groups": out,
-        "rest": f"every other node on {rest}",
-        "run": f"each night, on each group's nodes: fleetval run {suite} --label canary=<group>; "
+    return CanaryPlan(
+        suite=suite,
+        nights=s.canary_nights,
+        groups=out,
+        rest=f"every other node on {rest}",
+        run=f"each night, on each group's nodes: fleetval run {suite} --label canary=<group>; "
         f"then fleetval attribute --since <first canary night>",
-    }
+    )

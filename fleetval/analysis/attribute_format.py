@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from fleetval.analysis.attribute import CONFOUNDED, Attribution, Confounded, Finding
+from fleetval.analysis.attribute import CONFOUNDED, Attribution, Confounded, VersionFinding
 from fleetval.text import human_bytes
 from fleetval.vocab import Verdict
 
@@ -34,12 +34,12 @@ def summary_line(a: Attribution) -> str:
     return f"{changes} version change(s) at {len(a.findings)} measurement(s): {said}"
 
 
-def shown(a: Attribution, *, all_rows: bool = False) -> list[Finding]:
+def shown(a: Attribution, *, all_rows: bool = False) -> list[VersionFinding]:
     """Everything but `unchanged`, unless all rows are asked for."""
     return [f for f in a.findings if all_rows or f.verdict != Verdict.UNCHANGED.value]
 
 
-def _cells(f: Finding) -> list[str]:
+def _cells(f: VersionFinding) -> list[str]:
     i = f.identity
     size = human_bytes(i["size_bytes"]) if i["size_bytes"] is not None else ""
     what = " ".join(
