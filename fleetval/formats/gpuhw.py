@@ -10,7 +10,7 @@ amdgpu RAS), `hwcapture` (which reader a captured file needs).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -160,12 +160,16 @@ def _empty(v: Any) -> bool:
 
 # ---- the "Key : value" tree both nvidia-smi -q and amd-smi print -----------------------------
 
+# A section: each key's value as printed (None for the tools' N/A spellings) or the section the
+# key opens. amd-smi's JSON is read into the same shape (numbers and lists stay as they are).
+Tree: TypeAlias = "dict[str, str | int | float | list[object] | Tree | None]"
 
-def tree(lines: list[str]) -> dict[str, Any]:
+
+def tree(lines: list[str]) -> Tree:
     """Indented "Key : value" lines as nested dicts: a key without a value opens a section
     holding the more-indented lines below it. Repeated keys keep the first value."""
-    root: dict[str, Any] = {}
-    stack: list[tuple[int, dict[str, Any]]] = [(-1, root)]
+    root: Tree = {}
+    stack: list[tuple[int, Tree]] = [(-1, root)]
     for raw in lines:
         if not raw.strip():
             continue
@@ -179,7 +183,7 @@ def tree(lines: list[str]) -> dict[str, Any]:
         if sep and value.strip():
             parent.setdefault(key, na(value))
         else:
-            child: dict[str, Any] = {}
+            child: Tree = {}
             parent.setdefault(key, child)
             stack.append((indent, child))
     return root
@@ -212,7 +216,7 @@ def yes(value: Any) -> bool | None:
     return None
 
 
-def section(d: dict[str, Any], *names: str) -> dict[str, Any]:
+def section(d: Tree, *names: str) -> Tree:
     """The first of `names` that is a section of `d` (tools renamed sections over releases)."""
     for n in names:
         v = d.get(n)

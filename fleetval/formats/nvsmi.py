@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias, TypedDict
 
 from fleetval.formats.gpuhw import (
     CLOCK_REASONS,
     GpuReading,
+    Tree,
     integer,
     number,
     section,
@@ -26,6 +28,48 @@ from fleetval.formats.hwscan import Reader, Scan, indented_below, is_ellipsis, w
 from fleetval.formats.smi import SmiError, gpu_model, na
 
 _GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$")
+
+
+# ---- the groups of a reading's fields one section of the output gives -----------------------
+
+
+class _Ecc(TypedDict):
+    ecc_volatile_corrected: int | None
+    ecc_volatile_uncorrected: int | None
+    ecc_aggregate_corrected: int | None
+    ecc_aggregate_uncorrected: int | None
+    sram_threshold_exceeded: bool | None
+
+
+class _Pages(TypedDict):
+    retired_sbe: int | None
+    retired_dbe: int | None
+    retired_pending: bool | None
+    remap_corrected: int | None
+    remap_uncorrected: int | None
+    remap_pending: bool | None
+    remap_failed: bool | None
+    remap_histogram: dict[str, int | None]
+
+
+class _Pcie(TypedDict):
+    pcie_gen: int | None
+    pcie_gen_max: int | None
+    pcie_width: int | None
+    pcie_width_max: int | None
+    pcie_replays: int | None
+
+
+class _Temperature(TypedDict):
+    temp_c: float | None
+    temp_slowdown_c: float | None
+    temp_slowdown_margin_c: float | None
+
+
+class _Power(TypedDict):
+    power_w: float | None
+    power_limit_w: float | None
+    power_default_limit_w: float | None
 
 
 # ---- nvidia-smi -q ---------------------------------------------------------------------------
@@ -45,7 +89,7 @@ def read_nvidia_smi_q(text: str) -> list[GpuReading]:
     return [_from_q(i, bus, tree(lines), driver) for i, (bus, lines) in enumerate(blocks)]
 
 
-def _blocks(lines: list[str]) -> tuple[dict[str, Any], list[tuple[str, list[str]]]]:
+def _blocks(lines: list[str]) -> tuple[Tree, list[tuple[str, list[str]]]]:
     head: list[str] = []
     blocks: list[tuple[str, list[str]]] = []
     for line in lines:
@@ -58,9 +102,7 @@ def _blocks(lines: list[str]) -> tuple[dict[str, Any], list[tuple[str, list[str]
     return tree(head), blocks
 
 
-def _from_q(
-    index: int | None, bus: str | None, g: dict[str, Any], driver: str | None
-) -> GpuReading:
+def _from_q(index: int | None, bus: str | None, g: Tree, driver: str | None) -> GpuReading:
     name = g.get("Product Name")
     return GpuReading(
         vendor="nvidia",
@@ -87,7 +129,7 @@ def _from_q(
     )
 
 
-def _count(d: dict[str, Any], corrected: bool) -> int | None:
+def _count(d: Tree, corrected: bool) -> int | None:
     """Corrected or uncorrected errors of an ECC counter section: the sum of the SRAM/DRAM
     counters (535+), else the old Single Bit / Double Bit "Total"."""
     old = section(d, "Single Bit" if corrected else "Double Bit")
@@ -100,7 +142,7 @@ def _count(d: dict[str, Any], corrected: bool) -> int | None:
     return sum(known) if known else None
 
 
-def _ecc_q(ecc: dict[str, Any]) -> dict[str, Any]:
+def _ecc_q(ecc: Tree) -> _Ecc:
     vol, agg = section(ecc, "Volatile"), section(ecc, "Aggregate")
     return {
         "ecc_volatile_corrected": _count(vol, True),
@@ -111,7 +153,7 @@ def _ecc_q(ecc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pages_q(pages: dict[str, Any], rows: dict[str, Any]) -> dict[str, Any]:
+def _pages_q(pages: Tree, rows: Tree) -> _Pages:
     hist = section(rows, "Bank Remap Availability Histogram")
     return {
         "retired_sbe": integer(pages.get("Single Bit ECC")),
@@ -125,7 +167,7 @@ def _pages_q(pages: dict[str, Any], rows: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pcie_q(pci: dict[str, Any]) -> dict[str, Any]:
+def _pcie_q(pci: Tree) -> _Pcie:
     link = section(pci, "GPU Link Info")
     gen, width = section(link, "PCIe Generation"), section(link, "Link Width")
     return {
@@ -137,7 +179,7 @@ def _pcie_q(pci: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _reasons(d: dict[str, Any]) -> list[str] | None:
+def _reasons(d: Tree) -> list[str] | None:
     """The active clock-limit reasons, by CLOCK_REASONS name; None when the section is absent."""
     if not d:
         return None
@@ -145,7 +187,7 @@ def _reasons(d: dict[str, Any]) -> list[str] | None:
             if k.lower() in CLOCK_REASONS and yes(v)]  # fmt: skip
 
 
-def _temperature_q(t: dict[str, Any]) -> dict[str, Any]:
+def _temperature_q(t: Tree) -> _Temperature:
     # NOTE: since driver 545 the thresholds are printed relative to T.Limit: "GPU T.Limit Temp"
     # is how far below T.Limit the GPU is, "GPU Slowdown T.Limit Temp" where slowdown starts.
     tlimit, slow_rel = number(t.get("GPU T.Limit Temp")), number(t.get("GPU Slowdown T.Limit Temp"))
@@ -157,7 +199,7 @@ def _temperature_q(t: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _power_q(p: dict[str, Any]) -> dict[str, Any]:
+def _power_q(p: Tree) -> _Power:
     draw = p.get("Power Draw") or p.get("Average Power Draw") or p.get("Instantaneous Power Draw")
     limit = p.get("Current Power Limit") or p.get("Enforced Power Limit") or p.get("Power Limit")
     return {
@@ -167,7 +209,7 @@ def _power_q(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _recovery_q(g: dict[str, Any]) -> str | None:
+def _recovery_q(g: Tree) -> str | None:
     if "GPU Recovery Action" in g:  # NOTE: its "None" is an answer (nothing to do), not N/A
         return g["GPU Recovery Action"] or "None"
     status = section(g, "GPU Reset Status")
@@ -282,7 +324,7 @@ def _xml_histogram(hist: ET.Element) -> dict[str, int | None]:
     return {e.tag.removeprefix("row_remapper_histogram_"): integer(na(e.text)) for e in hist}
 
 
-def _xml_temperature(g: ET.Element) -> dict[str, Any]:
+def _xml_temperature(g: ET.Element) -> _Temperature:
     tlimit = number(_x(g, "temperature/gpu_temp_tlimit"))
     slow_rel = number(_x(g, "temperature/gpu_temp_slow_tlimit_threshold"))
     return {
@@ -294,7 +336,7 @@ def _xml_temperature(g: ET.Element) -> dict[str, Any]:
     }
 
 
-def _xml_power(p: ET.Element) -> dict[str, Any]:
+def _xml_power(p: ET.Element) -> _Power:
     return {
         "power_w": number(_x(p, "power_draw") or _x(p, "average_power_draw")),
         "power_limit_w": number(_x(p, "current_power_limit") or _x(p, "enforced_power_limit")),
@@ -391,7 +433,11 @@ def _cells(line: str) -> list[str]:
 _CSV_RECOVERY = {"reset": "GPU Reset", "reboot": "Node Reboot"}
 
 
-def _from_csv(r: dict[str, Any]) -> GpuReading:
+# one CSV row: field name -> cell (None for N/A)
+_CsvRow: TypeAlias = dict[str, str | None]
+
+
+def _from_csv(r: _CsvRow) -> GpuReading:
     reasons = [k.split(".", 1)[1] for k, v in r.items()
                if re.match(r"clocks_(event|throttle)_reasons\.", k) and yes(v)]  # fmt: skip
     has_reasons = any(re.match(r"clocks_(event|throttle)_reasons\.", k) for k in r)
@@ -441,44 +487,52 @@ _NVLINK_LINK = re.compile(r"^\s*Link (\d+): (.*)$")
 def read_nvidia_smi_nvlink(text: str) -> list[GpuReading]:
     """`nvidia-smi nvlink -s` (per link its speed, or `<inactive>`) and `nvlink -e` (per link
     "Replay Errors: n", "Recovery Errors: n", "CRC Errors: n")."""
-    gpus: list[dict[str, Any]] = []
+    gpus: list[_NvlinkGpu] = []
     for line in text.splitlines():
         if m := _NVLINK_GPU.match(line):
             uuid = m.group(3) if re.match(r"GPU-[0-9a-fA-F]{8}-", m.group(3)) else None
-            gpus.append({"index": int(m.group(1)), "name": m.group(2), "uuid": uuid,
-                         "links": {}, "errors": {}, "all_inactive": False})  # fmt: skip
+            gpus.append(_NvlinkGpu(int(m.group(1)), m.group(2), uuid))
         elif gpus and (m := _NVLINK_LINK.match(line)):
-            _link_line(gpus[-1], int(m.group(1)), m.group(2).strip())
+            gpus[-1].link_line(int(m.group(1)), m.group(2).strip())
         elif gpus and "all links are inactive" in line.lower():
-            gpus[-1]["all_inactive"] = True
+            gpus[-1].all_inactive = True
     if not gpus:
         raise SmiError("nvidia-smi nvlink: expected 'GPU n: <name> (UUID: GPU-...)' lines")
-    return [_from_nvlink(g) for g in gpus]
+    return [g.reading() for g in gpus]
 
 
-def _link_line(gpu: dict[str, Any], link: int, rest: str) -> None:
-    counter, sep, value = rest.rpartition(":")
-    if sep and counter.strip().endswith("Errors"):  # `nvlink -e`
-        name = counter.strip().lower().replace(" errors", "").replace(" ", "_")
-        gpu["errors"][name] = gpu["errors"].get(name, 0) + (integer(value) or 0)
-        return
-    gpu["links"][link] = "inactive" not in rest.lower()
+@dataclass
+class _NvlinkGpu:
+    """One GPU of `nvidia-smi nvlink -s/-e`, as read so far."""
 
+    index: int
+    name: str
+    uuid: str | None
+    links: dict[int, bool] = field(default_factory=dict)  # link -> active
+    errors: dict[str, int] = field(default_factory=dict)  # counter -> total over the links
+    all_inactive: bool = False
 
-def _from_nvlink(g: dict[str, Any]) -> GpuReading:
-    links: dict[int, bool] = g["links"]
-    up = 0 if g["all_inactive"] else (sum(links.values()) if links else None)
-    return GpuReading(
-        vendor="nvidia",
-        source="nvidia-smi nvlink",
-        index=g["index"],
-        uuid=g["uuid"],
-        name=g["name"],
-        model=gpu_model(g["name"]),
-        nvlink_up=up,
-        nvlink_total=len(links) or None,
-        nvlink_errors=g["errors"],
-    )
+    def link_line(self, link: int, rest: str) -> None:
+        counter, sep, value = rest.rpartition(":")
+        if sep and counter.strip().endswith("Errors"):  # `nvlink -e`
+            name = counter.strip().lower().replace(" errors", "").replace(" ", "_")
+            self.errors[name] = self.errors.get(name, 0) + (integer(value) or 0)
+            return
+        self.links[link] = "inactive" not in rest.lower()
+
+    def reading(self) -> GpuReading:
+        up = 0 if self.all_inactive else (sum(self.links.values()) if self.links else None)
+        return GpuReading(
+            vendor="nvidia",
+            source="nvidia-smi nvlink",
+            index=self.index,
+            uuid=self.uuid,
+            name=self.name,
+            model=gpu_model(self.name),
+            nvlink_up=up,
+            nvlink_total=len(self.links) or None,
+            nvlink_errors=self.errors,
+        )
 
 
 # ---- the readers: where each of these outputs lies in a text ---------------------------------
