@@ -30,8 +30,9 @@ from fleetval.culprit import Culprit
 from fleetval.vocab import CulpritReason, RunStatus, Status
 
 
-class Row(Protocol):
-    """What the policy reads of a result row (`fleetval.store.schema.Row`, a later stage)."""
+class HasStatus(Protocol):
+    """What the policy reads of anything judged: a result row (`fleetval.store.schema.Row`,
+    the one row model, a later stage) or a finding (`fleetval.finding.Finding`)."""
 
     @property
     def status(self) -> str: ...
@@ -69,7 +70,7 @@ def aborts(culprit: Culprit) -> bool:
     return culprit.reason in ABORTING
 
 
-def row_statuses(rows: Iterable[Row]) -> set[str]:
+def row_statuses(rows: Iterable[HasStatus]) -> set[str]:
     return {r.status for r in rows}
 
 
@@ -89,7 +90,7 @@ def severity(status: str | None) -> int:
 
 
 def step_status(
-    rows: Sequence[Row], culprits: Sequence[Culprit], *, deadline: bool = False
+    rows: Sequence[HasStatus], culprits: Sequence[Culprit], *, deadline: bool = False
 ) -> Status:
     """A finished (or broken) step's status from its rows, culprits and whether its deadline
     ran out with every rank still progressing."""
