@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypedDict
 
-from fleetval.formats.gpuhw import GpuReading, integer, number, section, tree
+from fleetval.formats.gpuhw import GpuReading, Tree, integer, number, section, tree
 from fleetval.formats.hwscan import Reader, Scan, is_ellipsis, whole_reader
 from fleetval.formats.smi import SmiError, gpu_model, na, split_banner
 
@@ -32,7 +33,7 @@ def read_amd_smi_metric(text: str) -> list[GpuReading]:
     return [_from_metric(i, g, "amd-smi metric") for i, g in blocks]
 
 
-def _text_gpus(text: str) -> list[tuple[int, dict[str, Any]]]:
+def _text_gpus(text: str) -> list[tuple[int, Tree]]:
     blocks: list[tuple[int, list[str]]] = []
     for line in text.splitlines():
         if m := re.match(r"^GPU: (\d+)\s*$", line):
@@ -42,7 +43,7 @@ def _text_gpus(text: str) -> list[tuple[int, dict[str, Any]]]:
     return [(i, tree(lines)) for i, lines in blocks]
 
 
-def _json_gpus(body: str) -> list[tuple[int, dict[str, Any]]]:
+def _json_gpus(body: str) -> list[tuple[int, Tree]]:
     try:
         data = json.loads(body)
     except ValueError as err:
@@ -63,7 +64,7 @@ def _upper(d: Any) -> Any:
     return na(d) if isinstance(d, str) else d
 
 
-def _from_metric(index: int, g: dict[str, Any], source: str) -> GpuReading:
+def _from_metric(index: int, g: Tree, source: str) -> GpuReading:
     ecc, pcie, power = section(g, "ECC"), section(g, "PCIE"), section(g, "POWER")
     blocks = {
         name: {k.lower().removesuffix("_count"): integer(v) for k, v in counts.items()}
@@ -99,24 +100,33 @@ def _throttle(status: Any) -> list[str] | None:
 # ---- amd-smi xgmi ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _XgmiGpu:
+    """A GPU row of the link metric table, before its Read row."""
+
+    index: int
+    bdf: str
+    link_type: str  # "XGMI" or "PCIE"
+
+
 def read_amd_smi_xgmi(text: str) -> list[GpuReading]:
     """The LINK METRIC TABLE of `amd-smi xgmi`: per GPU its bus id, bit rate, link type and,
     per peer, the data read over the link ("N/A" for itself)."""
     if "LINK METRIC TABLE" not in text:
         raise SmiError("amd-smi xgmi: expected a 'LINK METRIC TABLE:'")
     out: list[GpuReading] = []
-    current: dict[str, Any] | None = None
+    current: _XgmiGpu | None = None
     for line in text.splitlines():
         if m := re.match(r"^GPU(\d+)\s+(\S+)\s+.*?\s(XGMI|PCIE)\s*$", line):
-            current = {"index": int(m.group(1)), "bdf": m.group(2), "type": m.group(3)}
+            current = _XgmiGpu(int(m.group(1)), m.group(2), m.group(3))
         elif current and line.strip().startswith("Read"):
             cells = re.findall(r"N/A|\d+ [KMG]?B", line)
             peers = [c for c in cells if c != "N/A"]
             # NOTE: a peer whose link carries no counters prints N/A like the GPU itself;
             # so a link counts as up when its counter reads, and all peers are expected.
-            up = len(peers) if current["type"] == "XGMI" else 0
-            out.append(GpuReading(vendor="amd", source="amd-smi xgmi", index=current["index"],
-                                  pci_bus_id=current["bdf"], xgmi_up=up,
+            up = len(peers) if current.link_type == "XGMI" else 0
+            out.append(GpuReading(vendor="amd", source="amd-smi xgmi", index=current.index,
+                                  pci_bus_id=current.bdf, xgmi_up=up,
                                   xgmi_total=max(len(cells) - 1, 0)))  # fmt: skip
             current = None
     if not out:
@@ -127,7 +137,25 @@ def read_amd_smi_xgmi(text: str) -> list[GpuReading]:
 # ---- the amdsmi Python library ---------------------------------------------------------------
 
 
-def from_amdsmi(index: int, raw: dict[str, Any]) -> GpuReading:
+# one amdsmi call's answer as the library returns it (None where it refused)
+_Answer: TypeAlias = "dict[str, Any] | None"
+
+
+class AmdsmiAnswers(TypedDict, total=False):
+    """One GPU's answers from the amdsmi library (`from_amdsmi` names the calls)."""
+
+    bdf: str | None
+    uuid: str | None
+    asic: _Answer
+    vbios: _Answer
+    driver: _Answer
+    ecc: _Answer
+    ecc_blocks: dict[str, _Answer]
+    pcie: _Answer
+    power: _Answer
+
+
+def from_amdsmi(index: int, raw: AmdsmiAnswers) -> GpuReading:
     """One GPU's answers from the amdsmi library as a reading (the conversion, pure; the health
     check's edge asks the library). Keys: "bdf", "uuid", "asic" (amdsmi_get_gpu_asic_info),
     "vbios", "driver", "ecc" (amdsmi_get_gpu_total_ecc_count), "ecc_blocks" ({block name:

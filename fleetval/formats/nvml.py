@@ -16,7 +16,7 @@ links, None where NVML did not answer it}), "GpuRecoveryAction" (enum).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from fleetval.formats.gpuhw import GpuReading
 from fleetval.formats.smi import gpu_model
@@ -37,6 +37,45 @@ CLOCK_EVENT_BITS = {
 RECOVERY_ACTION = {0: "None", 1: "GPU Reset Required", 2: "Node Reboot Required",
                    3: "Drain P2P", 4: "Drain and Reset"}  # fmt: skip
 NVLINK_COUNTERS = ("replay", "recovery", "crc")  # nvmlDeviceGetNvLinkErrorCounter, summed per name
+
+
+class NvmlAnswers(TypedDict, total=False):
+    """One GPU's NVML answers, each None where NVML did not support the call (the module's
+    docstring names them)."""
+
+    Name: str | bytes | None
+    UUID: str | bytes | None
+    Serial: str | bytes | None
+    PciBusId: str | bytes | None
+    VbiosVersion: str | bytes | None
+    DriverVersion: str | bytes | None
+    EccMode: int | None
+    EccCorrectedVolatile: int | None
+    EccUncorrectedVolatile: int | None
+    EccCorrectedAggregate: int | None
+    EccUncorrectedAggregate: int | None
+    RetiredPagesSbe: int | None
+    RetiredPagesDbe: int | None
+    RetiredPagesPending: int | None
+    RemappedRows: tuple[int, int, int, int] | None
+    RowRemapperHistogram: tuple[int, int, int, int, int] | None
+    CurrPcieLinkGeneration: int | None
+    MaxPcieLinkGeneration: int | None
+    CurrPcieLinkWidth: int | None
+    MaxPcieLinkWidth: int | None
+    PcieReplayCounter: int | None
+    PerformanceState: int | None
+    ClocksEventReasons: int | None
+    ClockSm: int | None
+    MaxClockSm: int | None
+    Temperature: int | None
+    TemperatureSlowdown: int | None
+    PowerUsage: int | None
+    EnforcedPowerLimit: int | None
+    PowerDefaultLimit: int | None
+    NvLinkStates: list[bool] | None
+    NvLinkErrors: dict[str, int | None] | None
+    GpuRecoveryAction: int | None
 
 
 def _text(v: Any) -> str | None:
@@ -76,7 +115,7 @@ def unread_link_counters(r: GpuReading) -> list[str]:
     return [c for c in NVLINK_COUNTERS if c not in r.nvlink_errors]
 
 
-def from_nvml(index: int, raw: dict[str, Any]) -> GpuReading:
+def from_nvml(index: int, raw: NvmlAnswers) -> GpuReading:
     """One GPU's NVML answers as a reading."""
     name = _text(raw.get("Name"))
     rows = raw.get("RemappedRows") or (None, None, None, None)

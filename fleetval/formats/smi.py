@@ -3,8 +3,8 @@ a non-root run prints first), rocm-smi (--json, --csv, text); GPU model names. n
 the hardware-health fields of every tool are read by `nvsmi`, `amdsmi` and `hwcapture`.
 
 Every parser is a pure function over the tool's text; "N/A"-like values become None. GPU rows
-are dicts with `name` (as the tool says it), `model` (normalised: `gpu_model`), `pci_bus_id`,
-`uuid`, `gfx`. `gpu_model` is what expectation lookups (busbw floors per SKU) match on.
+are `SmiGpu`s: `name` (as the tool says it), `model` (normalised: `gpu_model`), `pci_bus_id`,
+`uuid`, `gfx`; a parser's answer is an `SmiInventory` (the GPUs and the driver version). `gpu_model` is what expectation lookups (busbw floors per SKU) match on.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import csv
 import io
 import json
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict
 
 NA = {"", "N/A", "[N/A]", "[Not Supported]", "None", "n/a"}
 
@@ -90,7 +91,25 @@ def _amd(name: str, gfx: str | None, device_id: str) -> str | None:
     return f"AMD Instinct {sku}" if sku else None
 
 
-def _gpu(name: Any, bus: Any, uuid: Any, gfx: Any, device_id: Any = None) -> dict[str, Any]:
+class SmiGpu(TypedDict):
+    """One GPU as an identity tool names it."""
+
+    name: str | None  # as the tool says it
+    model: str | None  # normalised: `gpu_model`
+    pci_bus_id: str | None
+    uuid: str | None
+    gfx: str | None
+
+
+class SmiInventory(TypedDict):
+    """A node's GPUs and driver as one identity tool lists them."""
+
+    gpus: list[SmiGpu]
+    driver_version: str | None
+    banner: NotRequired[list[str]]  # amd-smi: the lines it printed before its JSON
+
+
+def _gpu(name: Any, bus: Any, uuid: Any, gfx: Any, device_id: Any = None) -> SmiGpu:
     name, gfx = na(name), gfx_target(na(gfx))
     return {
         "name": name,
@@ -124,7 +143,7 @@ def _load_json(text: str, tool: str) -> tuple[list[str], Any]:
         raise SmiError(f"{tool}: the JSON document is cut off or malformed ({err})") from err
 
 
-def parse_amd_smi_static(text: str) -> dict[str, Any]:
+def parse_amd_smi_static(text: str) -> SmiInventory:
     """GPUs and driver from `amd-smi static [--asic --bus --driver] --json`.
 
     Older amd-smi prints a list of per-GPU objects, newer ones wrap it in {"gpu_data": [...]}.
@@ -153,7 +172,7 @@ def parse_amd_smi_static(text: str) -> dict[str, Any]:
 # ---- rocm-smi --------------------------------------------------------------------------------
 
 
-def _rocm_card(fields: dict[str, Any]) -> dict[str, Any]:
+def _rocm_card(fields: Mapping[str, object]) -> SmiGpu:
     card = {k.strip().lower().rstrip(":"): v for k, v in fields.items()}
     series, model = na(card.get("card series")), na(card.get("card model"))
     # NOTE: some releases put the marketing name in "Card series", others a PCI id there and
@@ -165,7 +184,7 @@ def _rocm_card(fields: dict[str, Any]) -> dict[str, Any]:
     return gpu
 
 
-def parse_rocm_smi(text: str) -> dict[str, Any]:
+def parse_rocm_smi(text: str) -> SmiInventory:
     """GPUs and driver from `rocm-smi --showproductname --showbus ... --json`:
     {"card0": {...}, "system": {"Driver version": ...}}."""
     try:
@@ -182,7 +201,7 @@ def parse_rocm_smi(text: str) -> dict[str, Any]:
     return {"gpus": gpus, "driver_version": driver}
 
 
-def parse_rocm_smi_csv(text: str) -> dict[str, Any]:
+def parse_rocm_smi_csv(text: str) -> SmiInventory:
     """`rocm-smi --showproductname --csv` (rows per `cardN`) and `--showdriverversion --csv`
     (a `cardsystem` row)."""
     rows = list(csv.DictReader(io.StringIO(text.strip())))
@@ -194,7 +213,7 @@ def parse_rocm_smi_csv(text: str) -> dict[str, Any]:
     return {"gpus": gpus, "driver_version": driver}
 
 
-def parse_rocm_smi_text(text: str) -> dict[str, Any]:
+def parse_rocm_smi_text(text: str) -> SmiInventory:
     """Plain `rocm-smi --showproductname`: "GPU[0]  : Card series:  AMD Instinct MI300X OAM"."""
     cards: dict[str, dict[str, str]] = {}
     for line in text.splitlines():
