@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fleetval.analysis.baselines import BaselineError, UnknownFilterKey
 from fleetval.analysis.compare import CompareError
 from fleetval.api import errors, metrics
-from fleetval.api.cache import CachedStore
+from fleetval.api.cache import CachedStore, PageCache
 from fleetval.api.db import ServiceDB
 from fleetval.api.errors import problem
 from fleetval.api.executor import Executor
@@ -22,7 +22,6 @@ from fleetval.api.heavy import HeavyReads
 from fleetval.api.hot import HotReads
 from fleetval.api.limits import Limits
 from fleetval.api.models import suite_components
-from fleetval.api.pagecache import PageCache
 from fleetval.api.routes import ROUTERS
 from fleetval.api.routes.events import StreamSlots
 from fleetval.api.scheduler import Scheduler

@@ -20,9 +20,8 @@ from typing import Any, TypeVar
 
 from fastapi import Response
 
-from fleetval.api.cache import CachedStore
+from fleetval.api.cache import CachedStore, PageCache
 from fleetval.api.errors import TooMany
-from fleetval.api.pagecache import PageCache
 from fleetval.store.dataset import Store
 
 T = TypeVar("T")

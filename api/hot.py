@@ -1,5 +1,6 @@
 """The hottest reads, `GET /v1/runs/{id}` and a page of `GET /v1/runs`, answered before
-FastAPI routes them.
+FastAPI routes them: the front of the one read path for runs (api/cache.py says the whole
+path and what it keeps).
 
 CI pollers and dashboards ask for one run thousands of times a second. FastAPI spends
 about half of such a request matching nested routers and resolving dependencies, for a
@@ -10,9 +11,6 @@ request to the app unchanged: a missing, revoked or under-scoped token, an unkno
 corrupt run, a query string other than a page's `limit` and `cursor` (a filter, a bad or
 repeated value), another method or path. Every error is therefore the route's own, in the
 one problem shape, and the route stays the OpenAPI's documentation of these reads.
-
-A page's bytes are kept (api/pagecache.py) until the service database or the run index
-changes; the token is checked on every request.
 """
 
 from __future__ import annotations
@@ -23,9 +21,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fleetval.api import service
 from fleetval.api.auth import admit, credentials_of
+from fleetval.api.cache import PageCache
 from fleetval.api.db import Scope as TokenScope
 from fleetval.api.db import ServiceDB
-from fleetval.api.pagecache import PageCache
 from fleetval.store.dataset import Store
 from fleetval.store.records import RunFilter
 

@@ -290,8 +290,8 @@ def test_a_page_of_runs_is_answered_before_routing_as_the_route_does(svc, tmp_pa
     bad token reach the route."""
     import asyncio
 
+    from fleetval.api.cache import PageCache
     from fleetval.api.hot import HotReads
-    from fleetval.api.pagecache import PageCache
 
     client, db, h = svc
     store = Store(tmp_path)
@@ -349,8 +349,8 @@ def test_the_hot_read_answers_as_the_route_does(svc, tmp_path):
     its 401 or 404 as every route does."""
     import asyncio
 
+    from fleetval.api.cache import PageCache
     from fleetval.api.hot import HotReads
-    from fleetval.api.pagecache import PageCache
 
     client, db, h = svc
     store = Store(tmp_path)

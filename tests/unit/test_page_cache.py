@@ -1,4 +1,4 @@
-"""The page cache of `GET /v1/runs` (api/pagecache.py, used by api/hot.py): a repeated page
+"""The page cache of `GET /v1/runs` (api/cache.py, used by api/hot.py): a repeated page
 is served from it, and every change to what a page shows (a run submitted, started,
 finished, stored, deleted; by this process or another one) shows on the very next request.
 A real app (TestClient) over a real store and service database, no executor."""
@@ -15,8 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fleetval.api import Settings, create_app
+from fleetval.api.cache import PageCache
 from fleetval.api.db import Scope, ServiceDB
-from fleetval.api.pagecache import PageCache
 from fleetval.store.catalog import RunFilter
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.runindex import RunIndex
