@@ -833,7 +833,11 @@ def _insufficient_notes(
 
 
 def _confounded(
-    raw: list[_Estimate], findings: list[VersionFinding], panel: _Panel, s: AttributeSettings, suite: str
+    raw: list[_Estimate],
+    findings: list[VersionFinding],
+    panel: _Panel,
+    s: AttributeSettings,
+    suite: str,
 ) -> tuple[Confounded, ...]:
     """The confounded sets over all identities, each with what it did and a canary plan."""
     regressed = {}

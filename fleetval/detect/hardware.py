@@ -86,7 +86,9 @@ class HwFinding(Finding):
 
     @classmethod
     def from_json(cls, d: HwFindingJSON) -> HwFinding:
-        return cls(d["code"], Status(d["severity"]), d["reason"], Action(d["action"]), d["evidence"])
+        return cls(
+            d["code"], Status(d["severity"]), d["reason"], Action(d["action"]), d["evidence"]
+        )
 
 
 @dataclass(frozen=True)

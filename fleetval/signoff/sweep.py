@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from fleetval.fleet.drain import DrainForm, drain_lines
 from fleetval.fleet.history import DRIFT, NodeHistory, node_histories, sweep_runs
@@ -62,13 +62,42 @@ class MatrixCell:
 
     gbps: float | None
     ratio: float | None  # against the sweep's pair level (its reference)
-    verdict: str  # fast, slow, unclear, failed
+    verdict: LinkState
     change: float | None = None  # against the median of the earlier sweeps' measurements
     links: int = 1
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"gbps": self.gbps, "ratio": self.ratio, "verdict": self.verdict,
-                "change": self.change, "links": self.links}  # fmt: skip
+    def to_dict(self) -> MatrixCellJSON:
+        return MatrixCellJSON(**dataclasses.asdict(self))
+
+
+class MatrixCellJSON(TypedDict):
+    gbps: float | None
+    ratio: float | None
+    verdict: str
+    change: float | None
+    links: int
+
+
+class LinkCellJSON(MatrixCellJSON):
+    a: str
+    b: str
+
+
+class BlockJSON(TypedDict):
+    group: str
+    rows: int
+
+
+class LinkMatrixJSON(TypedDict):
+    level: str
+    rows: list[str]
+    blocks: list[BlockJSON]
+    blocks_by: str
+    reference_gbps: float | None
+    earlier_sweeps: int
+    flagged_links: list[list[str]]
+    flagged_trunks: list[list[str]]
+    cells: list[LinkCellJSON]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,20 +126,20 @@ class LinkMatrix:
             at += n
         return out - {0}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "level": self.level,
-            "rows": list(self.rows),
-            "blocks": [{"group": g, "rows": n} for g, n in self.blocks],
-            "blocks_by": self.by,
-            "reference_gbps": self.reference,
-            "earlier_sweeps": self.earlier,
-            "flagged_links": sorted([a, b] for a, b in self.flagged if a < b),
-            "flagged_trunks": sorted([a, b] for a, b in self.trunks if a < b),
-            "cells": [
+    def to_dict(self) -> LinkMatrixJSON:
+        return LinkMatrixJSON(
+            level=self.level,
+            rows=list(self.rows),
+            blocks=[BlockJSON(group=g, rows=n) for g, n in self.blocks],
+            blocks_by=self.by,
+            reference_gbps=self.reference,
+            earlier_sweeps=self.earlier,
+            flagged_links=sorted([a, b] for a, b in self.flagged if a < b),
+            flagged_trunks=sorted([a, b] for a, b in self.trunks if a < b),
+            cells=[
                 {"a": a, "b": b, **c.to_dict()} for (a, b), c in sorted(self.cells.items()) if a < b
             ],
-        }
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,17 +153,30 @@ class SweepView:
     matrix: LinkMatrix | None = None  # None: the sweep stored no link measurements
     drift_limit: float = DRIFT  # drifting: the newer sweeps' median this much below the older
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.stored,
-            "drain_lines": {f: list(lines) for f, lines in self.drain_lines.items()},
-            "history": {
-                "last": self.last,
-                "runs": list(self.runs),
-                "nodes": [t.history.to_dict() for t in self.history],
-            },
-            "matrix": self.matrix.to_dict() if self.matrix else None,
-        }
+    def to_dict(self) -> SweepViewJSON:
+        return SweepViewJSON(
+            verdict=self.stored,
+            drain_lines={f: list(lines) for f, lines in self.drain_lines.items()},
+            history=HistoryJSON(
+                last=self.last,
+                runs=list(self.runs),
+                nodes=[t.history.to_dict() for t in self.history],
+            ),
+            matrix=self.matrix.to_dict() if self.matrix else None,
+        )
+
+
+class HistoryJSON(TypedDict):
+    last: int
+    runs: list[str]
+    nodes: list[dict[str, Any]]  # fleet.history.NodeHistory.to_dict
+
+
+class SweepViewJSON(TypedDict):
+    verdict: dict[str, Any]  # the sweep's verdict as stored in its run's summary
+    drain_lines: dict[str, list[str]]
+    history: HistoryJSON
+    matrix: LinkMatrixJSON | None
 
 
 def sweep_view(catalog: Catalog, record: RunRecord, last: int = SWEEPS_SHOWN) -> SweepView | None:
@@ -200,7 +242,7 @@ def _cell(c: LinkMeasured, ref: float | None, past: list[float]) -> MatrixCell:
     ratio = c.gbps / ref if c.gbps is not None and ref else None
     before = statistics.median(past) if past else None
     change = c.gbps / before - 1 if c.gbps is not None and before else None
-    return MatrixCell(gbps=c.gbps, ratio=ratio, verdict=c.verdict, change=change)
+    return MatrixCell(gbps=c.gbps, ratio=ratio, verdict=LinkState(c.verdict), change=change)
 
 
 WORST = tuple(LinkState)  # worst first

@@ -317,8 +317,11 @@ def hardware_view(rows: list[dict[str, Any]]) -> HardwareView | None:
     if not gpu_rows:
         return None
     findings = [
-        NodeHwFinding(**vars(HwFinding.from_json(f)), node=r["node"],
-                      gpu=r["details"].get("gpu") or r["device_id"] or "?")
+        NodeHwFinding(
+            **vars(HwFinding.from_json(f)),
+            node=r["node"],
+            gpu=r["details"].get("gpu") or r["device_id"] or "?",
+        )
         for r in gpu_rows
         for f in r["details"].get("findings", [])
     ]

@@ -76,7 +76,9 @@ def no_evidence(metric: str, declared: str, why: str, *, optional: bool) -> Heal
     if optional:
         return HealthFinding(metric, Status.SKIP, f"{why} ({declared}: optional in this suite)")
     hint = f"list {declared.split('=')[0]} under `optional:` to accept that"
-    return HealthFinding(metric, Status.FAIL, f"{declared} declared, but no evidence: {why}; {hint}")
+    return HealthFinding(
+        metric, Status.FAIL, f"{declared} declared, but no evidence: {why}; {hint}"
+    )
 
 
 def device_list(value: str) -> list[str]:
@@ -84,7 +86,9 @@ def device_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def judge_visible_devices(env: Mapping[str, str], device_count: int, *, rocm: bool) -> HealthFinding:
+def judge_visible_devices(
+    env: Mapping[str, str], device_count: int, *, rocm: bool
+) -> HealthFinding:
     """The visibility variables name exactly the devices torch sees."""
     m = "visible_devices"
     # HIP applies HIP_VISIBLE_DEVICES (or CUDA_VISIBLE_DEVICES) on top of ROCR_VISIBLE_DEVICES.
@@ -105,7 +109,9 @@ def judge_visible_devices(env: Mapping[str, str], device_count: int, *, rocm: bo
                 "devices",
                 details,
             )
-        return HealthFinding(m, Status.PASS, f"no visibility variable set; {device_count} device(s)", n)
+        return HealthFinding(
+            m, Status.PASS, f"no visibility variable set; {device_count} device(s)", n
+        )
     if inner_var and outer_var:
         outer = device_list(env[outer_var])
         beyond = [i for i in device_list(env[inner_var]) if i.isdigit() and int(i) >= len(outer)]
@@ -215,7 +221,9 @@ def judge_nccl_version(
         return no_evidence(m, f"min_nccl_version={minimum}", why, optional=optional)
     details = {"library": library, "version": version}
     if minimum is None:
-        return HealthFinding(m, Status.INFO, f"{name} {version} (no min_nccl_version)", details=details)
+        return HealthFinding(
+            m, Status.INFO, f"{name} {version} (no min_nccl_version)", details=details
+        )
     if _version_tuple(version) < _version_tuple(minimum):
         return HealthFinding(
             m, Status.FAIL, f"{name} {version} is older than the minimum {minimum}", details=details
@@ -307,7 +315,9 @@ def judge_ib_hca(value: str | None, devices: set[str]) -> HealthFinding:
     have = ", ".join(sorted(devices)) or "none"
     details = {"value": value, "devices": sorted(devices)}
     if not value:
-        return HealthFinding(m, Status.PASS, f"unset: NCCL uses any HCA (have: {have})", details=details)
+        return HealthFinding(
+            m, Status.PASS, f"unset: NCCL uses any HCA (have: {have})", details=details
+        )
     chosen, unmatched = _selected(value, devices)
     if not chosen:
         return HealthFinding(
@@ -464,7 +474,9 @@ def judge_miopen_cache(rocm: bool, dirs: list[tuple[str, str, bool]]) -> HealthF
             "MIOPEN_USER_DB_PATH and MIOPEN_CUSTOM_CACHE_DIR",
             details=details,
         )
-    return HealthFinding(m, Status.PASS, "writable: " + ", ".join(p for _, p, _ in dirs), details=details)
+    return HealthFinding(
+        m, Status.PASS, "writable: " + ", ".join(p for _, p, _ in dirs), details=details
+    )
 
 
 def judge_fine_grain_pcie(rocm: bool, value: str | None) -> HealthFinding:
@@ -696,7 +708,9 @@ def _visible(ctx: CheckContext, rocm: bool) -> HealthFinding:
     return judge_visible_devices(os.environ, torch.cuda.device_count(), rocm=rocm)
 
 
-def _version(ctx: CheckContext, log: NcclLogSummary | None, p: HealthParams, rocm: bool) -> HealthFinding:
+def _version(
+    ctx: CheckContext, log: NcclLogSummary | None, p: HealthParams, rocm: bool
+) -> HealthFinding:
     library = "rccl" if rocm else "nccl"
     version, why = None, f"backend is {ctx.rank.backend}: no NCCL in use"
     if ctx.rank.backend == "nccl" and ctx.on_gpu:
@@ -714,10 +728,14 @@ def _version(ctx: CheckContext, log: NcclLogSummary | None, p: HealthParams, roc
 
 def _failed(metric: str, error: BaseException) -> HealthFinding:
     """An error inside a probe or the check's collective: a FAIL of that finding, with it."""
-    return HealthFinding(metric, Status.FAIL, f"probe failed: {type(error).__name__}: {short(error)}")
+    return HealthFinding(
+        metric, Status.FAIL, f"probe failed: {type(error).__name__}: {short(error)}"
+    )
 
 
-def _safe(metric: str, probe: Callable[..., HealthFinding], *args: Any, **kwargs: Any) -> HealthFinding:
+def _safe(
+    metric: str, probe: Callable[..., HealthFinding], *args: Any, **kwargs: Any
+) -> HealthFinding:
     """A probe that raises becomes a FAIL row with its error: one broken probe must not hide
     the others, and an error is never a pass or a warning."""
     try:
