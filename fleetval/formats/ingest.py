@@ -28,7 +28,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias, TypedDict
 
 from fleetval.formats.nccllog import NcclLogSummary, parse_nccl_log
 from fleetval.formats.smi import gpu_model
@@ -94,6 +94,10 @@ class Device:
     model: str
 
 
+# What a file says beside its results ("nccl_version", "nodes", how an inferred value was read)
+Note: TypeAlias = str | int | float | None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Ingested:
     """What one results file holds."""
@@ -107,7 +111,7 @@ class Ingested:
     devices: tuple[Device, ...] = ()
     results: tuple[Result, ...] = ()
     log: NcclLogSummary | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, Note] = field(default_factory=dict)  # kept in each row's details
     inferred: tuple[str, ...] = ()  # "collective", "world_size": read from the numbers, not named
 
     def collective_of(self, r: Result) -> str:
@@ -549,19 +553,72 @@ def node_hosts(ing: Ingested) -> list[str]:
     return hosts or [(ing.log.hostname if ing.log and ing.log.hostname else "unknown")]
 
 
-def result_rows(ing: Ingested, run_id: str) -> list[dict[str, Any]]:
+class ResultRow(TypedDict):
+    """The fields of one `fleetval.store.schema.Row` an ingested result gives."""
+
+    run_id: str
+    job: int
+    step: str
+    check: str
+    collective: str
+    op: str | None
+    dtype: str | None
+    size_bytes: int
+    world_size: int
+    rank: int
+    local_rank: int
+    node: str
+    device: str
+    device_id: str | None
+    backend: str
+    iters: int
+    time_us_median: float | None
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    wrong: int
+    status: str
+    message: str
+    details: dict[str, Note | bool]  # stored as JSON
+
+
+class NodeRecord(TypedDict, total=False):
+    """A NODES_SCHEMA row of an ingested run (`fleetval.store.schema`)."""
+
+    node: str
+    hostname: str
+    gpu_model: str | None
+    gpu_count: int
+    gpu_ids: list[str]
+    extra: str  # JSON: where the run came from, the GPU SKU, what the NCCL log says
+    cuda_version: str | None
+    hip_version: str | None
+    rocm_version: str | None
+    nccl_version: str | None
+    rccl_version: str | None
+
+
+class _LogExtra(TypedDict, total=False):
+    network: str | None
+    fabric: str | None
+    net_plugin: str | None
+    cuda_driver_version: str | None
+    sharp: bool
+    ib_devices: list[str]
+
+
+def result_rows(ing: Ingested, run_id: str) -> list[ResultRow]:
     """The fields of the file's rows (fleetval.store.schema.Row): one per result and node."""
     backend = "rccl" if ing.tool == "rccl-tests" else "nccl"
     first = {h: min((d for d in ing.devices if d.host == h), key=lambda d: d.rank, default=None)
              for h in node_hosts(ing)}  # fmt: skip
-    rows = []
+    rows: list[ResultRow] = []
     for r in ing.results:
         status = (Status.INFO if r.wrong is None else Status.PASS if r.wrong == 0
                   else Status.FAIL)  # fmt: skip
         check = "bandwidth_in_place" if r.in_place else "bandwidth"
         for host, dev in first.items():
             rows.append(
-                dict(
+                ResultRow(
                     run_id=run_id,
                     job=0,
                     step=check,  # the run's steps are its checks (fleetval.run.imported)
@@ -598,14 +655,14 @@ def result_rows(ing: Ingested, run_id: str) -> list[dict[str, Any]]:
     return rows
 
 
-def node_records(ing: Ingested) -> list[dict[str, Any]]:
+def node_records(ing: Ingested) -> list[NodeRecord]:
     """NODES_SCHEMA rows: host and GPUs from the rank lines, versions from the NCCL log."""
     log = ing.log
     out = []
     for host in node_hosts(ing):
         devs = [d for d in ing.devices if d.host == host]
         model = devs[0].model if devs else None
-        rec: dict[str, Any] = {
+        rec: NodeRecord = {
             "node": host, "hostname": host, "gpu_model": model, "gpu_count": len(devs),
             "gpu_ids": [d.bus for d in devs],
             "extra": json.dumps({"ingested_from": ing.path, "format": ing.fmt,
@@ -613,16 +670,18 @@ def node_records(ing: Ingested) -> list[dict[str, Any]]:
                                  **_log_extra(log)}, sort_keys=True),
         }  # fmt: skip
         if log:
-            rec.update(
-                cuda_version=log.cuda_version, hip_version=log.hip_version,
-                rocm_version=log.rocm_version,
-                **{f"{log.library or 'nccl'}_version": log.version},
-            )  # fmt: skip
+            rec["cuda_version"] = log.cuda_version
+            rec["hip_version"] = log.hip_version
+            rec["rocm_version"] = log.rocm_version
+            if log.library == "rccl":
+                rec["rccl_version"] = log.version
+            else:
+                rec["nccl_version"] = log.version
         out.append(rec)
     return out
 
 
-def _log_extra(log: NcclLogSummary | None) -> dict[str, Any]:
+def _log_extra(log: NcclLogSummary | None) -> _LogExtra:
     if log is None:
         return {}
     return {"network": log.network, "fabric": log.fabric, "net_plugin": log.net_plugin,

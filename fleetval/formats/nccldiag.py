@@ -60,29 +60,40 @@ def looks_like_ras(text: str) -> bool:
     return "Job summary" in text and "Communicators" in text
 
 
+@dataclass
+class _Block:
+    """A communicator block of the RAS report, as read so far."""
+
+    comm: str
+    op: str = ""
+    counts: list[tuple[int, int]] = field(default_factory=list)
+    ranks: list[tuple[int, str]] = field(default_factory=list)
+
+    def mismatch(self) -> RasMismatch:
+        return RasMismatch(self.comm, self.op, tuple(self.counts), tuple(self.ranks))
+
+
 def parse_ras(text: str) -> RasReport:
     """The RAS client's text report."""
     out = RasReport()
-    block: dict[str, Any] | None = None
+    block: _Block | None = None
+    mismatched: list[_Block] = []
     for line in text.splitlines():
         if out.nodes is None and (m := _SUMMARY.match(line)):
             out.nodes, out.processes = int(m.group(1)), int(m.group(4))
         elif m := _GROUP.match(line):
             out.groups.append((m.group(1), m.group(2), m.group(3)))
         elif m := _BLOCK.match(line):
-            block = {"comm": f"#{m.group(1)} ({m.group(2)})", "op": "", "counts": [], "ranks": []}
+            block = _Block(f"#{m.group(1)} ({m.group(2)})")
             if m.group(3) == "MISMATCH":
-                out.mismatches.append(block)  # type: ignore[arg-type]  # frozen below
+                mismatched.append(block)
         elif block is not None and (m := _OP.search(line)):
-            block["op"] = m.group(1)
+            block.op = m.group(1)
         elif block is not None and (m := _COUNT.match(line)):
-            block["counts"].append((int(m.group(1)), int(m.group(2))))
+            block.counts.append((int(m.group(1)), int(m.group(2))))
         elif block is not None and (m := _RANK.match(line)):
-            block["ranks"].append((int(m.group(1)), m.group(4)))
-    out.mismatches = [
-        RasMismatch(b["comm"], b["op"], tuple(b["counts"]), tuple(b["ranks"]))  # type: ignore[index]
-        for b in out.mismatches
-    ]
+            block.ranks.append((int(m.group(1)), m.group(4)))
+    out.mismatches = [b.mismatch() for b in mismatched]
     return out
 
 
