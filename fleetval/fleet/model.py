@@ -284,9 +284,7 @@ def _descend(
     return theta
 
 
-def _active(
-    d: _Design, theta: np.ndarray, held: np.ndarray
-) -> tuple[list[_Block], list[_Shift]]:
+def _active(d: _Design, theta: np.ndarray, held: np.ndarray) -> tuple[list[_Block], list[_Shift]]:
     """The blocks and shifts cut to the columns that may move: levels, loads, effects not
     at 0."""
     moving = ~held & (~d.effect | (theta != 0))
