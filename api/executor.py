@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetval.api.db import QueueStatus, ServiceDB, Submission
 from fleetval.api.supervised import Supervised
+from fleetval.run.life import RunLife, StopReason  # NOTE: torch- and ray-free, as the app is
 from fleetval.store.base import create_private_file
 from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
 from fleetval.suite import parse_suite
@@ -110,6 +111,7 @@ class Executor(Supervised):
         self.active = False  # this process holds the executor lock
         self.ray_error = ""
         self._claimed: str | None = None  # the run the loop is on
+        self._life: RunLife | None = None  # the running run's life: what stops it
 
     def degraded(self, *, detail: bool = True) -> str:
         """Why this process cannot run the queue now ("" when it can, or stands by); without
@@ -128,7 +130,11 @@ class Executor(Supervised):
         self._start_thread(lambda: self._main(lock))
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """Cancel the running run (its actors torn down) and wait for the thread."""
+        """Stop the running run (its actors torn down) and wait for the thread."""
+        life = self._life
+        self._stopping.set()  # NOTE: first: the run's end is then read as the service's stop
+        if life is not None:
+            life.request_stop(StopReason.SERVICE)
         super().stop(timeout_s)
 
     # -- the thread ----------------------------------------------------------------------
@@ -242,13 +248,14 @@ class Executor(Supervised):
 
         tracker = _Tracker(self.db, sub.run_id)
         self.db.record_event(sub.run_id, {"kind": EventKind.RUN_START, "attempt": sub.attempt})
-        cancel, done = threading.Event(), threading.Event()
+        life, done = RunLife(), threading.Event()
+        self._life = life
         watcher = threading.Thread(
-            target=self._watch_cancel, args=(sub.run_id, cancel, done), daemon=True
+            target=self._watch_cancel, args=(sub.run_id, life, done), daemon=True
         )
         watcher.start()
         try:
-            record = run_suite(
+            run_suite(
                 parse_suite(json.loads(sub.suite_json), sub.suite),
                 self.store,
                 address=self.address,
@@ -256,21 +263,25 @@ class Executor(Supervised):
                 submitter=sub.submitter,
                 on_event=tracker.on_event,
                 run_id=sub.run_id,
-                cancel=cancel,
+                life=life,
                 pool=self.pool,
             )
-            status, message = record.status, record.message
-        except ValueError as err:  # the plan or the cluster refused it: nothing ran
-            status, message = QueueStatus.ERROR.value, str(err)
-        except Exception as err:
-            log.exception("run %s", sub.run_id)
-            status, message = QueueStatus.ERROR.value, f"{type(err).__name__}: {err}"
+        except Exception as err:  # the run's life says how it ended (refused, or failed)
+            if not isinstance(err, ValueError):
+                log.exception("run %s", sub.run_id)
+            if not life.ended:  # the suite could not be read: the engine never had it
+                life.fail(err)
         finally:
             done.set()
-        if self._stopping.is_set() and status == QueueStatus.CANCELLED:
-            self._interrupt(sub, "the service was stopped during the run", recorded=True)
+            self._life = None
+        outcome = life.outcome
+        assert outcome is not None  # the engine ends its run's life on every path
+        if outcome.reason == StopReason.SERVICE and outcome.status == RunStatus.CANCELLED:
+            recorded = outcome.record is not None  # the engine wrote its record
+            self._interrupt(sub, "the service was stopped during the run", recorded=recorded)
             return
         self._publish_busbw(sub.run_id)
+        status, message = outcome.status.value, outcome.message
         self.db.record_event(
             sub.run_id,
             {"kind": EventKind.RUN_END, "status": status, "message": message},
@@ -278,10 +289,15 @@ class Executor(Supervised):
             finish=(status, message),
         )
 
-    def _watch_cancel(self, run_id: str, cancel: threading.Event, done: threading.Event) -> None:
+    def _watch_cancel(self, run_id: str, life: RunLife, done: threading.Event) -> None:
+        """A cancel asked of the run through the service (any worker) stops it, and so does
+        the service stopping: through its life, with the reason."""
         while not done.wait(CANCEL_POLL_S):
-            if self._stopping.is_set() or self.db.cancel_requested(run_id):
-                cancel.set()
+            if self._stopping.is_set():
+                life.request_stop(StopReason.SERVICE)
+                return
+            if self.db.cancel_requested(run_id):
+                life.request_stop(StopReason.REQUEST)
                 return
 
     def _publish_busbw(self, run_id: str) -> None:

@@ -185,9 +185,9 @@ def recording(
         store.write_run(record)
         return record
 
+    store.write_schema_note()
+    life.start()
     try:
-        store.write_schema_note()
-        life.start()
         yield state
     except RunStopped:
         life.stopped(write)
@@ -252,19 +252,24 @@ def run_suite(
         life.fail(err)
         raise
     total = sum(len(j.steps) for j in plan.jobs)
-    with recording(
-        suite,
-        store,
-        labels=labels,
-        submitter=submitter,
-        on_event=on_event,
-        total_steps=total,
-        run_id=run_id,
-        life=life,
-        pool=pool,
-    ) as state:
-        for job in plan.jobs:
-            state.check_cancelled()
-            run_job(job, state)
+    try:
+        with recording(
+            suite,
+            store,
+            labels=labels,
+            submitter=submitter,
+            on_event=on_event,
+            total_steps=total,
+            run_id=run_id,
+            life=life,
+            pool=pool,
+        ) as state:
+            for job in plan.jobs:
+                state.check_cancelled()
+                run_job(job, state)
+    except BaseException as err:
+        if not life.ended:  # its record could not be written
+            life.fail(err)
+        raise
     assert state.record is not None  # written by recording() on the way out
     return state.record

@@ -233,22 +233,26 @@ class RunLife:
         message: str,
         write: Callable[[RunOutcome], RunRecord] | None,
     ) -> RunOutcome:
-        """Move to the terminal state, then `write` the run's record from the outcome (the
-        engine's; what it returns goes with the outcome)."""
+        """Write the run's record from the outcome the event gives (`write`: the engine's),
+        then move to the terminal state. A write that raises moves nothing: the run has not
+        ended, and the engine fails it."""
+        with self._lock:
+            after = self._next(event)
+            reason = self._reason
+        record = write(RunOutcome(after, status, message, reason)) if write is not None else None
         with self._lock:
             self._move(event)
-            outcome = RunOutcome(self._state, status, message, self._reason)
-            self._outcome = outcome
-        if write is not None:
-            outcome = RunOutcome(outcome.state, status, message, outcome.reason, write(outcome))
-            self._outcome = outcome
-        return outcome
+            self._outcome = RunOutcome(self._state, status, message, self._reason, record)
+            return self._outcome
+
+    def _next(self, event: RunEvent) -> RunPhase:
+        after = TRANSITIONS.get((self._state, event))
+        if after is None:
+            raise IllegalTransition(f"a run {self._state} does not take {event}")
+        return after
 
     def _move(self, event: RunEvent) -> None:
         """The one place the state changes (the caller holds the lock)."""
-        before = self._state
-        after = TRANSITIONS.get((before, event))
-        if after is None:
-            raise IllegalTransition(f"a run {before} does not take {event}")
+        before, after = self._state, self._next(event)
         self._state = after
         self.history.append((before, event, after))
