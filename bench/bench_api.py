@@ -30,7 +30,9 @@ import time
 from pathlib import Path
 
 import httpx
-from _common import free_port, wait_ready
+from _common import wait_ready
+
+from fleetval.testing.net import free_port
 
 SUITE = {
     "name": "bench-tiny",

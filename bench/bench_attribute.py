@@ -1,4 +1,4 @@
-"""Attribution over simulated rollout histories (tests/attrgen.py), many seeds.
+"""Attribution over simulated rollout histories (`fleetval.testing.rollouts`), many seeds.
 
     python bench/bench_attribute.py [--seeds 200] [--big-seeds 10] [--first-seed 0]
 
@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import argparse
 import resource
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fleetval.analysis.attribute import Attribution, attribute
-from tests.attrgen import AFFECTED, simulate
+from fleetval.testing.rollouts import AFFECTED, simulate
 
 LOSS_PCT = -8.0
 

@@ -38,9 +38,7 @@ import pyarrow.parquet as pq
 
 from fleetval.analysis.baselines import Baselines
 from fleetval.store.dataset import RunRecord, Store
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.storegen import COLLECTIVES, DTYPES, bandwidth_table  # found from the repo root
+from fleetval.testing.bandwidth import COLLECTIVES, DTYPES, bandwidth_table
 
 SIZES = [1 << e for e in range(3, 33)]  # 8 B .. 4 GiB: 30 sizes
 GPUS_PER_NODE = 8

@@ -18,12 +18,10 @@ import os
 import random
 import signal
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -32,9 +30,7 @@ from rich.table import Table
 from fleetval.run.execute import connect, run_suite
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.rayprocs import rank_pids  # found from the repo root
+from fleetval.testing.rayprocs import rank_pids
 
 EXPECTED = {"stop": "hang", "kill": "crash"}
 SIGNALS = {"stop": signal.SIGSTOP, "kill": signal.SIGKILL}

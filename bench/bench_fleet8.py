@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _common import sweep_suite
+from fleetval.testing import fleet8
 
 NODES = 8  # node-0..3 in rack-a, node-4..7 in rack-b (`localfleet.racks_of`)
 
@@ -60,7 +60,7 @@ def one(data: Path, name: str, ms: int) -> dict[str, Any]:
     from fleetval.suite import Suite
 
     faults, truth = scenario_faults(name, ms)
-    spec = Suite.model_validate(sweep_suite(faults, max_drain_share=0.25) | {"name": name})
+    spec = Suite.model_validate(fleet8.suite(faults, max_drain_share=0.25) | {"name": name})
     started = time.perf_counter()
     _, v = sweep(spec, Store(data))
     assert v is not None

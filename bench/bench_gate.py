@@ -1,6 +1,6 @@
 """Benchmark: the regression gate's false alarms and power on a hierarchical noise model.
 
-Each trial is a fresh store from tests/storegen.py: 200 identities (4 collectives x 2 dtypes
+Each trial is a fresh store from `fleetval.testing.bandwidth`: 200 identities (4 collectives x 2 dtypes
 x 25 sizes, 8 ranks on 2 nodes), each run of an identity drawing its own level (run-level
 sd, default 2%) around which 10 iterations scatter (2.5%). Per trial seed: 5 baseline runs,
 then candidates compared through `compare_runs` exactly as `fleetval compare` does:
@@ -56,15 +56,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from statistics import NormalDist
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import pyarrow as pa
@@ -73,8 +70,8 @@ from fleetval.analysis import statistics as st
 from fleetval.analysis.compare import compare_runs, judge
 from fleetval.analysis.compare_settings import CompareSettings
 from fleetval.metrics import merge
+from fleetval.testing.bandwidth import SIZES, FleetModel, GenStore
 from fleetval.vocab import Verdict
-from tests.storegen import SIZES, FleetModel, GenStore
 
 DROPS = (0.02, 0.05, 0.10, 0.30)
 DESIGNS = (1, 5)  # candidate runs; the baseline always has 5

@@ -1,5 +1,5 @@
 """Building the run index of a store fleetval did not index (issue 24): stores in the
-documented layout written straight with pyarrow (tests/foreignstore.py), without `index/`.
+documented layout written straight with pyarrow (`fleetval.testing.foreign`), without `index/`.
 
     python bench/bench_index.py [--sizes 1000,5000] [--repeats 3]
 
@@ -28,11 +28,8 @@ from pathlib import Path
 import httpx
 
 from fleetval.store.catalog import Catalog
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import free_port
-
-from tests.foreignstore import write_foreign_store  # found from the repo root
+from fleetval.testing.foreign import write_foreign_store
+from fleetval.testing.net import free_port
 
 
 def timed(fn: object) -> tuple[float, float]:

@@ -20,15 +20,12 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from fleetval.detect.bisection import isolate
 from fleetval.detect.lateness import late_ranks_in_step
 from fleetval.store.schema import Row
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.rayprocs, for --real-isolate
 
 
 @dataclass(frozen=True)
@@ -231,7 +228,7 @@ def isolate_once(
     import threading
 
     from fleetval.run.execute import run_suite
-    from tests.rayprocs import rank_pids, throttled
+    from fleetval.testing.rayprocs import rank_pids, throttled
 
     ready, pick = threading.Event(), []
 

@@ -1,6 +1,6 @@
 """Benchmark: wall time of the store-reading commands, each in a fresh process.
 
-A store of RUNS generated runs (`tests/storegen.py`: 2 nodes x 4 ranks, 200 bandwidth
+A store of RUNS generated runs (`fleetval.testing.bandwidth`: 2 nodes x 4 ranks, 200 bandwidth
 identities, 1,600 result rows a run), a baseline `base` of all runs but the newest, and an
 empty store. Each command runs once untimed, then REPEAT times as `python -m fleetval.cli
 ...` with this checkout first on the path and bytecode caching on (as an installed package
@@ -27,8 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.storegen import FleetModel, GenStore  # found from the repo root
+from fleetval.testing.bandwidth import FleetModel, GenStore
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "ray", "pandas", "scipy", "pyarrow", "numpy", "pydantic", "yaml")

@@ -25,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import free_port, wait_ready
+from _common import wait_ready
 
 from fleetval.store.dataset import Store
+from fleetval.testing.net import free_port
 from fleetval.text import human_bytes
 
 TCK = os.sysconf("SC_CLK_TCK")

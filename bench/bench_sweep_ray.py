@@ -1,7 +1,7 @@
 """Fleet sweeps on the 8-node two-rack Ray fleet, repeated: clean, two slow nodes, a slow link.
 
 Real `fleetval sweep` runs (one rank per node, gloo) on the cluster of
-tests/integration/fleet8.py (eight one-CPU Ray nodes, node-0..3 in rack-a, node-4..7 in
+`fleetval.testing.fleet8` (eight one-CPU Ray nodes, node-0..3 in rack-a, node-4..7 in
 rack-b), with its suite, fault size (`DELAY_MS`) and sweep runner, repeated to count:
 - clean: sweeps of a healthy fleet in one store (history rotates the matchings), passed when
   nothing is drained and no link or trunk is confirmed;
@@ -29,7 +29,6 @@ import logging
 import os
 import random
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -38,8 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.integration import fleet8  # found from the repo root
+from fleetval.testing import fleet8
 
 SWEEPS_FOR_A_LINK = len(fleet8.NODES) - 1  # back-to-back sweeps cover every link within N-1
 

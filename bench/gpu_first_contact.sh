@@ -125,7 +125,7 @@ from datetime import timedelta
 import torch, torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 from fleetval.run import flightrec
-from tests.helpers.net import free_port
+from fleetval.testing.net import free_port
 
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.helpers.net import free_port
+from fleetval.testing.net import free_port
 from tests.helpers.tools import tool_missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.own_cluster]

@@ -18,7 +18,7 @@ from fleetval.checks.collectives import rank as coll
 from fleetval.run import flightrec
 from fleetval.run import rank as rank_mod
 from fleetval.run.rank import RankActor
-from tests.helpers.net import free_port
+from fleetval.testing.net import free_port
 
 pytestmark = [
     pytest.mark.gpu,

@@ -23,7 +23,7 @@ from fleetval.checks.ddp.rank import (
 )
 from fleetval.checks.microbench.rank import MicrobenchParams, expectations_for, run_microbench
 from fleetval.store.schema import Row
-from tests.helpers.net import free_port
+from fleetval.testing.net import free_port
 
 pytestmark = [
     pytest.mark.gpu,

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from tests.helpers.net import free_port
+from fleetval.testing.net import free_port
 
 CPU = {"world_sizes": [2], "gpus_per_rank": 0}
 BARRIER = {

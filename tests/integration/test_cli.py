@@ -153,7 +153,7 @@ def test_the_embedded_instance_is_loopback_only_with_ranks_at_normal_priority(tm
     """`fleetval run` with no --address: Ray's servers, its workers and the ranks' collectives
     listen on 127.0.0.1 only, as `ss -ltnp` would list them for the run's processes; the
     ranks ran at nice 0 (Ray's default for workers is 15), as the node's fingerprint says."""
-    from rayprocs import descendants, listening
+    from fleetval.testing.rayprocs import descendants, listening
 
     # NOTE: without the tests' RAY_worker_niceness: the embedded instance must set it itself
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_worker_niceness")}
@@ -215,8 +215,7 @@ def test_serve_on_the_embedded_ray_stops_cleanly_and_takes_ray_along(tmp_path):
     """`fleetval serve` with no --address, stopped by SIGTERM as a service manager stops it:
     no stack trace that reads as a crash, no token-authentication notice, exit 0, and the
     embedded Ray's processes (GCS, raylet, workers) gone with it, not minutes later."""
-    from rayprocs import descendants
-
+    from fleetval.testing.rayprocs import descendants
     from tests.helpers.service import start_serve
 
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}

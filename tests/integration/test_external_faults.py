@@ -17,7 +17,7 @@ import pytest
 from fleetval.run.execute import run_suite
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
-from tests.rayprocs import rank_pids
+from fleetval.testing.rayprocs import rank_pids
 
 pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.slow]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.foreignstore import write_foreign_store
+from fleetval.testing.foreign import write_foreign_store
 from tests.helpers.service import answers_at_all, start_serve
 
 # NOTE: slow: the store of the size is written (10,000 files), then indexed three

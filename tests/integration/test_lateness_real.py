@@ -13,7 +13,7 @@ from fleetval.run.execute import run_suite
 from fleetval.run.pool import RankPool
 from fleetval.store.dataset import Store
 from fleetval.suite import parse_suite
-from tests.rayprocs import rank_pids, throttled
+from fleetval.testing.rayprocs import rank_pids, throttled
 
 pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.multinode]
 

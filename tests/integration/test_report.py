@@ -238,7 +238,7 @@ def test_sweep_report_in_headless_chromium_offline(browser, tmp_path):
     sweep and a trend per node, with the network off and no console error."""
     from selenium.webdriver.common.by import By
 
-    from tests.sweepgen import SWEEPS, write_sweep
+    from fleetval.testing.sweeps import SWEEPS, write_sweep
 
     store = Store(tmp_path / "data")
     ids = [write_sweep(store, i, s) for i, s in enumerate(SWEEPS)]

@@ -23,7 +23,7 @@ from fleetval.metrics import BUSBW, CORRECT, LATENCY
 from fleetval.nodesets import SHOWN
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import Row
-from tests.storegen import bandwidth_table
+from fleetval.testing.bandwidth import bandwidth_table
 
 SLOW_EVERY = 37  # from node-3, every 37th node's GEMM is at half speed: 28 of 1,024, 1 of 16
 FP = {"gpu_model": "AMD Instinct MI300X", "gpu_count": 8, "driver_version": "6.12.12",

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from fleetval.cli.app import app
 from fleetval.store.dataset import Store
-from tests.sweepgen import write_sweep
+from fleetval.testing.sweeps import write_sweep
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "stragglers"
 TABLE = Path(__file__).resolve().parents[1] / "data" / "real" / "nccl-tests-a3mega-h100-2node.txt"

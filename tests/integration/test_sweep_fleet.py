@@ -40,8 +40,8 @@ pytestmark = [
 def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     data = tmp_path_factory.mktemp("fleet8")
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "fleet8.py"), str(data), "clean", "two_slow", "slow_link",
-         "throttled", "slow_trunk"],
+        [sys.executable, "-m", "fleetval.testing.fleet8", str(data), "clean", "two_slow",
+         "slow_link", "throttled", "slow_trunk"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={**os.environ, "FLEET8_DEADLINE_S": str(DEADLINE_S)},
     )  # fmt: skip

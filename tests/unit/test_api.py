@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from fleetval.api import Settings, create_app
 from fleetval.api.db import DB_NAME, Scope
-from tests.helpers.stores import planted_regression
+from fleetval.testing.signoff import planted_regression
 
 TINY = {
     "name": "tiny",

@@ -19,7 +19,7 @@ from fleetval.api.db import Scope, ServiceDB
 from fleetval.api.routes import attribute, compare, report
 from fleetval.api.settings import Settings
 from fleetval.store.dataset import Store
-from tests.helpers.stores import ALL_GATES, healthy, planted_regression, write_run
+from fleetval.testing.signoff import ALL_GATES, healthy, planted_regression, write_run
 
 CAND = "/v1/runs/cand/report"
 ASKED = {

@@ -23,8 +23,8 @@ from fleetval.api.db import Scope, ServiceDB
 from fleetval.checks.model_pattern import MAX_SUBJECT, check_model_pattern, model_matches
 from fleetval.store.dataset import Store
 from fleetval.store.schema import Row, rows_to_table
+from fleetval.testing.signoff import H100, healthy, write_run
 from tests.helpers.service import Replica
-from tests.helpers.stores import H100, healthy, write_run
 
 TINY = {
     "name": "tiny",

@@ -18,9 +18,9 @@ import pytest
 from fleetval.api.db import DB_NAME, ServiceDB
 from fleetval.api.supervised import Supervised
 from fleetval.store.dataset import Store
-from tests.helpers.net import free_port
+from fleetval.testing.net import free_port
+from fleetval.testing.signoff import healthy, write_run
 from tests.helpers.service import Server, cli
-from tests.helpers.stores import healthy, write_run
 
 RUN = "20261101-000000-priv01"
 

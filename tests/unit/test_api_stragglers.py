@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from fleetval.api.db import Scope, ServiceDB
 from fleetval.cli import app
 from fleetval.store.dataset import Store
+from fleetval.testing.sweeps import write_sweep
 from tests.helpers.service import Replica
-from tests.sweepgen import write_sweep
 
 JOB = Path(__file__).parents[1] / "data" / "stragglers" / "late-sleep"
 

@@ -14,7 +14,7 @@ import pytest
 
 from fleetval.analysis.attribute import Attribution, attribute
 from fleetval.analysis.attribute_format import to_markdown
-from tests.attrgen import AFFECTED, simulate
+from fleetval.testing.rollouts import AFFECTED, simulate
 
 SEEDS = range(4)
 KEYS = {"component", "from", "to", "collective", "size_bytes", "dtype", "gpu_model", "metric",

@@ -16,7 +16,7 @@ from fleetval.api import Settings, create_app
 from fleetval.api.db import Scope
 from fleetval.cli.app import app
 from fleetval.store.dataset import Store
-from tests.attrgen import simulate, write_history
+from fleetval.testing.rollouts import simulate, write_history
 
 SIZES = (1 << 20, 256 << 20)
 
@@ -116,7 +116,7 @@ def test_rest_is_the_same_json_as_the_library(planted):
 
 
 def test_compare_and_trend_point_at_attribute_when_a_version_changed(tmp_path):
-    from tests.storegen import FleetModel, GenStore
+    from fleetval.testing.bandwidth import FleetModel, GenStore
 
     model = FleetModel(collectives={"all_reduce": 2.0}, dtypes=("float32",), sizes=(16 << 20,))
     g = GenStore(tmp_path, model, seed=0)

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from fleetval.api import Settings, create_app
 from fleetval.api.db import Scope
 from fleetval.cli.app import app as cli_app
-from tests.helpers.net import free_port
+from fleetval.testing.net import free_port
 from tests.helpers.service import serve_app
 
 START_S = 20  # the in-thread server's deadline to accept connections

@@ -16,7 +16,7 @@ import pytest
 
 import fleetval
 from fleetval.analysis.baselines import Baselines
-from tests.storegen import FleetModel, GenStore
+from fleetval.testing.bandwidth import FleetModel, GenStore
 
 NEVER = {"torch", "ray"}  # no store-reading command needs them
 # Listing needs only the JSON catalog: no Arrow, no array maths, no YAML.

@@ -16,7 +16,7 @@ from fleetval.checks.bandwidth.params import BandwidthParams
 from fleetval.checks.base import CheckContext, Heartbeat, RankContext
 from fleetval.checks.collectives import rank as coll
 from fleetval.checks.collectives.params import CollectivesParams
-from tests.helpers.net import free_port
+from fleetval.testing.net import free_port
 
 GIB = 1 << 30
 M32 = 0xFFFFFFFF

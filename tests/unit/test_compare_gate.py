@@ -18,8 +18,8 @@ from fleetval.analysis.compare import compare_runs, fleet_outliers
 from fleetval.metrics import Direction, MetricDecl
 from fleetval.store.dataset import Store
 from fleetval.store.schema import Row
+from fleetval.testing.bandwidth import FleetModel, GenStore
 from fleetval.vocab import Verdict
-from tests.storegen import FleetModel, GenStore
 
 BUSBW_IDENT = 20  # all_reduce float32 64 MiB: judged on busbw
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fleetval.analysis.compare import compare_runs
 from fleetval.store.schema import Row
-from tests.storegen import FleetModel, GenStore
+from fleetval.testing.bandwidth import FleetModel, GenStore
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from fleetval.fleet.verdict import run_rounds
 from fleetval.reports.plots import link_matrix_figure, link_matrix_svg
 from fleetval.signoff.sweep import link_matrix
 from fleetval.store.dataset import Store
-from tests.sweepgen import write_sweep
+from fleetval.testing.sweeps import write_sweep
 
 EIGHT = [f"node-{i}" for i in range(8)]
 

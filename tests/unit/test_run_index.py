@@ -19,7 +19,7 @@ from fleetval.analysis.compare import compare_runs
 from fleetval.store import runindex
 from fleetval.store.catalog import Catalog, CorruptFile, RunFilter, RunRecord
 from fleetval.store.dataset import Store
-from tests.foreignstore import write_foreign_store
+from fleetval.testing.foreign import write_foreign_store
 
 NEWEST = RunFilter()
 

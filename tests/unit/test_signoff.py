@@ -22,8 +22,7 @@ from fleetval.reports import (
 from fleetval.signoff.gates import GateName, Waiver, parse_waiver
 from fleetval.store.dataset import Store
 from fleetval.suite import SuiteError, parse_suite
-from fleetval.vocab import GateStatus
-from tests.helpers.stores import (
+from fleetval.testing.signoff import (
     ALL_GATES,
     GiB,
     bw_rows,
@@ -34,6 +33,7 @@ from tests.helpers.stores import (
     straggler_rows,
     write_run,
 )
+from fleetval.vocab import GateStatus
 
 runner = CliRunner()
 

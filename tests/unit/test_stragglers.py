@@ -207,7 +207,7 @@ def test_step_logs_alone_name_nobody_and_say_why() -> None:
 
 def test_named_node_is_joined_with_its_sweeps(tmp_path: Path) -> None:
     from fleetval.store.dataset import Store
-    from tests.sweepgen import write_sweep
+    from fleetval.testing.sweeps import write_sweep
 
     store = Store(tmp_path)
     ok = {n: ("healthy", 10.0) for n in ("node-0", "node-1")}

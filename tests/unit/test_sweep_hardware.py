@@ -134,7 +134,7 @@ def test_sweep_history_lists_gpus_whose_counters_grow_over_the_sweeps(tmp_path: 
 
     from fleetval.cli import app
     from fleetval.store.dataset import Store
-    from tests.sweepgen import write_sweep
+    from fleetval.testing.sweeps import write_sweep
 
     store = Store(tmp_path)
     ok = {n: ("healthy", 10.0) for n in ("node-0", "node-1")}

@@ -18,8 +18,8 @@ from fleetval.fleet.verdict import LinkMeasured, LinkVerdict
 from fleetval.reports import build_signoff, render
 from fleetval.signoff.gates import GateName, Waiver
 from fleetval.store.dataset import RunRecord, Store
+from fleetval.testing.sweeps import NODES, SWEEPS, write_sweep
 from fleetval.vocab import GateStatus
-from tests.sweepgen import NODES, SWEEPS, write_sweep
 
 runner = CliRunner()
 

@@ -1,4 +1,4 @@
-"""Loopback networking for tests that start real servers."""
+"""Loopback networking for tests and benchmarks that start real servers."""
 
 from __future__ import annotations
 

@@ -18,7 +18,8 @@ Scenarios:
 - `bundled`: ROCm and RCCL changed together node by node (same nodes, same nights), RCCL's
   loss planted: a joint effect the data cannot split.
 
-Used by tests/unit/test_attribute*.py and bench/bench_attribute.py.
+`write_history` is a recipe of `fleetval.testing.builder`. Used by tests/unit/test_attribute*.py
+and bench/bench_attribute.py.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pyarrow as pa
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import NODES_SCHEMA, Row
+from fleetval.testing.builder import SyntheticRun, build_store
 
 SIZES = tuple(1 << e for e in (20, 22, 24, 26, 28, 30))  # 1 MiB .. 1 GiB
 AFFECTED = 64 << 20  # the planted loss is at sizes >= 64 MiB
@@ -155,25 +157,27 @@ def write_history(h: History, store: Store, *, labels: dict[str, str] | None = N
     by_run = h.values.to_pylist()
     nodes = h.nodes.to_pylist()
     runs = list(h.nights)
-    for run_id in runs:
-        recs = [r for r in by_run if r["run_id"] == run_id]
-        node_jobs = {n: j for j, n in enumerate(sorted({r["node"] for r in recs}))}
-        rows = [row for r in recs for row in _rank_rows(r, node_jobs[r["node"]])]
-        if rows:
-            store.write_results(run_id, "bandwidth", rows)
-        store.write_nodes(
-            run_id,
-            [{k: v for k, v in n.items() if k != "run_id"} for n in nodes if n["run_id"] == run_id],
-        )
-        started = datetime.fromisoformat(h.nights[run_id]).replace(hour=2, tzinfo=UTC)
-        store.write_run(
-            RunRecord(
-                run_id=run_id, suite="nightly", status="pass", started_at=started,
-                finished_at=started + timedelta(minutes=20), labels=labels or {},
-                metrics=[BUSBW, LATENCY, CORRECT],
-            )
-        )  # fmt: skip
+    build_store(store, (_night(h, run_id, by_run, nodes, labels) for run_id in runs))
     return runs
+
+
+def _night(
+    h: History, run_id: str, by_run: list[dict], nodes: list[dict], labels: dict[str, str] | None
+) -> SyntheticRun:
+    recs = [r for r in by_run if r["run_id"] == run_id]
+    node_jobs = {n: j for j, n in enumerate(sorted({r["node"] for r in recs}))}
+    rows = [row for r in recs for row in _rank_rows(r, node_jobs[r["node"]])]
+    started = datetime.fromisoformat(h.nights[run_id]).replace(hour=2, tzinfo=UTC)
+    record = RunRecord(
+        run_id=run_id, suite="nightly", status="pass", started_at=started,
+        finished_at=started + timedelta(minutes=20), labels=labels or {},
+        metrics=[BUSBW, LATENCY, CORRECT],
+    )  # fmt: skip
+    return SyntheticRun(
+        record,
+        {"bandwidth": rows} if rows else {},
+        [{k: v for k, v in n.items() if k != "run_id"} for n in nodes if n["run_id"] == run_id],
+    )
 
 
 def _rank_rows(r: dict, job: int) -> list[Row]:

@@ -6,7 +6,8 @@ collective's iterations scatter around that level (`iter_sd`), and each rank add
 jitter of its own. Rows are the bandwidth check's: one per rank per identity, with the
 per-iteration samples, written through the store (so summaries are written too).
 
-Used by tests/unit/test_compare_gate.py and bench/bench_gate.py.
+A recipe of `fleetval.testing.builder`. Used by the compare and start-up tests and by
+bench/bench_gate.py, bench/bench_compare.py and bench/bench_startup.py.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fleetval.analysis.baselines import Baselines
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import RESULTS_SCHEMA
+from fleetval.testing.builder import SyntheticRun, build_store
 
 COLLECTIVES = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
 DTYPES = ("float32", "bfloat16")
@@ -88,17 +90,14 @@ class GenStore:
         jitter = 1 + m.rank_sd * rng.standard_normal((ni, world, m.iters))
         samples = ((base * level)[:, None, None] * shared * jitter).reshape(ni * world, m.iters)
         table = bandwidth_table(run_id, idents, world, m.ranks_per_node, samples)
-        self.store.write_results_table(run_id, "bandwidth", table)
         fp = {"gpu_model": "MI300X", "rocm_version": "6.1.3", "driver_version": "6.8.5"}
         nodes = [{"node": f"node-{j}", **fp, **(env or {})} for j in range(m.nodes)]
-        self.store.write_nodes(run_id, nodes)
-        self.store.write_run(
-            RunRecord(
-                run_id=run_id, suite="bandwidth", status=status, started_at=started,
-                finished_at=started, labels=labels or {}, faults=faults or [],
-                metrics=[BUSBW, LATENCY, CORRECT],
-            )
+        record = RunRecord(
+            run_id=run_id, suite="bandwidth", status=status, started_at=started,
+            finished_at=started, labels=labels or {}, faults=faults or [],
+            metrics=[BUSBW, LATENCY, CORRECT],
         )  # fmt: skip
+        build_store(self.store, [SyntheticRun(record, {"bandwidth": table}, nodes)])
         return run_id
 
     def baseline(self, runs: int, name: str = "base") -> list[str]:

@@ -2,9 +2,10 @@
 node-0..7 (one rank each, gloo) in two racks (`fleetval/rack`: node-0..3 rack-a, node-4..7
 rack-b) and a head that takes no rank. Run by
 tests/integration/test_sweep_fleet.py in a subprocess, because the session's shared
-cluster has another shape; every scenario shares this one.
+cluster has another shape; every scenario shares this one. bench/bench_sweep_ray.py runs
+its scenarios on a cluster of the same shape.
 
-    python tests/integration/fleet8.py DATA_DIR SCENARIO...
+    python -m fleetval.testing.fleet8 DATA_DIR SCENARIO...
 
 Prints one JSON line per scenario: the command's exit status and output, and the stored
 verdict. A watchdog ends everything (cluster included) at the deadline.
@@ -31,7 +32,7 @@ START_S = os.environ.get("FLEET8_START_S")
 NODES = [f"node-{i}" for i in range(8)]
 RACKS = {n: "rack-a" if i < 4 else "rack-b" for i, n in enumerate(NODES)}
 HERE = Path(__file__).resolve().parent
-# As tests/helpers/ray.py's: no log monitor (every driver here says log_to_driver=False).
+# As the tests' simulated nodes: no log monitor (every driver here says log_to_driver=False).
 QUIET_NODE = {"include_log_monitor": False}
 # A slow node or link: each call 25 ms late, 20x or more a healthy call at 64 KiB here; a
 # longer delay only lengthens the slow pairs' jobs.

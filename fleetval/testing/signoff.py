@@ -1,5 +1,7 @@
 """Stores with sign-off evidence written row by row: an H100 node's bandwidth, correctness,
-straggler and microbench rows, and a planted 30% regression against a baseline."""
+straggler and microbench rows, and a planted 30% regression against a baseline.
+
+A recipe of `fleetval.testing.builder`: `write_run` makes a run of these rows and writes it."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import numpy as np
 from fleetval.analysis.baselines import Baselines
 from fleetval.store.dataset import RunRecord, Store
 from fleetval.store.schema import Row
+from fleetval.testing.builder import SyntheticRun, build_store
 
 H100 = "NVIDIA H100 80GB HBM3"
 GiB = 1 << 30
@@ -75,18 +78,20 @@ def write_run(store: Store, run_id: str, rows: list[Row], *, gates: dict | None 
               labels: dict[str, str] | None = None, status: str = "pass",
               gpu_model: str | None = H100, steps: list[dict] | None = None,
               faults: list[dict] | None = None, nccl: str = "2.21.5") -> str:  # fmt: skip
-    store.write_results(run_id, "part-0", rows)
-    store.write_nodes(run_id, [{"node": "gpu-1", "hostname": "gpu-1", "gpu_model": gpu_model,
-                                "gpu_count": 8 if gpu_model else 0, "nccl_version": nccl,
-                                "torch_version": "2.13.0"}])  # fmt: skip
+    nodes = [{"node": "gpu-1", "hostname": "gpu-1", "gpu_model": gpu_model,
+              "gpu_count": 8 if gpu_model else 0, "nccl_version": nccl,
+              "torch_version": "2.13.0"}]  # fmt: skip
     suite: dict[str, Any] = {"name": "release", "compare": {"threshold_pct": 5}}
     if gates is not None:
         suite["gates"] = gates
-    started = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(minutes=len(store.runs()))
-    store.write_run(RunRecord(run_id=run_id, suite="release", status=status, started_at=started,
-                              finished_at=started + timedelta(minutes=5), labels=labels or {},
-                              backend="nccl", suite_json=json.dumps(suite), faults=faults or [],
-                              summary={"steps": steps or []}))  # fmt: skip
+    # the runs in the store once this one's results are in (they list it as incomplete)
+    count = len({r.run_id for r in store.runs()} | {run_id})
+    started = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(minutes=count)
+    record = RunRecord(run_id=run_id, suite="release", status=status, started_at=started,
+                       finished_at=started + timedelta(minutes=5), labels=labels or {},
+                       backend="nccl", suite_json=json.dumps(suite), faults=faults or [],
+                       summary={"steps": steps or []})  # fmt: skip
+    build_store(store, [SyntheticRun(record, {"part-0": rows}, nodes)])
     return run_id
 
 

@@ -2,7 +2,8 @@
 run's summary and as its last step. Three sweeps of a small fleet whose history has a repeat
 offender, a flapping node, a drifting one and a node that joined late.
 
-Used by tests/unit/test_sweep_report.py and tests/integration/test_report.py (the browser).
+A recipe of `fleetval.testing.builder`. Used by the sweep report, history and straggler tests
+and tests/integration/test_report.py (the browser).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fleetval.fleet.verdict import (
 )
 from fleetval.run.outcome import StepOutcome
 from fleetval.store.dataset import RunRecord, Store
+from fleetval.testing.builder import SyntheticRun, build_store
 from fleetval.vocab import NodeState, RunStatus, Status
 
 NODES = [f"node-{i}" for i in range(6)]
@@ -65,9 +67,10 @@ def write_sweep(
     started = datetime(2026, 1, 1, 2, tzinfo=UTC) + timedelta(days=i)
     run_id = f"{started:%Y%m%d-%H%M%S}-00000{i}"
     suite = {"name": "sweep", **({"gates": gates} if gates else {})}
-    store.write_run(RunRecord(
+    record = RunRecord(
         run_id=run_id, suite="sweep", started_at=started, finished_at=started + timedelta(minutes=4),
         status=(RunStatus.FAIL if v.flagged else RunStatus.PASS).value, suite_json=json.dumps(suite),
         summary={"steps": [asdict(verdict_step)], "sweep": v.to_dict()},
-    ))  # fmt: skip
+    )  # fmt: skip
+    build_store(store, [SyntheticRun(record)])  # a sweep's record only: no rows, no nodes
     return run_id
