@@ -27,11 +27,39 @@ def is_diag_header(line: str) -> bool:
     return bool(re.match(r"^\s*\|\s*Diagnostic\s+\|\s*Result\s+\|", line))
 
 
+@dataclass
+class _Test:
+    """One test row of a `dcgmi diag` table, with the rows under it read so far."""
+
+    name: str
+    category: str  # Deployment, Integration, Hardware, Stress
+    result: str  # as printed: "Pass", "Fail - All", "Warn", "Skip"
+    gpus: dict[int, str] = field(default_factory=dict)  # 4.x: GPUn -> Pass/Fail/Warn/Skip
+    message: str = ""  # the Error/Warning/Info rows' cells, joined raw
+
+    def observations(self) -> list[Observation]:
+        message = " ".join(self.message.split())
+        status = self.result.split(" - ")[0].strip().title() or "Fail"
+        per_gpu = self.gpus
+        if not per_gpu and status in ("Fail", "Warn"):
+            named = [int(n) for n in re.findall(r"GPU:? ?(\d+)", f"{self.result} {message}")]
+            per_gpu = {n: status for n in dict.fromkeys(named)}
+        if not per_gpu:
+            return [self._observation(status not in ("Fail", "Warn"), self.result, None, message)]
+        return [self._observation(s not in ("Fail", "Warn"), s, i, _about(message, i))
+                for i, s in per_gpu.items()]  # fmt: skip
+
+    def _observation(self, ok: bool, value: str, index: int | None, detail: str) -> Observation:
+        return Observation(vendor="nvidia", source="dcgmi diag", kind="dcgm_test", ok=ok,
+                           subject=self.name, value=value, detail=detail,
+                           category=self.category, index=index)  # fmt: skip
+
+
 def read_dcgmi_diag(lines: list[str]) -> tuple[dict[str, str], list[Observation]]:
     """The Metadata rows and one observation per test and GPU it names (the node when it names
     none), from the table's lines (starting at its `| Diagnostic | Result |` header)."""
     meta: dict[str, str] = {}
-    tests: list[dict[str, object]] = []
+    tests: list[_Test] = []
     category = ""
     for line in lines:
         if m := _SECTION.match(line):
@@ -44,30 +72,12 @@ def read_dcgmi_diag(lines: list[str]) -> tuple[dict[str, str], list[Observation]
         if category == "Metadata":
             meta[name] = cell.strip()
         elif name and name.capitalize() not in _MESSAGE_ROWS:
-            tests.append({"name": name, "category": category, "result": cell.strip(),
-                          "gpus": {}, "message": ""})  # fmt: skip
+            tests.append(_Test(name, category, cell.strip()))
         elif tests and (g := _PER_GPU.match(cell.strip())):
-            tests[-1]["gpus"][int(g.group(1))] = g.group(2).title()  # type: ignore[index]
+            tests[-1].gpus[int(g.group(1))] = g.group(2).title()
         elif tests:
-            tests[-1]["message"] = f"{tests[-1]['message']}{cell}"
-    return meta, [o for t in tests for o in _observations(t)]
-
-
-def _observations(t: dict[str, object]) -> list[Observation]:
-    result = str(t["result"])
-    message = " ".join(str(t["message"]).split())
-    status = result.split(" - ")[0].strip().title() or "Fail"
-    per_gpu: dict[int, str] = t["gpus"]  # type: ignore[assignment]
-    if not per_gpu and status in ("Fail", "Warn"):
-        named = [int(n) for n in re.findall(r"GPU:? ?(\d+)", f"{result} {message}")]
-        per_gpu = {n: status for n in dict.fromkeys(named)}
-    common = {"vendor": "nvidia", "source": "dcgmi diag", "kind": "dcgm_test",
-              "subject": str(t["name"]), "category": str(t["category"]), "detail": message}  # fmt: skip
-    if not per_gpu:
-        return [Observation(ok=status not in ("Fail", "Warn"), value=result, **common)]
-    return [Observation(ok=s not in ("Fail", "Warn"), value=s, index=i,
-                        **{**common, "detail": _about(message, i)})
-            for i, s in per_gpu.items()]  # fmt: skip
+            tests[-1].message += cell
+    return meta, [o for t in tests for o in t.observations()]
 
 
 def _about(message: str, gpu: int) -> str:

@@ -5,6 +5,7 @@ NICs, disks) are skipped."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from fleetval.formats.gpuhw import GpuReading
 from fleetval.formats.hwscan import Reader, Scan
@@ -24,28 +25,44 @@ def is_device_line(line: str) -> bool:
     return bool(m) and m.group(2) in _GPU_CLASSES and bool(re.search(r"NVIDIA|AMD|ATI", m.group(3)))
 
 
+# a link as lspci prints it: (PCIe generation, lanes)
+_Link = tuple[int | None, int]
+
+
+@dataclass
+class _Device:
+    """A GPU's device block, as read so far."""
+
+    bdf: str
+    name: str
+    cap: _Link | None = None  # LnkCap
+    sta: _Link | None = None  # LnkSta
+
+    def reading(self) -> GpuReading:
+        cap, sta = self.cap or (None, None), self.sta or (None, None)
+        return GpuReading(vendor="nvidia" if "NVIDIA" in self.name else "amd", source="lspci",
+                          pci_bus_id=self.bdf, name=self.name, pcie_gen=sta[0],
+                          pcie_gen_max=cap[0], pcie_width=sta[1], pcie_width_max=cap[1])  # fmt: skip
+
+
 def read_lspci(lines: list[str]) -> list[GpuReading]:
     """One reading per GPU device block with its LnkCap and LnkSta (None where not printed)."""
     out: list[GpuReading] = []
-    current: dict[str, object] | None = None
+    current: _Device | None = None
     for line in [*lines, ""]:
         if (m := _DEVICE.match(line)) or not line.strip():
             if current is not None:
-                out.append(_reading(current))
+                out.append(current.reading())
             current = None
             if m and is_device_line(line):
-                current = {"bdf": m.group(1), "name": m.group(3)}
+                current = _Device(m.group(1), m.group(3))
         elif current is not None and (k := _LNK.match(line)) and (link := _LINK.search(line)):
-            current[k.group(1)] = (_GTS_GEN.get(float(link.group(1))), int(link.group(2)))
+            found = (_GTS_GEN.get(float(link.group(1))), int(link.group(2)))
+            if k.group(1) == "LnkCap":
+                current.cap = found
+            else:
+                current.sta = found
     return out
-
-
-def _reading(d: dict[str, object]) -> GpuReading:
-    cap, sta = d.get("LnkCap") or (None, None), d.get("LnkSta") or (None, None)
-    name = str(d["name"])
-    return GpuReading(vendor="nvidia" if "NVIDIA" in name else "amd", source="lspci",
-                      pci_bus_id=str(d["bdf"]), name=name, pcie_gen=sta[0], pcie_gen_max=cap[0],
-                      pcie_width=sta[1], pcie_width_max=cap[1])  # type: ignore[index]  # fmt: skip
 
 
 def _find(s: Scan) -> None:
