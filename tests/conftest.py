@@ -13,27 +13,33 @@ from tests.helpers.ray import QUIET_NODE, WARM, assert_no_leaks, clean_up, lefto
 if TYPE_CHECKING:
     from fleetval.run.pool import RankPool
 
-# Rank actors import torch; keep their thread pools small on a 2-core machine.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-# Ray's background work that no test reads: the agents' metrics export and the usage-stats
-# reporter. Every Ray the tests start inherits this (the session's, fleet8's, the CLI's and
-# the service's embedded ones): an idle 4-node cluster used 0.075 cores with them, 0.05
-# without (bench/RESULTS.md, "Test time on 2 cores, 2026-11-27 01:08-03:16 UTC").
-os.environ.setdefault("RAY_enable_metrics_collection", "0")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-# Each node's dashboard agent samples every process on the machine for the dashboard nobody
-# opens here (every 5 s by default); once a minute keeps it alive and cheap.
-os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
-# No idle workers started ahead for each new driver (every rank is an actor, started on its
-# node when placed) and no memory monitor reading /proc every 250 ms in each raylet: an idle
-# 4-node cluster 0.042 -> 0.027 cores, its start 12 -> 10 CPU-s (bench/RESULTS.md).
-os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
-os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
-# Ranks at normal priority, as fleetval's embedded Ray and the deploy recipes start them (Ray's
-# default for workers, nice 15, puts every pytest worker and CLI process ahead of them).
-os.environ.setdefault("RAY_worker_niceness", "0")
-# Rich wraps tables at 80 columns when not on a terminal; tests read whole lines.
-os.environ["COLUMNS"] = "250"
+
+@pytest.hookimpl(tryfirst=True)  # NOTE: before every other plugin's configure
+def pytest_configure(config: pytest.Config) -> None:
+    """The environment of every test and of every process a test starts (Ray's nodes and
+    workers, CLI and service subprocesses, xdist's workers, which start after this): set
+    once, before collection imports any test module."""
+    # Rank actors import torch; keep their thread pools small on a 2-core machine.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Ray's background work that no test reads: the agents' metrics export and the usage-stats
+    # reporter. Every Ray the tests start inherits this (the session's, fleet8's, the CLI's and
+    # the service's embedded ones): an idle 4-node cluster used 0.075 cores with them, 0.05
+    # without (bench/RESULTS.md, "Test time on 2 cores, 2026-11-27 01:08-03:16 UTC").
+    os.environ.setdefault("RAY_enable_metrics_collection", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Each node's dashboard agent samples every process on the machine for the dashboard nobody
+    # opens here (every 5 s by default); once a minute keeps it alive and cheap.
+    os.environ.setdefault("REPORTER_UPDATE_INTERVAL_MS", "60000")
+    # No idle workers started ahead for each new driver (every rank is an actor, started on its
+    # node when placed) and no memory monitor reading /proc every 250 ms in each raylet: an idle
+    # 4-node cluster 0.042 -> 0.027 cores, its start 12 -> 10 CPU-s (bench/RESULTS.md).
+    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
+    # Ranks at normal priority, as fleetval's embedded Ray and the deploy recipes start them (Ray's
+    # default for workers, nice 15, puts every pytest worker and CLI process ahead of them).
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    # Rich wraps tables at 80 columns when not on a terminal; tests read whole lines.
+    os.environ["COLUMNS"] = "250"
 
 
 @pytest.hookimpl(tryfirst=True)  # NOTE: before xdist's own, which reads the groups
