@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any
+from typing import NotRequired, TypedDict
 
 
 class Direction(StrEnum):
@@ -25,6 +25,15 @@ class Direction(StrEnum):
     def sign(self) -> int:
         """+1 where higher is better, -1 where lower is, 0 with no direction."""
         return {Direction.HIGHER: 1, Direction.LOWER: -1}.get(self, 0)
+
+
+class MetricDeclJSON(TypedDict):
+    """A declaration as a run records it (`runs.metrics`, JSON)."""
+
+    name: str
+    unit: NotRequired[str]
+    direction: NotRequired[str]
+    shared: NotRequired[bool]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,11 +50,12 @@ class MetricDecl:
     direction: Direction
     shared: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> MetricDeclJSON:
+        return MetricDeclJSON(**asdict(self))
 
     @classmethod
-    def from_dict(cls, rec: dict[str, Any]) -> MetricDecl:
+    def from_dict(cls, rec: MetricDeclJSON) -> MetricDecl:
+        """As a run records it; the keys but `name` may be absent (older runs)."""
         return cls(
             name=rec["name"],
             unit=rec.get("unit", ""),

@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 SHOWN = 10  # entries of a fleet-sized listing printed before "and N more"
 # How a node's environment fields read in a listing
@@ -136,13 +136,25 @@ class EnvSummary:
         """ "GPUs 8, GPU AMD Instinct MI300X, driver 6.12.12, ...": what every node shares."""
         return env_text(self.common) or "(nothing recorded)"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nodes": self.nodes,
-            "common": self.common,
-            "groups": [{"nodes": list(g.nodes), "hosts": g.hosts, "values": g.values}
-                       for g in self.groups],
-        }  # fmt: skip
+    def to_dict(self) -> EnvSummaryJSON:
+        return EnvSummaryJSON(
+            nodes=self.nodes,
+            common=self.common,
+            groups=[EnvGroupJSON(nodes=list(g.nodes), hosts=g.hosts, values=g.values)
+                    for g in self.groups],
+        )  # fmt: skip
+
+
+class EnvGroupJSON(TypedDict):
+    nodes: list[str]
+    hosts: str  # compressed
+    values: dict[str, str]
+
+
+class EnvSummaryJSON(TypedDict):
+    nodes: int
+    common: dict[str, str]
+    groups: list[EnvGroupJSON]
 
 
 def group_env(nodes: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> EnvSummary:

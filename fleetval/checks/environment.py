@@ -17,7 +17,7 @@ import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Required, TypedDict, TypeVar
 
 from fleetval.formats.smi import SmiError
 from fleetval.formats.smi import parse_amd_smi_static as parse_amd_smi_static
@@ -33,6 +33,49 @@ ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICE
 FINGERPRINT_KEYS = FINGERPRINT_COLUMNS
 
 T = TypeVar("T")
+
+
+class Lscpu(TypedDict, total=False):
+    """What plain `lscpu` says (empty where it could not be run)."""
+
+    cpu_model: str | None
+    cpus: int | None
+    sockets: int | None
+    numa_nodes: int | None
+    numa_cpus: dict[int, str]  # NUMA node -> its CPU list
+
+
+class GpuId(TypedDict, total=False):
+    """A GPU as the vendor tool (or torch) names it."""
+
+    name: str | None
+    uuid: str | None
+    pci_bus_id: str | None
+    model: str | None  # the normalised SKU (amd-smi, rocm-smi)
+    gfx: str | None
+
+
+class GpuTool(TypedDict, total=False):
+    """What the vendor tool said of the node beside its GPUs."""
+
+    source: Required[str | None]  # nvidia-smi, amd-smi, rocm-smi; None: no tool answered
+    driver_version: str | None
+    cuda_version: str | None
+    topo: dict[str, dict[str, str | None]]  # nvidia-smi topo -m, per GPU
+
+
+class TorchInfo(TypedDict, total=False):
+    """Versions and visible devices as torch sees them (empty without torch)."""
+
+    torch_version: str
+    torch_cuda_version: str | None
+    hip_version: str | None
+    gpus: list[GpuId]
+    collective_version: str | None  # the loaded NCCL/RCCL's own, else the header's
+    collective_header_version: str | None
+    collective_library: str | None
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -92,7 +135,7 @@ def parse_nvidia_smi_topo(text: str) -> dict[str, dict[str, str | None]]:
     return out
 
 
-def parse_lscpu(text: str) -> dict[str, Any]:
+def parse_lscpu(text: str) -> Lscpu:
     """CPU model, socket/CPU counts and NUMA node CPU lists from plain `lscpu`."""
     fields: dict[str, str] = {}
     for line in text.splitlines():
@@ -104,13 +147,13 @@ def parse_lscpu(text: str) -> dict[str, Any]:
         for k, v in fields.items()
         if (m := re.fullmatch(r"NUMA node(\d+) CPU\(s\)", k))
     }
-    return {
-        "cpu_model": fields.get("Model name"),
-        "cpus": _int(fields.get("CPU(s)")),
-        "sockets": _int(fields.get("Socket(s)")),
-        "numa_nodes": _int(fields.get("NUMA node(s)")),
-        "numa_cpus": numa,
-    }
+    return Lscpu(
+        cpu_model=fields.get("Model name"),
+        cpus=_int(fields.get("CPU(s)")),
+        sockets=_int(fields.get("Socket(s)")),
+        numa_nodes=_int(fields.get("NUMA node(s)")),
+        numa_cpus=numa,
+    )
 
 
 def parse_cpuinfo(text: str) -> str | None:
@@ -240,7 +283,7 @@ def pci_numa_node(bus_id: str, root: str = "/sys/bus/pci/devices") -> int | None
     return _int(text.strip()) if text else None
 
 
-def node_gpus() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def node_gpus() -> tuple[list[GpuId], GpuTool]:
     """GPU rows and versions from nvidia-smi, else amd-smi, else rocm-smi."""
     query = run_tool("nvidia-smi", f"--query-gpu={NVIDIA_QUERY}", "--format=csv")
     if query is not None:
@@ -248,7 +291,7 @@ def node_gpus() -> tuple[list[dict[str, Any]], dict[str, Any]]:
         topo = parse_nvidia_smi_topo(run_tool("nvidia-smi", "topo", "-m") or "")
         rows = parse_nvidia_smi_query(query)
         gpus = [
-            {"name": r.get("name"), "uuid": r.get("uuid"), "pci_bus_id": r.get("pci.bus_id")}
+            GpuId(name=r.get("name"), uuid=r.get("uuid"), pci_bus_id=r.get("pci.bus_id"))
             for r in rows
         ]
         if rows and not info["driver_version"]:
@@ -275,21 +318,21 @@ def node_gpus() -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return [], {"source": None}
 
 
-def _torch_info() -> dict[str, Any]:
+def _torch_info() -> TorchInfo:
     """Versions and visible devices as torch sees them (torch imported lazily: the driver
     imports this module too and should not pay for CUDA initialisation unless asked)."""
     try:
         import torch
     except ImportError:
         return {}
-    info: dict[str, Any] = {
+    info = TorchInfo(
         # NOTE: str(): torch's TorchVersion pickles as itself, and unpickling it imports torch
         # in the driver (2-3 s per `fleetval run`; the service's process must not import it).
-        "torch_version": str(torch.__version__),
-        "torch_cuda_version": torch.version.cuda,
-        "hip_version": getattr(torch.version, "hip", None),
-        "gpus": [],
-    }
+        torch_version=str(torch.__version__),
+        torch_cuda_version=torch.version.cuda,
+        hip_version=getattr(torch.version, "hip", None),
+        gpus=[],
+    )
     try:
         if not torch.cuda.is_available():
             return info
@@ -301,7 +344,7 @@ def _torch_info() -> dict[str, Any]:
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
             uuid = getattr(p, "uuid", None)
-            info["gpus"].append({"name": p.name, "uuid": f"GPU-{uuid}" if uuid else None})
+            info["gpus"].append(GpuId(name=p.name, uuid=f"GPU-{uuid}" if uuid else None))
     except Exception:  # NOTE: a broken driver must not cost us the rest of the fingerprint
         pass
     return info
@@ -333,9 +376,9 @@ def _rocm_version() -> str | None:
     return text.strip() if text else None
 
 
-def _cpu_model() -> tuple[str | None, dict[str, Any]]:
+def _cpu_model() -> tuple[str | None, Lscpu]:
     lscpu = parse_lscpu(run_tool("lscpu") or "")
-    model = lscpu["cpu_model"] or parse_cpuinfo(read_text("/proc/cpuinfo") or "")
+    model = lscpu.get("cpu_model") or parse_cpuinfo(read_text("/proc/cpuinfo") or "")
     return model, lscpu
 
 
@@ -365,9 +408,9 @@ def fingerprint() -> dict[str, Any]:
 
     Never raises: a fingerprint is evidence about a run, not a gate on it.
     """
-    torch_info = _guarded(_torch_info, {})
-    gpus, tool = _guarded(node_gpus, ([], {"source": None}))
-    cpu_model, lscpu = _guarded(_cpu_model, (None, {}))
+    torch_info = _guarded(_torch_info, TorchInfo())
+    gpus, tool = _guarded(node_gpus, ([], GpuTool(source=None)))
+    cpu_model, lscpu = _guarded(_cpu_model, (None, Lscpu()))
     if not gpus:  # no vendor tool: fall back to what torch can see in this process
         gpus = torch_info.get("gpus", [])
     hip = torch_info.get("hip_version")
@@ -395,9 +438,7 @@ def fingerprint() -> dict[str, Any]:
     return fp
 
 
-def _extra(
-    tool: dict[str, Any], torch_info: dict[str, Any], gpus: list[dict[str, Any]], lscpu: dict
-) -> str:
+def _extra(tool: GpuTool, torch_info: TorchInfo, gpus: list[GpuId], lscpu: Lscpu) -> str:
     """JSON of the facts without a column of their own."""
     return json.dumps(
         {

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, TypedDict
 
 from fleetval.checks import CHECKS
 from fleetval.checks.spec import FigureContext, gpu_label, worst_rows
 from fleetval.signoff.gates import gates_from_suite_json
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.vocab import CULPRIT_METRIC, Status
 
 _COLUMNS = [
@@ -33,13 +34,23 @@ class StepJudged:
     job: int
     step: str
     check: str
-    status: str
+    status: Status
     counts: str  # "38 pass, 12 skip (e.g. ...)"
     figures: tuple[str, ...]  # each "what: measured vs expectation: verdict"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"job": self.job, "step": self.step, "check": self.check, "status": self.status,
-                "counts": self.counts, "figures": list(self.figures)}  # fmt: skip
+    def to_dict(self) -> StepJudgedJSON:
+        return StepJudgedJSON(**asdict(self) | {"figures": list(self.figures)})
+
+
+class StepJudgedJSON(TypedDict):
+    """A step as `fleetval run --json` says what it judged."""
+
+    job: int
+    step: str
+    check: str
+    status: str
+    counts: str
+    figures: list[str]
 
 
 def judged_steps(store: Store, record: RunRecord) -> list[StepJudged]:
@@ -61,7 +72,9 @@ def judged_steps(store: Store, record: RunRecord) -> list[StepJudged]:
         more = len(figures) - _MAX_FIGURES
         shown = figures[:_MAX_FIGURES] + ([f"... {more} more"] if more > 0 else [])
         counts = _counts(got, explain_info=not figures)
-        out.append(StepJudged(s["job"], s["step"], s["check"], s["status"], counts, tuple(shown)))
+        out.append(
+            StepJudged(s["job"], s["step"], s["check"], Status(s["status"]), counts, tuple(shown))
+        )
     return out
 
 
