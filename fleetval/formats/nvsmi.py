@@ -596,26 +596,48 @@ _NOHEADER = re.compile(r"--format[= ]\S*noheader")
 
 def _find_query_csv(s: Scan) -> None:
     """A `--query-gpu` CSV: a header naming index, uuid or pci.bus_id, then rows as wide; or,
-    printed with `noheader`, the rows under the command line that names the fields."""
+    printed with `noheader`, the rows under the command line that names the fields (each row
+    as wide, its index, UUID or bus id looking like one)."""
     if s.whole is not None:
         return
     i = 0
     while i < len(s.lines):
         ln = s.lines[i]
         cmd = _QUERY_CMD.search(ln)
-        fields = cmd.group(1).split(",") if cmd and _NOHEADER.search(ln) else None
-        keys = fields or _header(ln)
+        if cmd and _NOHEADER.search(ln):
+            fields = cmd.group(1).split(",")
+            j = i
+            while j + 1 < len(s.lines) and _is_row(fields, _cells(s.lines[j + 1])):
+                j += 1
+            if j > i:
+                s.readings += read_nvidia_smi_csv("\n".join(s.lines[i + 1 : j + 1]), fields)
+                s.add(QUERY_CSV.kind, i, j)
+            i = j + 1
+            continue
+        keys = _header(ln)
         if len(keys) < 2 or not {"index", "uuid", "pci.bus_id"} & set(keys):
             i += 1
             continue
-        first = i + 1 if fields else i
-        j = first
-        while j + 1 < len(s.lines) and len(_cells(s.lines[j + 1])) == len(keys):
+        j = i
+        while j + 1 < len(s.lines) and s.lines[j + 1].count(",") == ln.count(","):
             j += 1
-        if j > first or not fields:
-            s.readings += read_nvidia_smi_csv("\n".join(s.lines[first : j + 1]), fields)
-            s.add(QUERY_CSV.kind, i, j)
+        s.readings += read_nvidia_smi_csv("\n".join(s.lines[i : j + 1]))
+        s.add(QUERY_CSV.kind, i, j)
         i = j + 1
+
+
+_IDENTITY = {
+    "index": re.compile(r"^\d+$"),
+    "uuid": re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]+$"),
+    "pci.bus_id": re.compile(r"^[0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d$"),
+}
+
+
+def _is_row(fields: list[str], cells: list[str]) -> bool:
+    """A CSV row of these fields: as many cells, each identity field's cell looking like one."""
+    if len(cells) != len(fields):
+        return False
+    return all(p.match(c) for f, c in zip(fields, cells, strict=True) if (p := _IDENTITY.get(f)))
 
 
 QUERY_CSV = Reader("nvidia-smi --query-gpu", _find_query_csv)
