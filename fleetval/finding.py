@@ -3,15 +3,17 @@
 A finding says what was judged (`code`: "row_remap_pending", "visible_devices", a version's
 component), how it was judged (`status`, from the one status vocabulary) and why, in words a
 person reads (`reason`). Each kind adds only its own part as a subclass: a GPU's hardware
-finding its action and evidence (`fleetval.detect.hardware.HwFinding`), the health check's
-its value, unit and details (`fleetval.checks.health.rank.HealthFinding`), a version change
-its effect (`fleetval.analysis.attribute.VersionFinding`). Frozen dataclasses, so a finding
-is a value; `asdict` serialises any of them.
+finding its action and evidence (`fleetval.detect.hardware.HwFinding`), a check's finding
+that is one result row its value, unit and details (`RowFinding`: the health check's facts,
+DDP's replica and loss checks), a version change its effect
+(`fleetval.analysis.attribute.VersionFinding`). Frozen dataclasses, so a finding is a value;
+`asdict` serialises any of them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 from fleetval.vocab import Status
 
@@ -28,3 +30,28 @@ class Finding:
     def bad(self) -> bool:
         """WARN or FAIL: something a person acts on or looks at."""
         return self.status in (Status.WARN, Status.FAIL)
+
+
+class RowFields(TypedDict):
+    """A row finding as the columns of its result row."""
+
+    metric: str
+    status: str
+    message: str
+    value: float | None
+    unit: str | None
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RowFinding(Finding):
+    """A finding a check reports as one result row (`code` its metric, `reason` its
+    message), with the value measured and the details that back it."""
+
+    value: float | None = None
+    unit: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)  # stored as the row's JSON details
+
+    def fields(self) -> RowFields:
+        return RowFields(metric=self.code, status=self.status.value, message=self.reason,
+                         value=self.value, unit=self.unit, details=self.details)  # fmt: skip

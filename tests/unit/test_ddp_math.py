@@ -139,12 +139,12 @@ def test_hash_finding_fails_every_rank_and_names_the_culprit():
     on_culprit = hash_finding(hashes, 1)
     on_peer = hash_finding(hashes, 0)
     for f in (on_culprit, on_peer):
-        assert f["status"] == Status.FAIL.value
-        assert "rank 1 " in f["message"] and f["details"]["disagreeing_ranks"] == [1]
-    assert on_culprit["value"] == 0.0 and "this rank is off" in on_culprit["message"]
-    assert on_peer["value"] == 1.0
+        assert f.status == Status.FAIL.value
+        assert "rank 1 " in f.reason and f.details["disagreeing_ranks"] == [1]
+    assert on_culprit.value == 0.0 and "this rank is off" in on_culprit.reason
+    assert on_peer.value == 1.0
     clean = hash_finding(["h", "h"], 1)
-    assert clean["status"] == Status.PASS.value and clean["value"] == 1.0
+    assert clean.status == Status.PASS.value and clean.value == 1.0
 
 
 # -- gradient parity and loss ----------------------------------------------------------------

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from fleetval.checks import CHECKS
 from fleetval.checks.base import CheckContext, Heartbeat, RankContext
 from fleetval.checks.health import rank as h
+from fleetval.finding import RowFinding
 from fleetval.formats.nccllog import read_nccl_log
 from fleetval.suite import parse_suite
 from fleetval.testing.net import free_port
@@ -450,7 +451,7 @@ def test_run_health_without_the_jobs_process_group_fails_balance() -> None:
 
 
 def test_a_probe_that_raises_is_a_fail_with_its_error() -> None:
-    def broken() -> h.HealthFinding:
+    def broken() -> RowFinding:
         raise OSError("nvidia-smi: couldn't communicate with the NVIDIA driver")
 
     f = h._safe("gpu_count", broken)

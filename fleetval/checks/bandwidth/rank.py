@@ -8,11 +8,13 @@ the collective alone, where a late rank waits least (`fleetval.detect.lateness`)
 from __future__ import annotations
 
 import statistics
+from typing import TypedDict
 
 from fleetval.checks.bandwidth.params import BandwidthParams
 from fleetval.checks.base import CheckContext
 from fleetval.checks.collectives.rank import (
     TORCH_DTYPE,
+    Verified,
     elements_for,
     prepare,
     runnable,
@@ -38,6 +40,25 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+class Timed(TypedDict):
+    """A timed measurement's row columns."""
+
+    iters: int
+    time_us_median: float
+    time_us_p99: float
+    samples_us: tuple[float, ...]
+
+
+def timed(samples: list[float]) -> Timed:
+    """The columns of a measurement timed `samples` (one time per iteration, microseconds)."""
+    return Timed(
+        iters=len(samples),
+        time_us_median=statistics.median(samples),
+        time_us_p99=percentile(samples, 0.99),
+        samples_us=tuple(samples),
+    )
+
+
 def run_bandwidth(ctx: CheckContext, p: BandwidthParams) -> list[Row]:
     """Achieved algbw and busbw per size on every rank, with exact verification of the result."""
     rows: list[Row] = []
@@ -54,7 +75,7 @@ def run_bandwidth(ctx: CheckContext, p: BandwidthParams) -> list[Row]:
             case = prepare(ctx, collective, op, dtype, count)
             timing = ctx.measure(collective.value, case.launch, warmup=p.warmup, iters=p.iters)
             samples, calls = timing.samples_us, timing.per_call_us
-            verdict = {"status": Status.INFO.value, "message": "timed only (verify: false)"}
+            verdict = Verified(status=Status.INFO.value, message="timed only (verify: false)")
             if p.verify:
                 case.reset()
                 case.launch()

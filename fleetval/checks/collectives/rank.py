@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -401,16 +401,16 @@ def runnable(
     ops: list[ReduceOp],
     dtypes: list[DType],
     rows: list[Row],
-) -> Iterator[tuple[dict[str, Any], Collective, ReduceOp | None, DType]]:
+) -> Iterator[tuple[Identity, Collective, ReduceOp | None, DType]]:
     """Each combination this backend can run, with its row identity; the others are
     appended to `rows` as SKIP rows that say why."""
     for collective, op, dtype in combinations(collectives, ops, dtypes):
-        ident = {
-            "check": check,
-            "collective": collective.value,
-            "op": op.value if op else None,
-            "dtype": dtype.value,
-        }
+        ident = Identity(
+            check=check,
+            collective=collective.value,
+            op=op.value if op else None,
+            dtype=dtype.value,
+        )
         why = unsupported(ctx.rank.backend, collective, op, dtype)
         if why:
             rows.append(ctx.row(**ident, status=Status.SKIP.value, message=why))
@@ -418,20 +418,38 @@ def runnable(
             yield ident, collective, op, dtype
 
 
-def verdict_fields(wrong: int, by_source: dict[str, int], total: int) -> dict[str, Any]:
+class Identity(TypedDict):
+    """The row identity of one collective case."""
+
+    check: str
+    collective: str
+    op: str | None
+    dtype: str
+
+
+class Verified(TypedDict):
+    """A row's verdict on a verified buffer (or on a timed one: status and message only)."""
+
+    wrong: NotRequired[int]
+    status: str
+    message: str
+    details: NotRequired[dict[str, dict[str, int]]]  # wrong_by_source: source rank -> elements
+
+
+def verdict_fields(wrong: int, by_source: dict[str, int], total: int) -> Verified:
     """status / message / details of a verified buffer."""
     if not wrong:
-        return {"wrong": 0, "status": Status.PASS.value, "message": ""}
+        return Verified(wrong=0, status=Status.PASS.value, message="")
     msg = f"{wrong} of {total} elements wrong"
     if by_source:
         worst = max(by_source, key=lambda k: by_source[k])
         msg += f"; from rank {worst}: {by_source[worst]}"
-    return {
-        "wrong": wrong,
-        "status": Status.FAIL.value,
-        "message": msg,
-        "details": {"wrong_by_source": by_source},
-    }
+    return Verified(
+        wrong=wrong,
+        status=Status.FAIL.value,
+        message=msg,
+        details={"wrong_by_source": by_source},
+    )
 
 
 def run_collectives(ctx: CheckContext, p: CollectivesParams) -> list[Row]:

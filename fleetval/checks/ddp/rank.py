@@ -30,10 +30,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from fleetval.checks.bandwidth.rank import busbw_factor, percentile
+from fleetval.checks.bandwidth.rank import busbw_factor, timed
 from fleetval.checks.base import CheckContext
 from fleetval.checks.collectives.rank import TORCH_DTYPE
 from fleetval.checks.ddp.params import DdpHealthParams, DdpScalingParams
+from fleetval.finding import RowFinding
 from fleetval.store.schema import Row
 from fleetval.vocab import Collective, DType, FaultKind, ReduceOp, Status
 
@@ -48,6 +49,7 @@ GRAD_RTOL: dict[DType, float] = {
     DType.FLOAT16: 1e-2,
 }
 CORRUPT_SHIFT = 1e-2  # what a `corrupt` rank adds to its first weight: a desynchronised replica
+HASH_METRIC = "param_hash_agree"  # every replica holds the same parameters
 
 
 # -- model and data (deterministic from the seed, identical on every rank) -----------------
@@ -180,15 +182,6 @@ def _compute_only(ddp: DDP, opt: torch.optim.Optimizer, x: torch.Tensor, y: torc
         _train_step(ddp, opt, x, y)
 
 
-def _time_fields(samples: list[float]) -> dict[str, Any]:
-    return {
-        "iters": len(samples),
-        "time_us_median": statistics.median(samples),
-        "time_us_p99": percentile(samples, 0.99),
-        "samples_us": tuple(samples),
-    }
-
-
 def comm_share(step_us: float, compute_us: float) -> float:
     """Share of a step spent on communication not hidden behind compute, clamped to [0, 1]."""
     if step_us <= 0:
@@ -231,10 +224,10 @@ def run_ddp_scaling(ctx: CheckContext, p: DdpScalingParams) -> list[Row]:
     algbw = nbytes / (statistics.median(ar_us) * 1e-6) / 1e9
     return [
         ctx.row(**ident, metric="step_time_ms", value=step_med / 1e3, unit="ms",
-                details=shape, **_time_fields(step_us)),
+                details=shape, **timed(step_us)),
         ctx.row(**ident, metric="compute_time_ms", value=compute_med / 1e3, unit="ms",
                 details={**shape, "what": "forward+backward+optimizer under ddp.no_sync()"},
-                **_time_fields(compute_us)),
+                **timed(compute_us)),
         ctx.row(**ident, metric="throughput", value=p.batch_per_rank / (step_med * 1e-6),
                 unit="samples/s", iters=p.steps, details={**shape, "world_size": world}),
         ctx.row(**ident, metric="comm_share", value=comm_share(step_med, compute_med),
@@ -243,7 +236,7 @@ def run_ddp_scaling(ctx: CheckContext, p: DdpScalingParams) -> list[Row]:
         ctx.row(**ident, collective=Collective.ALL_REDUCE.value, op=ReduceOp.SUM.value,
                 size_bytes=nbytes, algbw_gbps=algbw,
                 busbw_gbps=algbw * busbw_factor(Collective.ALL_REDUCE, world),
-                details={"what": "all_reduce of a gradient-sized buffer"}, **_time_fields(ar_us)),
+                details={"what": "all_reduce of a gradient-sized buffer"}, **timed(ar_us)),
     ]  # fmt: skip
 
 
@@ -361,8 +354,8 @@ def _ranks(ranks: Iterable[int]) -> str:
     return ("rank " if len(items) == 1 else "ranks ") + ", ".join(str(r) for r in items)
 
 
-def hash_finding(hashes: Sequence[str], rank: int) -> dict[str, Any]:
-    """Row fields of the parameter-hash finding as `rank` sees it.
+def hash_finding(hashes: Sequence[str], rank: int) -> RowFinding:
+    """The parameter-hash finding as `rank` sees it.
 
     Every rank's row fails when any replica differs: the job's model is no longer one
     model. The message names the ranks off the majority; `value` is 1 where this rank
@@ -373,55 +366,51 @@ def hash_finding(hashes: Sequence[str], rank: int) -> dict[str, Any]:
     details = {"hash": hashes[rank], "majority_hash": majority, "disagreeing_ranks": off}
     if not off:
         msg = f"all {len(hashes)} ranks hold identical parameters"
-        return {"status": Status.PASS.value, "message": msg, "value": 1.0, "details": details}
+        return RowFinding(HASH_METRIC, Status.PASS, msg, 1.0, details=details)
     msg = (
         f"parameters differ from the majority on {_ranks(off)} "
         f"({agree} of {len(hashes)} ranks agree; this rank is {'off' if rank in off else 'in'} the majority)"
     )
     value = 0.0 if rank in off else 1.0
-    return {"status": Status.FAIL.value, "message": msg, "value": value, "details": details}
+    return RowFinding(HASH_METRIC, Status.FAIL, msg, value, details=details)
 
 
-def _parity_fields(parity: Parity, p: DdpHealthParams) -> dict[str, Any]:
+def _parity_finding(parity: Parity, p: DdpHealthParams) -> RowFinding:
     verdict = "within" if parity.ok else "beyond"
-    return {
-        "metric": "grad_parity_max_abs_err",
-        "value": parity.max_abs_err,
-        "status": Status.PASS.value if parity.ok else Status.FAIL.value,
-        "message": (
-            f"DDP gradients {verdict} tolerance of the single-process gradients of the global "
-            f"batch: max |err| {parity.max_abs_err:.3g} vs {parity.tolerance:.3g} "
-            f"({parity.rtol:g} x largest gradient {parity.scale:.3g})"
-        ),
-        "details": {"tolerance": parity.tolerance, "rtol": parity.rtol, "scale": parity.scale,
-                    "steps": p.steps, "accumulation": p.no_sync_accumulation},
-    }  # fmt: skip
+    return RowFinding(
+        "grad_parity_max_abs_err",
+        Status.PASS if parity.ok else Status.FAIL,
+        f"DDP gradients {verdict} tolerance of the single-process gradients of the global "
+        f"batch: max |err| {parity.max_abs_err:.3g} vs {parity.tolerance:.3g} "
+        f"({parity.rtol:g} x largest gradient {parity.scale:.3g})",
+        parity.max_abs_err,
+        details={"tolerance": parity.tolerance, "rtol": parity.rtol, "scale": parity.scale,
+                 "steps": p.steps, "accumulation": p.no_sync_accumulation},
+    )  # fmt: skip
 
 
-def _loss_fields(losses: list[float]) -> list[dict[str, Any]]:
+def _loss_findings(losses: list[float]) -> list[RowFinding]:
     finite, falling = loss_verdict(losses)
     bad = [i for i, v in enumerate(losses) if not math.isfinite(v)]
     ratio = losses[-1] / losses[0] if finite and losses[0] else None
     return [
-        {
-            "metric": "loss_finite",
-            "value": float(len(bad)),
-            "status": Status.PASS.value if finite else Status.FAIL.value,
-            "message": "" if finite else f"loss not finite at steps {bad}",
-            "details": {"losses": losses},
-        },
-        {
-            "metric": "loss_decreasing",
-            "value": ratio,
-            "unit": "ratio",
-            "status": Status.PASS.value if falling else Status.FAIL.value,
-            "message": (
-                f"loss {losses[0]:.4g} -> {losses[-1]:.4g} over {len(losses)} steps"
-                if finite
-                else "loss not finite"
-            ),
-            "details": {"losses": losses},
-        },
+        RowFinding(
+            "loss_finite",
+            Status.PASS if finite else Status.FAIL,
+            "" if finite else f"loss not finite at steps {bad}",
+            float(len(bad)),
+            details={"losses": losses},
+        ),
+        RowFinding(
+            "loss_decreasing",
+            Status.PASS if falling else Status.FAIL,
+            f"loss {losses[0]:.4g} -> {losses[-1]:.4g} over {len(losses)} steps"
+            if finite
+            else "loss not finite",
+            ratio,
+            "ratio",
+            details={"losses": losses},
+        ),
     ]
 
 
@@ -434,12 +423,12 @@ def run_ddp_health(ctx: CheckContext, p: DdpHealthParams) -> list[Row]:
         return [ctx.row(**ident, metric="sync_batchnorm", status=Status.SKIP.value, message=why)]
     trained = _train_and_compare(ctx, p)
     findings = [
-        {"metric": "param_hash_agree", **hash_finding(trained.hashes, ctx.rank.rank)},
-        _parity_fields(trained.parity, p),
-        *_loss_fields(trained.losses),
+        hash_finding(trained.hashes, ctx.rank.rank),
+        _parity_finding(trained.parity, p),
+        *_loss_findings(trained.losses),
     ]
     # The hash finding comes first: it is the one that names a desynchronised rank.
     return [
-        ctx.row(**ident, iters=p.steps, **{**f, "details": {**variant, **f["details"]}})
+        ctx.row(**ident, iters=p.steps, **{**f.fields(), "details": {**variant, **f.details}})
         for f in findings
     ]

@@ -12,9 +12,9 @@ import re
 import socket
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,7 +27,7 @@ from fleetval.checks.health.hardware import (
     read_node_hardware,
 )
 from fleetval.checks.health.params import HealthParams
-from fleetval.finding import Finding
+from fleetval.finding import RowFinding
 from fleetval.formats.nccllog import NcclLogSummary, network_family, parse_nccl_log
 from fleetval.store.schema import Row
 from fleetval.text import short
@@ -42,43 +42,16 @@ NCCL_LOG_VAR = "FLEETVAL_NCCL_LOG"
 NCCL_LOG_OFFSET_VAR = "FLEETVAL_NCCL_LOG_OFFSET"
 
 
-class HealthFields(TypedDict):
-    """A health finding as the columns of its Row."""
-
-    metric: str
-    status: str
-    message: str
-    value: float | None
-    unit: str | None
-    details: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class HealthFinding(Finding):
-    """One judged fact about a node or rank; becomes one Row (`code` its metric, `reason` its
-    message), with the value measured and the details that back it."""
-
-    value: float | None = None
-    unit: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def fields(self) -> HealthFields:
-        return HealthFields(metric=self.code, status=self.status.value, message=self.reason,
-                            value=self.value, unit=self.unit, details=self.details)  # fmt: skip
-
-
 # ---- pure judgements ----------------------------------------------------------------------
 
 
-def no_evidence(metric: str, declared: str, why: str, *, optional: bool) -> HealthFinding:
+def no_evidence(metric: str, declared: str, why: str, *, optional: bool) -> RowFinding:
     """A declared expectation with nothing to judge it by: FAIL, or SKIP where the suite
     marked it optional."""
     if optional:
-        return HealthFinding(metric, Status.SKIP, f"{why} ({declared}: optional in this suite)")
+        return RowFinding(metric, Status.SKIP, f"{why} ({declared}: optional in this suite)")
     hint = f"list {declared.split('=')[0]} under `optional:` to accept that"
-    return HealthFinding(
-        metric, Status.FAIL, f"{declared} declared, but no evidence: {why}; {hint}"
-    )
+    return RowFinding(metric, Status.FAIL, f"{declared} declared, but no evidence: {why}; {hint}")
 
 
 def device_list(value: str) -> list[str]:
@@ -86,9 +59,7 @@ def device_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def judge_visible_devices(
-    env: Mapping[str, str], device_count: int, *, rocm: bool
-) -> HealthFinding:
+def judge_visible_devices(env: Mapping[str, str], device_count: int, *, rocm: bool) -> RowFinding:
     """The visibility variables name exactly the devices torch sees."""
     m = "visible_devices"
     # HIP applies HIP_VISIBLE_DEVICES (or CUDA_VISIBLE_DEVICES) on top of ROCR_VISIBLE_DEVICES.
@@ -100,7 +71,7 @@ def judge_visible_devices(
     n = float(device_count)
     if inner_var is None and outer_var is None:
         if device_count > 1:
-            return HealthFinding(
+            return RowFinding(
                 m,
                 Status.WARN,
                 f"no visibility variable set: this rank sees all {device_count} GPUs, "
@@ -109,14 +80,14 @@ def judge_visible_devices(
                 "devices",
                 details,
             )
-        return HealthFinding(
+        return RowFinding(
             m, Status.PASS, f"no visibility variable set; {device_count} device(s)", n
         )
     if inner_var and outer_var:
         outer = device_list(env[outer_var])
         beyond = [i for i in device_list(env[inner_var]) if i.isdigit() and int(i) >= len(outer)]
         if beyond:
-            return HealthFinding(
+            return RowFinding(
                 m,
                 Status.FAIL,
                 f"{inner_var}={env[inner_var]} indexes past {outer_var}={env[outer_var]} "
@@ -128,7 +99,7 @@ def judge_visible_devices(
     var = inner_var or outer_var or ""
     named = len(device_list(env[var]))
     if named != device_count:
-        return HealthFinding(
+        return RowFinding(
             m,
             Status.FAIL,
             f"{var}={env[var]!r} names {named} device(s) but torch sees {device_count}",
@@ -136,7 +107,7 @@ def judge_visible_devices(
             "devices",
             details,
         )
-    return HealthFinding(
+    return RowFinding(
         m,
         Status.PASS,
         f"{var}={env[var]}: torch sees {device_count} device(s)",
@@ -148,16 +119,16 @@ def judge_visible_devices(
 
 def judge_gpu_count(
     found: int | None, expected: int | None, source: str | None, *, optional: bool = False
-) -> HealthFinding:
+) -> RowFinding:
     """The node has the number of GPUs the suite expects."""
     m = "gpu_count"
     if found is None:
         why = "no GPU tool answered (nvidia-smi, amd-smi, rocm-smi)"
         if expected is None:
-            return HealthFinding(m, Status.SKIP, why)
+            return RowFinding(m, Status.SKIP, why)
         return no_evidence(m, f"expect_gpus_per_node={expected}", why, optional=optional)
     if expected is None:
-        return HealthFinding(
+        return RowFinding(
             m, Status.INFO, f"expect_gpus_per_node not set; {source} lists {found}", found, "gpus"
         )
     if found < expected:
@@ -165,8 +136,8 @@ def judge_gpu_count(
     elif found > expected:
         status, word = Status.WARN, "more"
     else:
-        return HealthFinding(m, Status.PASS, f"{found} GPUs ({source})", found, "gpus")
-    return HealthFinding(
+        return RowFinding(m, Status.PASS, f"{found} GPUs ({source})", found, "gpus")
+    return RowFinding(
         m,
         status,
         f"{source} lists {found} GPUs, {word} than the {expected} expected",
@@ -177,24 +148,24 @@ def judge_gpu_count(
 
 def judge_cpu_affinity(
     affinity: set[int], gpu_node: int | None, numa_cpus: Mapping[int, set[int]]
-) -> HealthFinding:
+) -> RowFinding:
     """The rank's CPUs are on its GPU's NUMA node (host staging stays on-socket)."""
     m = "cpu_affinity_numa"
     mine = environment.format_cpulist(affinity)
     if len(numa_cpus) <= 1:
-        return HealthFinding(m, Status.PASS, f"one NUMA node: CPUs {mine} are all local")
+        return RowFinding(m, Status.PASS, f"one NUMA node: CPUs {mine} are all local")
     if gpu_node is None or gpu_node < 0 or gpu_node not in numa_cpus:
-        return HealthFinding(m, Status.SKIP, "the platform does not report the GPU's NUMA node")
+        return RowFinding(m, Status.SKIP, "the platform does not report the GPU's NUMA node")
     local = numa_cpus[gpu_node]
     where = f"the GPU's NUMA node {gpu_node} (CPUs {environment.format_cpulist(local)})"
     details = {"affinity": mine, "gpu_numa_node": gpu_node}
     if affinity <= local:
-        return HealthFinding(m, Status.PASS, f"CPUs {mine} are on {where}", gpu_node, None, details)
+        return RowFinding(m, Status.PASS, f"CPUs {mine} are on {where}", gpu_node, None, details)
     if not affinity & local:
-        return HealthFinding(
+        return RowFinding(
             m, Status.FAIL, f"pinned to CPUs {mine}, none on {where}", gpu_node, None, details
         )
-    return HealthFinding(
+    return RowFinding(
         m, Status.WARN, f"CPUs {mine} span NUMA nodes beyond {where}", gpu_node, None, details
     )
 
@@ -210,25 +181,25 @@ def judge_nccl_version(
     *,
     why_none: str = "",
     optional: bool = False,
-) -> HealthFinding:
+) -> RowFinding:
     """The NCCL/RCCL in use is known and not older than the suite's minimum."""
     m = "nccl_version"
     name = library.upper()
     if version is None:
         why = why_none or f"{name} version unknown (no GPU or no log)"
         if minimum is None:
-            return HealthFinding(m, Status.SKIP, why)
+            return RowFinding(m, Status.SKIP, why)
         return no_evidence(m, f"min_nccl_version={minimum}", why, optional=optional)
     details = {"library": library, "version": version}
     if minimum is None:
-        return HealthFinding(
+        return RowFinding(
             m, Status.INFO, f"{name} {version} (no min_nccl_version)", details=details
         )
     if _version_tuple(version) < _version_tuple(minimum):
-        return HealthFinding(
+        return RowFinding(
             m, Status.FAIL, f"{name} {version} is older than the minimum {minimum}", details=details
         )
-    return HealthFinding(m, Status.PASS, f"{name} {version} >= {minimum}", details=details)
+    return RowFinding(m, Status.PASS, f"{name} {version} >= {minimum}", details=details)
 
 
 def parse_nccl_filter(value: str) -> tuple[bool, bool, list[str]]:
@@ -254,7 +225,7 @@ def _selected(value: str, available: set[str]) -> tuple[list[str], list[str]]:
 
 def judge_socket_ifname(
     value: str | None, interfaces: set[str], *, loopback_job: bool = False
-) -> HealthFinding:
+) -> RowFinding:
     """NCCL_SOCKET_IFNAME selects interfaces that exist (and not only loopback, unless the
     job's ranks all meet on this node's loopback: `loopback_job`, where fleetval sets it)."""
     m = "nccl_env_socket_ifname"
@@ -264,25 +235,25 @@ def judge_socket_ifname(
         fast = sorted(i for i in interfaces if i.startswith("hsn"))
         other = sorted(i for i in interfaces - set(fast) if not i.startswith(("lo", "docker")))
         if fast and other:
-            return HealthFinding(
+            return RowFinding(
                 m,
                 Status.WARN,
                 f"NCCL_SOCKET_IFNAME unset and {', '.join(fast)} sit beside {', '.join(other)}: "
                 f"NCCL may pick the slow one; set NCCL_SOCKET_IFNAME={','.join(fast)}",
                 details=details,
             )
-        return HealthFinding(m, Status.PASS, f"unset: NCCL picks among {have}", details=details)
+        return RowFinding(m, Status.PASS, f"unset: NCCL picks among {have}", details=details)
     chosen, unmatched = _selected(value, interfaces)
     details["selected"] = chosen
     if not chosen:
-        return HealthFinding(
+        return RowFinding(
             m,
             Status.FAIL,
             f"NCCL_SOCKET_IFNAME={value} selects no interface on this node (have: {have})",
             details=details,
         )
     if chosen == ["lo"] and loopback_job:
-        return HealthFinding(
+        return RowFinding(
             m,
             Status.PASS,
             f"NCCL_SOCKET_IFNAME={value} selects only loopback, as fleetval sets it where a "
@@ -290,69 +261,69 @@ def judge_socket_ifname(
             details=details,
         )
     if chosen == ["lo"]:
-        return HealthFinding(
+        return RowFinding(
             m,
             Status.WARN,
             f"NCCL_SOCKET_IFNAME={value} selects only loopback: other nodes cannot connect",
             details=details,
         )
     if unmatched and not value.startswith("^"):
-        return HealthFinding(
+        return RowFinding(
             m,
             Status.WARN,
             f"NCCL_SOCKET_IFNAME={value}: {', '.join(unmatched)} "
             f"match no interface; using {', '.join(chosen)}",
             details=details,
         )
-    return HealthFinding(
+    return RowFinding(
         m, Status.PASS, f"NCCL_SOCKET_IFNAME={value} selects {', '.join(chosen)}", details=details
     )
 
 
-def judge_ib_hca(value: str | None, devices: set[str]) -> HealthFinding:
+def judge_ib_hca(value: str | None, devices: set[str]) -> RowFinding:
     """NCCL_IB_HCA names InfiniBand devices present in /sys/class/infiniband."""
     m = "nccl_env_ib_hca"
     have = ", ".join(sorted(devices)) or "none"
     details = {"value": value, "devices": sorted(devices)}
     if not value:
-        return HealthFinding(
+        return RowFinding(
             m, Status.PASS, f"unset: NCCL uses any HCA (have: {have})", details=details
         )
     chosen, unmatched = _selected(value, devices)
     if not chosen:
-        return HealthFinding(
+        return RowFinding(
             m,
             Status.FAIL,
             f"NCCL_IB_HCA={value} selects no InfiniBand device on this node (have: {have})",
             details=details,
         )
     if unmatched and not value.startswith("^"):
-        return HealthFinding(
+        return RowFinding(
             m,
             Status.WARN,
             f"NCCL_IB_HCA={value}: {', '.join(unmatched)} not present; using {', '.join(chosen)}",
             details=details,
         )
-    return HealthFinding(
+    return RowFinding(
         m, Status.PASS, f"NCCL_IB_HCA={value} selects {', '.join(chosen)}", details=details
     )
 
 
-def judge_gdr_level(value: str | None) -> HealthFinding:
+def judge_gdr_level(value: str | None) -> RowFinding:
     """NCCL_NET_GDR_LEVEL is a level NCCL understands."""
     m = "nccl_env_gdr_level"
     if not value:
-        return HealthFinding(m, Status.PASS, "unset: NCCL's default GPU Direct RDMA level")
+        return RowFinding(m, Status.PASS, "unset: NCCL's default GPU Direct RDMA level")
     if value.upper() in GDR_LEVELS:
-        return HealthFinding(m, Status.PASS, f"NCCL_NET_GDR_LEVEL={value}")
+        return RowFinding(m, Status.PASS, f"NCCL_NET_GDR_LEVEL={value}")
     if value.isdigit() and int(value) <= 5:
-        return HealthFinding(
+        return RowFinding(
             m,
             Status.WARN,
             f"NCCL_NET_GDR_LEVEL={value}: numeric levels are "
             f"deprecated; use one of {', '.join(GDR_LEVELS)}",
         )
-    return HealthFinding(
+    return RowFinding(
         m,
         Status.FAIL,
         f"NCCL_NET_GDR_LEVEL={value} is not a level NCCL knows ({', '.join(GDR_LEVELS)})",
@@ -366,34 +337,34 @@ def judge_transport(
     multinode: bool,
     expect_network: str | None,
     optional: bool = False,
-) -> HealthFinding:
+) -> RowFinding:
     """NCCL set up its communicator cleanly, over the network the suite expects."""
     m = "nccl_transport"
     if log is None:
         if expect_network is None:
-            return HealthFinding(m, Status.SKIP, why_none)
+            return RowFinding(m, Status.SKIP, why_none)
         return no_evidence(m, f"expect_network={expect_network}", why_none, optional=optional)
     details = asdict(log)
     via = log.network or "no network"
     if log.errors:
         last = f"; last warning: {log.warnings[-1]}" if log.warnings else ""
-        return HealthFinding(
+        return RowFinding(
             m, Status.FAIL, f"NCCL reported {', '.join(log.errors)}{last}", details=details
         )
     if expect_network and not network_matches(log, expect_network):
-        return HealthFinding(
+        return RowFinding(
             m, Status.FAIL, f"NCCL used {via}; the suite expects {expect_network}", details=details
         )
     if not log.init_complete:
-        return HealthFinding(
+        return RowFinding(
             m, Status.WARN, "the log shows no completed communicator init", details=details
         )
     summary = _transport_text(log)
     if multinode and log.network == "Socket":
-        return HealthFinding(
+        return RowFinding(
             m, Status.WARN, f"inter-node traffic goes over TCP sockets ({summary})", details=details
         )
-    return HealthFinding(m, Status.PASS, summary, details=details)
+    return RowFinding(m, Status.PASS, summary, details=details)
 
 
 def network_matches(log: NcclLogSummary, expected: str) -> bool:
@@ -426,12 +397,12 @@ def judge_net_plugin(
     why_none: str,
     expect_plugin: str | None,
     optional: bool = False,
-) -> HealthFinding:
+) -> RowFinding:
     """The external net plugin the fabric needs (e.g. aws-ofi-rccl on Slingshot) was loaded."""
     m = "net_plugin"
     if log is None:
         if expect_plugin is None:
-            return HealthFinding(m, Status.SKIP, why_none)
+            return RowFinding(m, Status.SKIP, why_none)
         return no_evidence(m, f"expect_net_plugin={expect_plugin}", why_none, optional=optional)
     details = {
         "net_plugin": log.net_plugin,
@@ -442,52 +413,52 @@ def judge_net_plugin(
     found = log.net_plugin
     if expect_plugin and not (found or "").startswith(expect_plugin):
         got = found or "no external plugin (internal IB/Socket only)"
-        return HealthFinding(
+        return RowFinding(
             m, Status.FAIL, f"expected {expect_plugin}; NCCL loaded {got}", details=details
         )
     status = Status.PASS if expect_plugin else Status.INFO  # nothing declared: recorded only
     if found:
         provider = f" (provider {log.ofi_provider})" if log.ofi_provider else ""
-        return HealthFinding(m, status, f"{found}{provider}", details=details)
-    return HealthFinding(m, status, "no external net plugin: internal IB/Socket", details=details)
+        return RowFinding(m, status, f"{found}{provider}", details=details)
+    return RowFinding(m, status, "no external net plugin: internal IB/Socket", details=details)
 
 
-def judge_miopen_cache(rocm: bool, dirs: list[tuple[str, str, bool]]) -> HealthFinding:
+def judge_miopen_cache(rocm: bool, dirs: list[tuple[str, str, bool]]) -> RowFinding:
     """MIOpen's user db and kernel cache are writable (else every rank recompiles, or fails).
 
     `dirs`: (variable or "default", path, writable-or-creatable).
     """
     m = "miopen_cache"
     if not rocm:
-        return HealthFinding(m, Status.SKIP, "not a ROCm build of torch: MIOpen is not used")
+        return RowFinding(m, Status.SKIP, "not a ROCm build of torch: MIOpen is not used")
     bad = [(var, path) for var, path, ok in dirs if not ok]
     details = {var: path for var, path, _ in dirs}
     if any(var != "default" for var, _ in bad):
         text = "; ".join(f"{var}={path}" for var, path in bad)
-        return HealthFinding(m, Status.FAIL, f"not writable: {text}", details=details)
+        return RowFinding(m, Status.FAIL, f"not writable: {text}", details=details)
     if bad:
         paths = ", ".join(path for _, path in bad)
-        return HealthFinding(
+        return RowFinding(
             m,
             Status.WARN,
             f"default MIOpen cache {paths} not writable; set "
             "MIOPEN_USER_DB_PATH and MIOPEN_CUSTOM_CACHE_DIR",
             details=details,
         )
-    return HealthFinding(
+    return RowFinding(
         m, Status.PASS, "writable: " + ", ".join(p for _, p, _ in dirs), details=details
     )
 
 
-def judge_fine_grain_pcie(rocm: bool, value: str | None) -> HealthFinding:
+def judge_fine_grain_pcie(rocm: bool, value: str | None) -> RowFinding:
     """RCCL over PCIe wants HSA_FORCE_FINE_GRAIN_PCIE=1."""
     m = "rccl_fine_grain_pcie"
     if not rocm:
-        return HealthFinding(m, Status.SKIP, "not a ROCm build of torch")
+        return RowFinding(m, Status.SKIP, "not a ROCm build of torch")
     if value == "1":
-        return HealthFinding(m, Status.PASS, "HSA_FORCE_FINE_GRAIN_PCIE=1")
+        return RowFinding(m, Status.PASS, "HSA_FORCE_FINE_GRAIN_PCIE=1")
     shown = "unset" if value is None else f"={value}"
-    return HealthFinding(
+    return RowFinding(
         m,
         Status.WARN,
         f"HSA_FORCE_FINE_GRAIN_PCIE {shown}: RCCL may fall back to "
@@ -495,48 +466,48 @@ def judge_fine_grain_pcie(rocm: bool, value: str | None) -> HealthFinding:
     )
 
 
-def judge_kernel_args(rocm: bool, cmdline: str | None, required: list[str]) -> HealthFinding:
+def judge_kernel_args(rocm: bool, cmdline: str | None, required: list[str]) -> RowFinding:
     """The kernel command line has the IOMMU settings RCCL peer-to-peer needs."""
     m = "rccl_kernel_args"
     if not rocm:
-        return HealthFinding(m, Status.SKIP, "not a ROCm build of torch")
+        return RowFinding(m, Status.SKIP, "not a ROCm build of torch")
     if cmdline is None:
-        return HealthFinding(m, Status.SKIP, "/proc/cmdline is not readable")
+        return RowFinding(m, Status.SKIP, "/proc/cmdline is not readable")
     missing = [a for a in required if a not in cmdline.split()]
     if missing:
-        return HealthFinding(
+        return RowFinding(
             m,
             Status.WARN,
             f"kernel command line lacks {', '.join(missing)}: "
             "peer-to-peer transfers may hang or slow down",
         )
-    return HealthFinding(m, Status.PASS, "kernel command line has " + ", ".join(required))
+    return RowFinding(m, Status.PASS, "kernel command line has " + ", ".join(required))
 
 
-def judge_required_env(env: Mapping[str, str], required: Mapping[str, str]) -> HealthFinding:
+def judge_required_env(env: Mapping[str, str], required: Mapping[str, str]) -> RowFinding:
     """Every variable the suite requires has exactly the required value."""
     m = "required_env"
     if not required:
-        return HealthFinding(m, Status.SKIP, "the suite requires no environment variables")
+        return RowFinding(m, Status.SKIP, "the suite requires no environment variables")
     wrong = [
         f"{k} is {'unset' if k not in env else repr(env[k])}, needs {v!r}"
         for k, v in required.items()
         if env.get(k) != v
     ]
     if wrong:
-        return HealthFinding(m, Status.FAIL, "; ".join(wrong), details={"required": dict(required)})
-    return HealthFinding(m, Status.PASS, f"{len(required)} variable(s) as required")
+        return RowFinding(m, Status.FAIL, "; ".join(wrong), details={"required": dict(required)})
+    return RowFinding(m, Status.PASS, f"{len(required)} variable(s) as required")
 
 
 def judge_memory_balance(
     free: list[float | None], rank: int, warn_pct: float, fail_pct: float, what: str
-) -> HealthFinding:
+) -> RowFinding:
     """This rank's free memory is within the suite's percentage of the median over ranks."""
     m = "memory_balance"
     mine = free[rank]
     known = [f for f in free if f is not None]
     if mine is None or not known:
-        return HealthFinding(m, Status.SKIP, f"rank {rank}: {what} could not be read")
+        return RowFinding(m, Status.SKIP, f"rank {rank}: {what} could not be read")
     median = statistics.median(known)
     dev = 0.0 if median == 0 else (mine - median) / median * 100
     worst = max(
@@ -558,7 +529,7 @@ def judge_memory_balance(
         status = Status.FAIL
     elif abs(dev) > warn_pct:
         status = Status.WARN
-    return HealthFinding(m, status, text, mine, "GiB", details)
+    return RowFinding(m, status, text, mine, "GiB", details)
 
 
 def expand_debug_file(value: str, hostname: str, pid: int) -> str:
@@ -650,12 +621,12 @@ def _free_gib(ctx: CheckContext) -> float | None:
     return avail / GIB if avail is not None else None
 
 
-def _memory_balance(ctx: CheckContext, p: HealthParams) -> HealthFinding:
+def _memory_balance(ctx: CheckContext, p: HealthParams) -> RowFinding:
     if not dist.is_available() or not dist.is_initialized():
         if ctx.rank.world_size == 1:
-            return HealthFinding("memory_balance", Status.SKIP, "one rank: nothing to compare")
+            return RowFinding("memory_balance", Status.SKIP, "one rank: nothing to compare")
         why = f"no process group in a job of {ctx.rank.world_size} ranks: nothing was compared"
-        return HealthFinding("memory_balance", Status.FAIL, why)
+        return RowFinding("memory_balance", Status.FAIL, why)
     mine, error = None, None
     try:
         mine = _free_gib(ctx)
@@ -688,29 +659,29 @@ def _nccl_log(ctx: CheckContext) -> tuple[NcclLogSummary | None, str]:
     return log, f"no NCCL log at {path}"
 
 
-def _gpu_count(p: HealthParams) -> HealthFinding:
+def _gpu_count(p: HealthParams) -> RowFinding:
     gpus, tool = environment.node_gpus()
     found = len(gpus) if tool["source"] else None
     optional = "expect_gpus_per_node" in p.optional
     return judge_gpu_count(found, p.expect_gpus_per_node, tool["source"], optional=optional)
 
 
-def _affinity(ctx: CheckContext) -> HealthFinding:
+def _affinity(ctx: CheckContext) -> RowFinding:
     if not ctx.on_gpu:
-        return HealthFinding("cpu_affinity_numa", Status.SKIP, "rank runs on cpu: no GPU NUMA node")
+        return RowFinding("cpu_affinity_numa", Status.SKIP, "rank runs on cpu: no GPU NUMA node")
     node = environment.pci_numa_node(_gpu_pci_id(ctx))
     return judge_cpu_affinity(os.sched_getaffinity(0), node, environment.numa_cpus())
 
 
-def _visible(ctx: CheckContext, rocm: bool) -> HealthFinding:
+def _visible(ctx: CheckContext, rocm: bool) -> RowFinding:
     if not ctx.on_gpu:
-        return HealthFinding("visible_devices", Status.SKIP, "rank runs on cpu: no GPU to see")
+        return RowFinding("visible_devices", Status.SKIP, "rank runs on cpu: no GPU to see")
     return judge_visible_devices(os.environ, torch.cuda.device_count(), rocm=rocm)
 
 
 def _version(
     ctx: CheckContext, log: NcclLogSummary | None, p: HealthParams, rocm: bool
-) -> HealthFinding:
+) -> RowFinding:
     library = "rccl" if rocm else "nccl"
     version, why = None, f"backend is {ctx.rank.backend}: no NCCL in use"
     if ctx.rank.backend == "nccl" and ctx.on_gpu:
@@ -726,16 +697,12 @@ def _version(
     )
 
 
-def _failed(metric: str, error: BaseException) -> HealthFinding:
+def _failed(metric: str, error: BaseException) -> RowFinding:
     """An error inside a probe or the check's collective: a FAIL of that finding, with it."""
-    return HealthFinding(
-        metric, Status.FAIL, f"probe failed: {type(error).__name__}: {short(error)}"
-    )
+    return RowFinding(metric, Status.FAIL, f"probe failed: {type(error).__name__}: {short(error)}")
 
 
-def _safe(
-    metric: str, probe: Callable[..., HealthFinding], *args: Any, **kwargs: Any
-) -> HealthFinding:
+def _safe(metric: str, probe: Callable[..., RowFinding], *args: Any, **kwargs: Any) -> RowFinding:
     """A probe that raises becomes a FAIL row with its error: one broken probe must not hide
     the others, and an error is never a pass or a warning."""
     try:

@@ -17,11 +17,11 @@ import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import torch
 
-from fleetval.checks.bandwidth.rank import percentile
+from fleetval.checks.bandwidth.rank import Timed, timed
 from fleetval.checks.base import CheckContext
 from fleetval.checks.collectives.rank import TORCH_DTYPE
 from fleetval.checks.microbench.params import (
@@ -130,17 +130,25 @@ def judge(
     return Status.FAIL if measured < fail_fraction * threshold else Status.WARN
 
 
+class Expectation(TypedDict):
+    """What a row was judged against (stored in its details)."""
+
+    peak: float
+    pass_at: float
+    fail_below: float
+
+
 def expectation(
     peak: float | None, pass_fraction: float, fail_fraction: float
-) -> dict[str, Any] | None:
-    """What a row was judged against (stored in details), or None where there is none."""
+) -> Expectation | None:
+    """What a row was judged against, or None where there is none."""
     if peak is None:
         return None
-    return {
-        "peak": peak,
-        "pass_at": pass_fraction * peak,
-        "fail_below": fail_fraction * pass_fraction * peak,
-    }
+    return Expectation(
+        peak=peak,
+        pass_at=pass_fraction * peak,
+        fail_below=fail_fraction * pass_fraction * peak,
+    )
 
 
 @dataclass(frozen=True)
@@ -158,9 +166,18 @@ class _Judged:
     pass_fraction: float
 
 
+class Measured(Timed):
+    """A judged, timed measurement's row columns."""
+
+    value: float
+    status: str
+    message: str
+    details: dict[str, Any]  # the row's JSON details: the expectation, the device, the case
+
+
 def _fields(
     j: _Judged, p: MicrobenchParams, samples: list[float], dev: Device, what: str
-) -> dict[str, Any]:
+) -> Measured:
     status = judge(j.value, j.peak, j.pass_fraction, p.fail_fraction)
     exp = expectation(j.peak, j.pass_fraction, p.fail_fraction)
     if exp is None:
@@ -169,20 +186,17 @@ def _fields(
                f"hbm_gbps: ..., host_gbps: ...}}]")  # fmt: skip
     else:
         msg = f"{what}: {j.value:.4g} vs peak {j.peak:g} ({j.value / j.peak:.0%}; passes at {j.pass_fraction:.0%})"
-    return {
-        "value": j.value,
-        "status": status.value,
-        "message": msg,
-        "iters": len(samples),
-        "time_us_median": statistics.median(samples),
-        "time_us_p99": percentile(samples, 0.99),
-        "samples_us": tuple(samples),
-        "details": {
+    return Measured(
+        value=j.value,
+        status=status.value,
+        message=msg,
+        **timed(samples),
+        details={
             "expectation": exp,
             "device_name": dev.name,
             "gpu_model": dev.spec.model if dev.spec else None,
         },
-    }
+    )
 
 
 def _repeat(ctx: CheckContext, p: MicrobenchParams, name: str) -> Repeat:
