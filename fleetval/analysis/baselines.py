@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from fleetval.status import usable_as_baseline
-from fleetval.store.catalog import ENV_COLUMNS, SAFE_NAME, Catalog, RunRecord, atomic_write
+from fleetval.store.catalog import ENV_COLUMNS, Catalog, atomic_write
+from fleetval.store.records import SAFE_NAME
+from fleetval.store.records import Run as RunRecord
 
 # Environment columns of the nodes table a filter may name. A run matches a filter on
 # one of these when EVERY node of the run matches: a baseline should be homogeneous.

@@ -47,8 +47,9 @@ from fleetval.analysis.runvalues import ID_COLS, MODEL_COLUMNS, Identity, group_
 from fleetval.arrays import arrow, dict_codes, group_rows, np_col, segment_median
 from fleetval.metrics import Direction, MetricDecl, infer, merge
 from fleetval.status import passes_for_compare, usable_as_baseline
-from fleetval.store.catalog import RunFilter
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import RunFilter
 from fleetval.store.schema import DICT_COLS, ENV_COLUMNS
 from fleetval.text import human_bytes
 from fleetval.vocab import Verdict

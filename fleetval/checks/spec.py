@@ -26,7 +26,7 @@ from fleetval.text import human_bytes
 from fleetval.vocab import Status
 
 if TYPE_CHECKING:
-    from fleetval.store.catalog import RunRecord
+    from fleetval.store.records import Run as RunRecord
 
 
 class StepSpec(BaseModel):

@@ -14,8 +14,8 @@ from fleetval.cli.common import DataOpt, Exit, JsonOpt, bad_input_exits, console
 from fleetval.store.catalog import parse_pairs
 
 if TYPE_CHECKING:
-    from fleetval.store.catalog import RunRecord
     from fleetval.store.dataset import Store
+    from fleetval.store.records import Run as RunRecord
 
 
 def ingest(

@@ -26,8 +26,8 @@ from fleetval.vocab import EventKind, Status
 if TYPE_CHECKING:
     from fleetval.run.execute import Event
     from fleetval.signoff.judged import StepJudged
-    from fleetval.store.catalog import RunRecord
     from fleetval.store.dataset import Store
+    from fleetval.store.records import Run as RunRecord
 
 STATUS_STYLE: dict[str, str] = {
     Status.PASS: "green",

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from fleetval.detect.hardware import WatchItem
     from fleetval.fleet.history import JobLate, LinkCoverage, NodeHistory
     from fleetval.fleet.verdict import FleetVerdict
-    from fleetval.store.catalog import RunRecord
+    from fleetval.store.records import Run as RunRecord
 
 
 Format = choices("SweepFormat", (OutputFormat.TABLE, OutputFormat.JSON))

@@ -19,7 +19,8 @@ from typing import Any
 
 from fleetval.fleet.coverage import LinkSeen, Pair
 from fleetval.fleet.effects import Obs
-from fleetval.store.catalog import Catalog, RunRecord
+from fleetval.store.catalog import Catalog
+from fleetval.store.records import Run as RunRecord
 from fleetval.vocab import NodeState, SweepPhase
 
 DRIFT = 0.10  # the newer sweeps' median this much below the older ones': drifting

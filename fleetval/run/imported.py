@@ -17,8 +17,9 @@ from fleetval.formats.frdump import looks_like_dump
 from fleetval.formats.ingest import Ingested, IngestError, node_records, read_results, result_rows
 from fleetval.formats.jobfiles import LOOKED_FOR, read_job_files
 from fleetval.run.outcome import StepOutcome
-from fleetval.store.catalog import RunRecord, new_run_id
+from fleetval.store.catalog import new_run_id
 from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 
 

@@ -42,7 +42,8 @@ from fleetval.text import short
 from fleetval.vocab import CulpritReason
 
 if TYPE_CHECKING:  # NOTE: the store imports pyarrow, which a job's own work does not need
-    from fleetval.store.dataset import RunRecord, Store
+    from fleetval.store.dataset import Store
+    from fleetval.store.records import Run as RunRecord
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,8 @@ from fleetval.run.job import NOT_PLACED
 from fleetval.run.plan import ClusterShape, Job, PlanError, eligible_nodes, node_job
 from fleetval.run.plan import resolve_gpus_per_rank as gpus_per_rank
 from fleetval.run.pool import NodePool
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.suite import Suite
 from fleetval.vocab import Status, SweepPhase
 

@@ -34,7 +34,8 @@ from fleetval.signoff.gates import (
 )
 from fleetval.signoff.sweep import SWEEPS_SHOWN
 from fleetval.signoff.views import Views, build_views
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.vocab import GateStatus
 
 _EVIDENCE_CAP = 200  # per gate: a fleet can fail thousands of rows; the count says the rest

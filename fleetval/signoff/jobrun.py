@@ -25,8 +25,9 @@ from fleetval.culprit import Culprit
 from fleetval.detect.stragglers import LateRank, Report, StepWindow, Window
 from fleetval.metrics import Direction, MetricDecl
 from fleetval.signoff.stragglers import JobStragglers
-from fleetval.store.catalog import RunRecord, new_run_id
+from fleetval.store.catalog import new_run_id
 from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 from fleetval.vocab import CulpritReason, Status
 

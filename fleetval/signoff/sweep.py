@@ -18,7 +18,8 @@ from fleetval.fleet.history import DRIFT, NodeHistory, node_histories, sweep_run
 from fleetval.fleet.topology import LEVELS
 from fleetval.fleet.verdict import FleetVerdict, LinkMeasured
 from fleetval.signoff.gates import is_sweep
-from fleetval.store.catalog import Catalog, RunRecord
+from fleetval.store.catalog import Catalog
+from fleetval.store.records import Run as RunRecord
 from fleetval.vocab import LinkState, NodeState
 
 SWEEPS_SHOWN = 10  # `fleetval report --sweeps`

@@ -14,7 +14,8 @@ import pytest
 
 from fleetval.api.db import ServiceDB
 from fleetval.api.executor import CLUSTER_KEY
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run
 from tests.helpers.service import start_serve
 
 TINY = {
@@ -135,7 +136,7 @@ def test_schemathesis_finds_nothing(replica, tmp_path):
     url, data, tokens = replica
     # a stored run, so that baselines resolve and the stateful phase feeds a stored one back
     Store(data).write_run(
-        RunRecord(run_id="20240101-000000-feed00", suite="nightly", status="pass",
+        Run(run_id="20240101-000000-feed00", suite="nightly", status="pass",
                   started_at=_now(), labels={"nightly": "true"})
     )  # fmt: skip
     (tmp_path / "schemathesis.toml").write_text(SCHEMATHESIS_CONFIG)
@@ -155,9 +156,9 @@ def test_schemathesis_finds_nothing(replica, tmp_path):
 def test_a_corrupt_file_leaves_other_runs_readable(replica):
     url, data, tokens = replica
     store = Store(data)
-    start = RunRecord(run_id="x", suite="s", status="pass", started_at=_now()).started_at
+    start = Run(run_id="x", suite="s", status="pass", started_at=_now()).started_at
     for run_id in ("20250101-000000-aaaaaa", "20250101-000000-bbbbbb"):
-        store.write_run(RunRecord(run_id=run_id, suite="cli", status="pass", started_at=start))
+        store.write_run(Run(run_id=run_id, suite="cli", status="pass", started_at=start))
     bad = "20250101-000000-bbbbbb"
     (data / "runs" / f"{bad}.parquet").write_bytes(b"torn")
     (data / "index" / "runs" / f"{bad}.json").write_text("{torn")

@@ -19,7 +19,8 @@ from fleetval.api.db import Quota, QuotaExceeded, Scope, ServiceDB, now
 from fleetval.api.limits import Limits
 from fleetval.api.scheduler import Scheduler
 from fleetval.cli import app as cli_app
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run
 from tests.helpers.service import serve_app
 
 TINY = {
@@ -220,7 +221,7 @@ def test_concurrent_submissions_never_pass_the_quota_together(tmp_path):
 def test_a_baseline_filter_on_a_key_nothing_has_is_409_naming_the_key(api):
     client, h = api
     Store(client.app.state.store.root).write_run(
-        RunRecord(run_id="20260101-000000-aaaaaa", suite="s", status="pass", started_at=_t())
+        Run(run_id="20260101-000000-aaaaaa", suite="s", status="pass", started_at=_t())
     )
     r = client.put("/v1/baselines/x", json={"where": {"nosuchkey": "v"}}, headers=h["root"])
     assert r.status_code == 409, r.text
@@ -365,7 +366,7 @@ def test_a_results_page_with_samples_is_bounded_and_pages_through_everything(api
     client, h = api
     store = Store(client.app.state.store.root)
     run_id = "20260101-000000-bbbbbb"
-    store.write_run(RunRecord(run_id=run_id, suite="s", status="pass", started_at=_t()))
+    store.write_run(Run(run_id=run_id, suite="s", status="pass", started_at=_t()))
     per_row = MAX_PAGE_SAMPLES // 8  # 40 rows: five times what one page may carry
     for part in range(2):
         rows = [
@@ -415,11 +416,11 @@ def test_a_filter_baseline_reads_the_store_once_per_generation(api, monkeypatch)
     root = client.app.state.store.root
     store = Store(root)
     for run_id in ("20260101-000000-aaaaaa", "20260102-000000-aaaaaa"):
-        store.write_run(RunRecord(run_id=run_id, suite="nightly", status="pass", started_at=_t()))
+        store.write_run(Run(run_id=run_id, suite="nightly", status="pass", started_at=_t()))
     reads: list[str] = []
     real = Store.runs
 
-    def counted(self: Store) -> list[RunRecord]:
+    def counted(self: Store) -> list[Run]:
         reads.append("runs")  # NOTE: a spy: the real read still happens
         return real(self)
 
@@ -435,7 +436,7 @@ def test_a_filter_baseline_reads_the_store_once_per_generation(api, monkeypatch)
         assert client.get("/v1/baselines/b", headers=h["bob"]).status_code == 200
     assert reads.count("runs") == first  # the same generation: nothing read again
     store.write_run(
-        RunRecord(run_id="20260103-000000-aaaaaa", suite="nightly", status="pass", started_at=_t())
+        Run(run_id="20260103-000000-aaaaaa", suite="nightly", status="pass", started_at=_t())
     )
     got = client.get("/v1/baselines/b", headers=h["bob"]).json()
     assert got["resolves_to"][-1] == "20260103-000000-aaaaaa"  # a new generation: read again

@@ -19,7 +19,8 @@ from fastapi.testclient import TestClient
 from fleetval.api import Settings, create_app
 from fleetval.api.db import Scope
 from fleetval.api.limits import Limits
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run
 from fleetval.store.schema import RESULTS_SCHEMA
 
 RUN = "20260101-000000-aaaaaa"
@@ -38,7 +39,7 @@ def _client(data: Path, limits: Limits) -> Iterator[tuple[TestClient, dict[str, 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[tuple[TestClient, dict[str, str]]]:
     Store(tmp_path).write_run(
-        RunRecord(run_id=RUN, suite="nightly", status="pass", started_at=datetime.now(UTC),
+        Run(run_id=RUN, suite="nightly", status="pass", started_at=datetime.now(UTC),
                   labels={"nightly": "true"})
     )  # fmt: skip
     yield from _client(tmp_path, Limits(max_parquet_rows=7, max_parquet_samples=60))

@@ -15,7 +15,8 @@ from fleetval.api import Settings, create_app
 from fleetval.api.db import Scope, ServiceDB
 from fleetval.api.executor import CLUSTER_KEY
 from fleetval.api.limits import Limits
-from fleetval.store.dataset import RunRecord, Store, new_run_id
+from fleetval.store.dataset import Store, new_run_id
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 
 TINY = {
@@ -114,7 +115,7 @@ def _stored_runs(store: Store, n: int) -> list[str]:
     for i in range(n):
         run_id = f"20260101-{i:06d}-cli000"
         store.write_run(
-            RunRecord(
+            Run(
                 run_id=run_id, suite="cli", status="pass", started_at=start, labels={"i": str(i)}
             )
         )
@@ -232,7 +233,7 @@ def test_runs_served_as_stored_json_are_exactly_the_models(svc, tmp_path):
 
     client, db, h = svc
     start = datetime(2026, 1, 2, tzinfo=UTC)
-    stored = RunRecord(
+    stored = Run(
         run_id="20260102-000000-aaaaaa", suite="cli", status="fail", started_at=start,
         finished_at=start + timedelta(seconds=5), labels={"k": "v"}, submitter="me",
         summary={"steps": [{"step": "bw", "status": "fail"}]}, message="1 failed",
@@ -315,7 +316,7 @@ def test_a_page_of_runs_is_answered_before_routing_as_the_route_does(svc, tmp_pa
     assert (kept.hits, kept.misses) == (4, 4)
     client.post("/v1/runs", json={"suite": TINY}, headers=h["bob"])
     store.write_run(
-        RunRecord(run_id=new_run_id(), suite="cli", status="pass", started_at=datetime.now(UTC))
+        Run(run_id=new_run_id(), suite="cli", status="pass", started_at=datetime.now(UTC))
     )
     same_as_the_route()  # made again: the data moved
     assert (kept.hits, kept.misses) == (4, 8)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from fleetval.analysis.baselines import BaselineError, Baselines, UnknownBaseline
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 
 

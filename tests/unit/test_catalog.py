@@ -11,8 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from fleetval.metrics import BUSBW, LATENCY
-from fleetval.store.catalog import ENV_COLUMNS, TIMESTAMPS, Catalog
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.catalog import ENV_COLUMNS, Catalog
+from fleetval.store.dataset import Store
+from fleetval.store.records import TIMESTAMPS, Run
 from fleetval.store.schema import NODES_SCHEMA, RUNS_SCHEMA, Row
 
 
@@ -20,14 +21,14 @@ def _store(root: Path) -> Store:
     """Two finished runs (one with every record field set) and one cut off before its record."""
     store = Store(root)
     start = datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
-    full = RunRecord(
+    full = Run(
         run_id="20260301-123015-aaaaaa", suite="smoke", status="fail", started_at=start,
         finished_at=start + timedelta(minutes=3), labels={"rocm": "6.1", "nightly": "true"},
         submitter="ci", backend="nccl", faults=[{"kind": "delay", "rank": 1, "ms": 20}],
         suite_json='{"name": "smoke"}', summary={"steps": [{"step": "bw", "status": "fail"}]},
         message="1 step failed", metrics=[BUSBW, LATENCY],
     )  # fmt: skip
-    bare = RunRecord(
+    bare = Run(
         run_id="20260302-000000-bbbbbb", suite="smoke", status="pass", started_at=start
     )
     for record in (full, bare):
@@ -44,7 +45,7 @@ def _store(root: Path) -> Store:
     return store
 
 
-def _from_parquet(store: Store) -> tuple[list[RunRecord], list[dict]]:
+def _from_parquet(store: Store) -> tuple[list[Run], list[dict]]:
     """What the store reads with no index at all (a store written before it)."""
     unindexed = Store(store.root.parent / "copy")
     shutil.copytree(store.root, unindexed.root, ignore=shutil.ignore_patterns("index"))

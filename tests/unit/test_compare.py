@@ -11,7 +11,8 @@ import pytest
 
 from fleetval.analysis.baselines import Baselines, UnknownBaseline
 from fleetval.analysis.compare import CompareError, compare_runs, fleet_outliers
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 from fleetval.vocab import CULPRIT_METRIC, Verdict
 

@@ -13,7 +13,8 @@ import typer
 from typer.testing import CliRunner
 
 from fleetval.cli import compare_cmds, inspect_cmds
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 
 # NOTE: a local app with just these commands, so the test does not depend on the others.

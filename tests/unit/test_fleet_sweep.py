@@ -26,7 +26,7 @@ from fleetval.fleet.settings import Floor, SweepSettings
 from fleetval.fleet.simulate import SimFleet, planted, racked
 from fleetval.fleet.topology import Topology, TopologyError
 from fleetval.fleet.verdict import BaselineLevels, FleetVerdict, run_rounds
-from fleetval.store.catalog import RunRecord
+from fleetval.store.records import Run as RunRecord
 from fleetval.vocab import NodeState, SweepPhase
 
 EIGHT = [f"node-{i}" for i in range(8)]

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from fleetval.api import Settings, create_app
 from fleetval.api.cache import PageCache
 from fleetval.api.db import Scope, ServiceDB
-from fleetval.store.catalog import RunFilter
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run, RunFilter
 from fleetval.store.runindex import RunIndex
 
 TINY = {
@@ -95,8 +95,8 @@ def page(client: TestClient, token: str, query: str = "limit=50") -> list[dict]:
     return hot.json()["runs"]
 
 
-def stored(run_id: str) -> RunRecord:
-    return RunRecord(run_id=run_id, suite="cli", status="pass", started_at=START)
+def stored(run_id: str) -> Run:
+    return Run(run_id=run_id, suite="cli", status="pass", started_at=START)
 
 
 def test_a_repeated_page_is_served_from_the_cache(svc, tmp_path):
@@ -154,13 +154,14 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from fleetval.api.db import ServiceDB
-from fleetval.store.catalog import RunFilter
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.records import RunFilter
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run
 from fleetval.store.runindex import RunIndex
 
 data, run_id, queued = Path(sys.argv[1]), *sys.argv[2:]
 start = datetime(2026, 1, 1, tzinfo=UTC)
-Store(data).write_run(RunRecord(run_id=run_id, suite="cli", status="pass", started_at=start))
+Store(data).write_run(Run(run_id=run_id, suite="cli", status="pass", started_at=start))
 ServiceDB(data).add(run_id=queued, submission_id=None, suite="svc", suite_json="{}",
                     labels={}, submitter="elsewhere", retries=0)
 """

@@ -17,7 +17,8 @@ from fleetval.detect.hardware import HwThresholds
 from fleetval.nodesets import SHOWN
 from fleetval.reports import build_signoff, render
 from fleetval.signoff.evaluate import Signoff
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 
 HW = Path(__file__).resolve().parents[1] / "data" / "hw"

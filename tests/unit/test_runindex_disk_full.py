@@ -23,7 +23,8 @@ import json, resource, signal, sys
 from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run
 from fleetval.store.schema import RESULTS_SCHEMA
 
 root, limit, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -38,7 +39,7 @@ for i in range(n):
              "node": "n0", "status": "pass", "samples_us": [float(i), float(r)]}
             for r in range(4)]
     store.write_results_table(run_id, "job0-bw", pa.Table.from_pylist(rows, RESULTS_SCHEMA))
-    store.write_run(RunRecord(run_id=run_id, suite="nightly", status="pass",
+    store.write_run(Run(run_id=run_id, suite="nightly", status="pass",
                               started_at=start + timedelta(minutes=i),
                               labels={"note": "x" * 1500, "i": str(i)}))
 print(json.dumps({"listed": [r.run_id for r in store.runs()]}))

@@ -26,8 +26,8 @@ from fleetval.api.schedules import (
     stamp,
     validate,
 )
-from fleetval.store.catalog import RunFilter
 from fleetval.store.dataset import Store
+from fleetval.store.records import RunFilter
 from fleetval.vocab import Catchup
 
 T0 = datetime(2025, 3, 1, 2, 0, 0, tzinfo=UTC)

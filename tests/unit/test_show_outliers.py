@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from typer.testing import CliRunner
 
 from fleetval.cli import app
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 
 

@@ -8,7 +8,8 @@ import duckdb
 import pandas as pd
 import pytest
 
-from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
+from fleetval.store.dataset import Store, StoreError, new_run_id
+from fleetval.store.records import Run
 from fleetval.store.schema import RESULTS_SCHEMA, Row
 
 RESULT_COLUMNS = [
@@ -35,8 +36,8 @@ RESULT_COLUMNS = [
 ]
 
 
-def record(run_id: str, **over) -> RunRecord:
-    return RunRecord(
+def record(run_id: str, **over) -> Run:
+    return Run(
         run_id=run_id, suite="smoke", status="pass", started_at=datetime.now(UTC), **over
     )
 

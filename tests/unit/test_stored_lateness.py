@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from fleetval.analysis.compare import fleet_outliers
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 from fleetval.store.summaries import rank_lateness
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from fleetval.analysis.trend import change_points, find_trends
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 
 STEP_AT = 37
