@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from pydantic import BaseModel
@@ -15,7 +16,8 @@ from pydantic import BaseModel
 from fleetval.checks.spec import plural
 from fleetval.nodesets import SHOWN, compress, more
 from fleetval.signoff.evaluate import Signoff
-from fleetval.signoff.sweep import MARKDOWN_DRAIN_FORM, SweepView
+from fleetval.signoff.sweep import MARKDOWN_DRAIN_FORM, SweepView, SweepViewJSON
+from fleetval.signoff.views import HardwareJSON, NodeEnv
 from fleetval.text import human_bytes
 from fleetval.vocab import Status, Verdict
 
@@ -95,7 +97,17 @@ _env.filters["hosts"] = lambda nodes: compress(nodes, limit=SHOWN)  # node-[1-7,
 _env.filters["letter"] = lambda state: state.value[0].upper() if state else "-"
 
 
-def _plots(s: Signoff) -> dict[str, Any]:
+class Plots(TypedDict):
+    """Every plot of the HTML page as inline SVG; None: not drawn (said in words instead)."""
+
+    busbw: dict[str, str]  # per collective
+    scaling: str | None
+    heat: str | None
+    trends: dict[str, str]  # per node: its GB/s over the sweeps
+    links: str | None
+
+
+def _plots(s: Signoff) -> Plots:
     """Every plot of the page as inline SVG; absent views are said in words instead."""
     # NOTE: matplotlib loads here, for an HTML page, not with the module: Markdown and JSON
     # reports, and every process that imports the service's app, skip it (bench/RESULTS.md).
@@ -112,7 +124,7 @@ def _plots(s: Signoff) -> dict[str, Any]:
     heat = plots.heat_map(h.nodes, h.checks, h.cells, "heat") if h.nodes else None
     trends = _trends(v.sweep) if v.sweep else {}
     matrix = plots.link_matrix_svg(v.sweep.matrix, "links") if v.sweep and v.sweep.matrix else None
-    return {"busbw": busbw, "scaling": scaling, "heat": heat, "trends": trends, "links": matrix}
+    return Plots(busbw=busbw, scaling=scaling, heat=heat, trends=trends, links=matrix)
 
 
 def _trends(sw: SweepView) -> dict[str, str]:
@@ -131,46 +143,99 @@ def _changes(s: Signoff) -> list[Any]:
     return [m for m in s.comparison.results if m.verdict not in hidden][:200]
 
 
-def _context(s: Signoff) -> dict[str, Any]:
+class Context(TypedDict):
+    """What the HTML and Markdown templates read."""
+
+    s: Signoff
+    counts: dict[str, int]  # gate status -> gates
+    changes: list[Any]  # compare's results worth a line
+    shown: int
+    more: Callable[[int, str], str]
+
+
+def _context(s: Signoff) -> Context:
     counts: dict[str, int] = {}
     for g in s.gates:
         counts[g.status.value] = counts.get(g.status.value, 0) + 1
-    return {"s": s, "counts": counts, "changes": _changes(s), "shown": SHOWN, "more": more}
+    return Context(s=s, counts=counts, changes=_changes(s), shown=SHOWN, more=more)
 
 
-def to_json(s: Signoff) -> dict[str, Any]:
+class RunJSON(TypedDict):
+    run_id: str
+    suite: str
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    labels: dict[str, str]
+    backend: str
+    faults: list[Any]  # each as the suite declared it
+
+
+class HeatJSON(TypedDict):
+    checks: list[str]
+    nodes: dict[str, list[str | None]]  # node -> its worst status per check
+
+
+class EnvDiffJSON(TypedDict):
+    key: str
+    baseline: str
+    candidate: str
+
+
+class ReportJSON(TypedDict):
+    """The JSON report (`JSON_SCHEMA`): what machines read of a sign-off."""
+
+    schema: str
+    verdict: str
+    exit_code: int
+    run: RunJSON
+    baseline: str | None
+    gates_declared: bool
+    gates: list[Any]  # each gate's result with its evidence (asdict)
+    incidents: list[Any]  # asdict of each Incident
+    hardware: HardwareJSON | None
+    heat: HeatJSON
+    environment: list[NodeEnv]
+    env_diff: list[EnvDiffJSON]
+    parquet_paths: list[str]
+    notes: list[str]
+    sweep: SweepViewJSON | None
+    generated_at: datetime
+
+
+def to_json(s: Signoff) -> ReportJSON:
     """The machine view: verdict, gates with evidence, incidents, environment, paths."""
     r = s.run
-    return {
-        "schema": JSON_SCHEMA,
-        "verdict": s.verdict.value,
-        "exit_code": s.exit_code,
-        "run": {
-            "run_id": r.run_id,
-            "suite": r.suite,
-            "status": r.status,
-            "started_at": r.started_at,
-            "finished_at": r.finished_at,
-            "labels": r.labels,
-            "backend": r.backend,
-            "faults": r.faults,
-        },
-        "baseline": s.baseline,
-        "gates_declared": s.gates_declared,
-        "gates": [asdict(g) for g in s.gates],
-        "incidents": [asdict(i) for i in s.views.incidents],
-        "hardware": s.views.hardware.to_dict() if s.views.hardware else None,
-        "heat": {
-            "checks": list(s.views.heat_checks),
-            "nodes": dict(zip(s.views.heat_nodes, map(list, s.views.heat), strict=True)),
-        },
-        "environment": list(s.views.environment),
-        "env_diff": [{"key": k, "baseline": b, "candidate": c} for k, b, c in s.views.env_diff],
-        "parquet_paths": list(s.parquet_paths),
-        "notes": list(s.notes),
-        "sweep": s.views.sweep.to_dict() if s.views.sweep else None,
-        "generated_at": s.generated_at,
-    }
+    return ReportJSON(
+        schema=JSON_SCHEMA,
+        verdict=s.verdict.value,
+        exit_code=s.exit_code,
+        run=RunJSON(
+            run_id=r.run_id,
+            suite=r.suite,
+            status=r.status,
+            started_at=r.started_at,
+            finished_at=r.finished_at,
+            labels=r.labels,
+            backend=r.backend,
+            faults=r.faults,
+        ),
+        baseline=s.baseline,
+        gates_declared=s.gates_declared,
+        gates=[asdict(g) for g in s.gates],
+        incidents=[asdict(i) for i in s.views.incidents],
+        hardware=s.views.hardware.to_dict() if s.views.hardware else None,
+        heat=HeatJSON(
+            checks=list(s.views.heat_checks),
+            nodes=dict(zip(s.views.heat_nodes, map(list, s.views.heat), strict=True)),
+        ),
+        environment=list(s.views.environment),
+        env_diff=[EnvDiffJSON(key=k, baseline=b, candidate=c) for k, b, c in s.views.env_diff],
+        parquet_paths=list(s.parquet_paths),
+        notes=list(s.notes),
+        sweep=s.views.sweep.to_dict() if s.views.sweep else None,
+        generated_at=s.generated_at,
+    )
 
 
 def _default(o: Any) -> Any:

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 from itertools import pairwise
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 import numpy as np
 import pyarrow as pa
@@ -404,7 +404,9 @@ def _index_in(col: pa.ChunkedArray, names: list[str]) -> np.ndarray:
 
 def _versions(nodes: pa.Table) -> pa.Table:
     """run_id, node, gpu_model and one version column per component recorded in the nodes table."""
-    cols: dict[str, Any] = {c: nodes[c] for c in ("run_id", "node", "gpu_model")}
+    cols: dict[str, pa.ChunkedArray | pa.Array] = {
+        c: nodes[c] for c in ("run_id", "node", "gpu_model")
+    }
     for comp, sources in COMPONENTS.items():
         got = [g for g in (_column(nodes, s) for s in sources) if g is not None]
         if got:

@@ -28,7 +28,8 @@ from fleetval.detect.hardware import ACTION_RANK, Action, HwFinding
 from fleetval.nodesets import SHOWN, EnvSummary, compress, group_env, natural
 from fleetval.signoff.sweep import SWEEPS_SHOWN, SweepView, sweep_view
 from fleetval.status import severity
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import ENV_COLUMNS, GPU_METRIC
 from fleetval.vocab import CULPRIT_METRIC, Status
 
@@ -38,6 +39,7 @@ ENV_SHOWN = (
 )  # fmt: skip
 ENV_GROUPED = ENV_SHOWN[1:]  # the hostname names a node: never shared, never grouped on
 HEAT_SHOWN = 32  # node rows of the heat map; beyond, the worst nodes and a count of the rest
+NodeEnv = dict[str, str | int | None]  # a node's name and its ENV_SHOWN values
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,15 +161,37 @@ class HardwareView:
         """Nodes with a finding, worst action first."""
         return tuple(dict.fromkeys(f.node for f in self.findings))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "gpus": self.gpus,
-            "healthy": self.healthy,
-            "unjudged": self.unjudged,
-            "findings": [f.report_json() for f in self.findings],
-            "groups": [{**asdict(g), "hosts": compress(g.nodes)} for g in self.groups],
-            "node_actions": {a: list(n) for a, n in self.node_actions.items()},
-        }
+    def to_dict(self) -> HardwareJSON:
+        return HardwareJSON(
+            gpus=self.gpus,
+            healthy=self.healthy,
+            unjudged=self.unjudged,
+            findings=[f.report_json() for f in self.findings],
+            groups=[HwGroupJSON(**asdict(g), hosts=compress(g.nodes)) for g in self.groups],
+            node_actions={a: list(n) for a, n in self.node_actions.items()},
+        )
+
+
+class HwGroupJSON(TypedDict):
+    code: str
+    action: str
+    severity: str
+    gpus: int
+    nodes: tuple[str, ...]
+    evidence: str
+    reason: str
+    hosts: str  # the nodes, compressed
+
+
+class HardwareJSON(TypedDict):
+    """The JSON report's `hardware`."""
+
+    gpus: int
+    healthy: int
+    unjudged: int
+    findings: list[NodeHwFindingJSON]
+    groups: list[HwGroupJSON]
+    node_actions: dict[str, list[str]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,7 +205,7 @@ class Views:
     incident_groups: tuple[IncidentGroup, ...]  # by kind and step, most first
     heat_view: HeatView
     hardware: HardwareView | None  # None: no step read GPU hardware
-    environment: tuple[dict[str, Any], ...]  # one per node: node + ENV_SHOWN
+    environment: tuple[NodeEnv, ...]  # one per node: node + ENV_SHOWN
     env: EnvSummary  # the same, nodes grouped by identical environment (what a report prints)
     env_diff: tuple[tuple[str, str, str], ...]  # (key, baseline values, candidate values)
     faults: tuple[dict[str, Any], ...]
