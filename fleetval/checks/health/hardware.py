@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from fleetval.checks.environment import run_tool
 from fleetval.checks.health import NODE_HW_METRIC as NODE_METRIC  # its drain line
@@ -292,14 +292,26 @@ def _recovery_action(nv: Any, h: Any) -> int | None:
 # ---- rows ------------------------------------------------------------------------------------
 
 
-def node_hardware_rows(hw: NodeHardware, t: HwThresholds, node: str) -> list[dict[str, Any]]:
+class HardwareRow(TypedDict):
+    """A hardware row's columns (a Row's, with `device_id`)."""
+
+    metric: str
+    status: str
+    message: str
+    value: NotRequired[float]
+    unit: NotRequired[str]
+    device_id: str | None
+    details: dict[str, Any]  # the row's JSON details: the reading, the findings, the action
+
+
+def node_hardware_rows(hw: NodeHardware, t: HwThresholds, node: str) -> list[HardwareRow]:
     """The health check's hardware rows (Row fields, with `device_id`): the node's, with its
     action and drain line, then one per GPU carrying its reading."""
     if hw.source is None:
         why = "; ".join(hw.unread)
-        return [{"metric": NODE_METRIC, "status": Status.SKIP.value, "device_id": None,
-                 "message": f"GPU hardware not read, so not judged: {why}",
-                 "details": {"unread": hw.unread}}]  # fmt: skip
+        return [HardwareRow(metric=NODE_METRIC, status=Status.SKIP.value, device_id=None,
+                            message=f"GPU hardware not read, so not judged: {why}",
+                            details={"unread": hw.unread})]  # fmt: skip
     verdicts = judge_node(hw.readings, hw.events, t, hw.observations)
     rows = [_gpu_row(v, hw) for v in verdicts]
     # NOTE: the node row first: a failing step is summed up by its first failing row, and
@@ -322,7 +334,7 @@ def not_judged(r: GpuReading) -> list[str]:
     return missing
 
 
-def _gpu_row(v: GpuVerdict, hw: NodeHardware) -> dict[str, Any]:
+def _gpu_row(v: GpuVerdict, hw: NodeHardware) -> HardwareRow:
     r = v.reading
     missing = not_judged(r) if r is not None else []
     bad = v.bad
@@ -354,7 +366,7 @@ def _gpu_row(v: GpuVerdict, hw: NodeHardware) -> dict[str, Any]:
     }
 
 
-def _node_row(verdicts: list[GpuVerdict], hw: NodeHardware, node: str) -> dict[str, Any]:
+def _node_row(verdicts: list[GpuVerdict], hw: NodeHardware, node: str) -> HardwareRow:
     action, reason = node_action(verdicts)
     drain = ACTION_RANK[action] >= ACTION_RANK[Action.RESET_GPU]
     judged = any(v.bad or (v.reading is not None and not not_judged(v.reading)) for v in verdicts)
