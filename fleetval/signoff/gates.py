@@ -26,6 +26,7 @@ flagged nothing). Pure pydantic: reading a stored run's gates needs neither torc
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Self
@@ -91,7 +92,7 @@ class SweepGate(_Model):
     never signs off a sweep that flagged, nor one that left nodes unjudged)."""
 
 
-def is_sweep(summary: dict[str, Any]) -> bool:
+def is_sweep(summary: Mapping[str, object]) -> bool:
     """Whether a run is a fleet sweep: its summary holds the verdict (`fleetval.run.sweep`)."""
     return "sweep" in summary
 
