@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run
+from fleetval.store.records import Run, StoredRow
 
 MAX_PAGES = 256
 MAX_BYTES = 32 << 20  # a page of PAGE_MAX runs is ~400 KB: 256 of them would be 100 MB
@@ -122,7 +122,7 @@ class CachedStore(Store):
     def __init__(self, root: Any) -> None:
         super().__init__(root)
         self._runs: PageCache[list[Run]] = PageCache(1, sys.maxsize)
-        self._nodes: PageCache[list[dict[str, Any]]] = PageCache(1, sys.maxsize)
+        self._nodes: PageCache[list[StoredRow]] = PageCache(1, sys.maxsize)
 
     def generation(self) -> tuple[int, ...] | None:
         """The store's generation, or None while it is too recent to be trusted."""
@@ -146,7 +146,7 @@ class CachedStore(Store):
         version = self.run_index().version()  # NOTE: first: it may sync, or say it is building
         return list(self._runs.get(version, "runs", super().runs))
 
-    def node_rows(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    def node_rows(self, run_ids: list[str] | None = None) -> list[StoredRow]:
         generation = self.generation() if run_ids is None else None
         if generation is None:
             return super().node_rows(run_ids)

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from fleetval.api.schedules import cron_pattern
-from fleetval.store.records import RunHeader
+from fleetval.store.records import JsonObject, RunHeader
 from fleetval.suite import shipped_suites
 from fleetval.vocab import Catchup
 
@@ -271,7 +271,6 @@ class Progress(_Out):
 # live progress and step verdicts. A stored run the service never queued is its `listing`
 # with these defaults.
 class RunOut(_Out, RunHeader):
-
     submission_id: str | None = None
     attempt: int = 1
     retries: int = 0
@@ -282,7 +281,7 @@ class RunOut(_Out, RunHeader):
     finished_at: str | None = None
     queue_position: int | None = None
     progress: Progress | None = None
-    steps: list[dict[str, Any]] = Field(default_factory=list)  # verdicts of the steps ended
+    steps: list[JsonObject] = Field(default_factory=list)  # verdicts of the steps ended
 
 
 class RunList(_Out):

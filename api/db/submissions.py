@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ConfigDict
 
 from fleetval.api.db.connection import Connection, now
-from fleetval.store.records import RunFilter, RunHeader
+from fleetval.store.records import JsonObject, RunFilter, RunHeader
 from fleetval.vocab import QueueStatus
 
 ACTIVE = (QueueStatus.QUEUED, QueueStatus.RUNNING)
@@ -33,8 +33,8 @@ class Submission(RunHeader):
     attempt: int
     retry_of: str | None
     retried_as: str | None
-    steps: list[dict[str, Any]]  # the verdicts of the steps ended, as execution recorded them
-    progress: dict[str, Any]  # the last progress event, as the executor recorded it
+    steps: list[JsonObject]  # the verdicts of the steps ended, as execution recorded them
+    progress: JsonObject  # the last progress event, as the executor recorded it
     cancel_requested: int
     submitted_at: str
     started_at: str | None

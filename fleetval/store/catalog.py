@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from fleetval.store.base import ENV_COLUMNS as ENV_COLUMNS
 from fleetval.store.base import CorruptFile as CorruptFile
@@ -41,7 +41,7 @@ from fleetval.store.base import make_private_dir
 from fleetval.store.records import INDEX as INDEX
 from fleetval.store.records import SAFE_NAME as SAFE_NAME
 from fleetval.store.records import TIMESTAMPS as TIMESTAMPS
-from fleetval.store.records import Run
+from fleetval.store.records import Run, StoredRow
 from fleetval.store.records import RunFilter as RunFilter
 from fleetval.store.records import RunRecord as RunRecord
 from fleetval.store.records import incomplete_run as incomplete_run
@@ -114,7 +114,7 @@ def atomic_write(
     return path
 
 
-def _rows_from_parquet(table: str, files: list[Path]) -> list[dict[str, Any]]:
+def _rows_from_parquet(table: str, files: list[Path]) -> list[StoredRow]:
     """Rows of files the index lacks."""
     # NOTE: imported here: pyarrow costs ~0.2 s, paid only for files without an index entry
     from fleetval.store.parquet import read_parquet, table_rows
@@ -178,7 +178,7 @@ class Catalog:
             raise StoreError(f"no runs in {self.root}")
         return newest[0]
 
-    def node_rows(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    def node_rows(self, run_ids: list[str] | None = None) -> list[StoredRow]:
         """The nodes table's rows of the given runs (all when None): `Store.nodes(...).to_pylist()`."""
         return self._rows("nodes", self.node_files(run_ids))
 
@@ -190,7 +190,7 @@ class Catalog:
         files = [base / f"{check_name('run', r)}.parquet" for r in run_ids]
         return [f for f in files if f.exists()]
 
-    def write_index(self, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
+    def write_index(self, table: str, run_id: str, rows: list[StoredRow]) -> None:
         """The index entry of `table`/<run_id>.parquet, just written, whose rows are `rows`;
         for a run, also its row in the run index (this Catalog's, else the one on disk, so
         that other processes' readers see it now). Best effort: a failed write leaves a
@@ -199,7 +199,7 @@ class Catalog:
         if table == "runs" and rows:
             self._index_run(rows[0])
 
-    def _index_run(self, row: dict[str, Any]) -> None:
+    def _index_run(self, row: StoredRow) -> None:
         from fleetval.store.runindex import RUN_INDEX, RunIndex  # NOTE: as in run_index
 
         index = self._index or (self._keeper and self._keeper.index)
@@ -250,7 +250,7 @@ class Catalog:
         """Whether the run index answers without building it first."""
         return (self._keeper.index if self._keeper else self._index) is not None
 
-    def _rows(self, table: str, files: list[Path]) -> list[dict[str, Any]]:
+    def _rows(self, table: str, files: list[Path]) -> list[StoredRow]:
         """The rows of a table's files (<run_id>.parquet), in file order: from the index
         entries, else from Parquet (writing the entry on the way, as Python writes a .pyc).
         A corrupt entry is read from Parquet and rewritten; a corrupt Parquet file raises
@@ -265,7 +265,7 @@ class Catalog:
                 rows += file_rows
         return rows
 
-    def _write_entry(self, table: str, run_id: str, rows: list[dict[str, Any]]) -> None:
+    def _write_entry(self, table: str, run_id: str, rows: list[StoredRow]) -> None:
         text = index_json(rows)
         with contextlib.suppress(OSError):  # NOTE: best effort: readers fall back to Parquet
             atomic_write(

@@ -18,6 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from fleetval.metrics import MetricDecl
 from fleetval.vocab import RunStatus
 
+# The true boundaries of a run's data, named where they cross: a JSON object one part writes
+# and another reads back (a fault as the suite declared it, a run's summary, a step's verdict,
+# a progress event), and a table's row as Arrow reads it back (`parquet.table_rows`) and its
+# catalog entry holds it, typed by the table's Arrow schema (store/schema.py).
+JsonObject = dict[str, Any]
+StoredRow = dict[str, Any]
+
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 INDEX = "index"
 TIMESTAMPS = {"runs": ("started_at", "finished_at"), "nodes": ()}
@@ -64,18 +71,18 @@ class Run(RunHeader):
     started_at: datetime
     finished_at: datetime | None = None
     backend: str = ""
-    faults: list[dict[str, Any]] = Field(default_factory=list)
+    faults: list[JsonObject] = Field(default_factory=list)
     suite_json: str = ""
-    summary: dict[str, Any] = Field(default_factory=dict)
+    summary: JsonObject = Field(default_factory=dict)
     metrics: list[MetricDecl] = Field(default_factory=list)  # declared by the checks run
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The record for tools (`--json`): everything but the stored suite text."""
         out = {k: getattr(self, k) for k in ROW_ORDER if k != "suite_json"}
         out["metrics"] = [m.to_dict() for m in self.metrics]
         return out
 
-    def listing(self) -> dict[str, Any]:
+    def listing(self) -> JsonObject:
         """What a list of runs shows of this run (the service's view of a stored run): its
         header, times as ISO 8601 text and step verdicts; no suite text, no metric
         declarations. `RunOut` declares the same fields."""
@@ -92,11 +99,11 @@ class Run(RunHeader):
         }
 
     @property
-    def steps(self) -> list[dict[str, Any]]:
+    def steps(self) -> list[JsonObject]:
         """The verdicts of the steps that ended, as execution recorded them."""
         return self.summary.get("steps", [])
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> StoredRow:
         """Its row, as `runs/<id>.parquet` holds it."""
         return {
             **{k: getattr(self, k) for k in ROW_ORDER},
@@ -107,7 +114,7 @@ class Run(RunHeader):
         }
 
     @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> Run:
+    def from_record(cls, rec: StoredRow) -> Run:
         """The run of a row as its Parquet file or its catalog entry reads back."""
         return cls(
             **{
@@ -132,7 +139,7 @@ class Run(RunHeader):
         return bool(self.faults)
 
 
-def index_json(rows: list[dict[str, Any]]) -> bytes:
+def index_json(rows: list[StoredRow]) -> bytes:
     """An index entry: a table's rows as JSON, timestamps as ISO 8601 text."""
     return json.dumps(rows, default=_iso).encode()
 
@@ -143,7 +150,7 @@ def _iso(value: object) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def rows_from_json(table: str, text: str) -> list[dict[str, Any]]:
+def rows_from_json(table: str, text: str) -> list[StoredRow]:
     rows = json.loads(text)
     for row in rows:
         for col in TIMESTAMPS[table]:

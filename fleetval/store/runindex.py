@@ -30,6 +30,7 @@ from fleetval.store.records import (
     SAFE_NAME,
     Run,
     RunFilter,
+    StoredRow,
     incomplete_run,
     index_json,
     rows_from_json,
@@ -156,7 +157,7 @@ class RunIndex:
             self.put_rows(self._read(root, todo[i : i + BATCH], files))
         self._generation = seen
 
-    def _read(self, root: Path, run_ids: list[str], files: dict[str, bool]) -> list[dict]:
+    def _read(self, root: Path, run_ids: list[str], files: dict[str, bool]) -> list[StoredRow]:
         """The runs' rows: records from the files, cut-off runs made from their results."""
         records = [r for r in run_ids if files[r]]
         rows, unreadable = read_run_rows(root, records)
@@ -170,11 +171,11 @@ class RunIndex:
 
     # -- writing -----------------------------------------------------------------------
 
-    def put(self, row: dict[str, Any]) -> None:
+    def put(self, row: StoredRow) -> None:
         """A run's row (as its Parquet file reads back), replacing any older one."""
         self.put_rows([row])
 
-    def put_rows(self, rows: list[dict[str, Any]]) -> None:
+    def put_rows(self, rows: list[StoredRow]) -> None:
         """Runs' rows (as their Parquet files read back) in one transaction, replacing older ones."""
         values = [Run.from_record(row).index_row(index_json([row]).decode()) for row in rows]
         with self._lock, self._transaction():
@@ -327,7 +328,7 @@ class IndexKeeper:
             self._stop.wait(self.period_s)
 
 
-def read_run_rows(root: Path, run_ids: list[str]) -> tuple[list[dict], dict[str, CorruptFile]]:
+def read_run_rows(root: Path, run_ids: list[str]) -> tuple[list[StoredRow], dict[str, CorruptFile]]:
     """The runs/ rows of runs whose record exists: from each JSON entry, else its Parquet
     file. A record that cannot be read, or is not one row naming its run, suite, status and
     start, is left out, its error returned."""
@@ -341,7 +342,7 @@ def read_run_rows(root: Path, run_ids: list[str]) -> tuple[list[dict], dict[str,
     return rows + read, errors
 
 
-def _read_records(paths: list[Path]) -> tuple[list[dict], dict[str, CorruptFile]]:
+def _read_records(paths: list[Path]) -> tuple[list[StoredRow], dict[str, CorruptFile]]:
     """Run records from Parquet, many at once: files of one Arrow schema are joined and cast
     to RUNS_SCHEMA together (cast file by file, the casts cost more than the reads)."""
     # NOTE: imported here: pyarrow costs ~0.2 s, paid only when files lack an index entry
@@ -376,7 +377,7 @@ def _read_records(paths: list[Path]) -> tuple[list[dict], dict[str, CorruptFile]
     return rows, errors
 
 
-def _records(members: list[tuple[Path, Any]]) -> list[dict[str, Any]]:
+def _records(members: list[tuple[Path, Any]]) -> list[StoredRow]:
     """One-row tables of one schema, read from their files, as RUNS_SCHEMA rows, each
     checked against its file: CorruptFile unless it names its run and has what a listing needs."""
     import pyarrow as pa
