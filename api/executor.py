@@ -29,7 +29,8 @@ from fleetval.api.db import QueueStatus, ServiceDB, Submission
 from fleetval.api.supervised import Supervised
 from fleetval.run.life import RunLife, StopReason  # NOTE: torch- and ray-free, as the app is
 from fleetval.store.base import create_private_file
-from fleetval.store.dataset import RunRecord, Store, StoreError, new_run_id
+from fleetval.store.dataset import Store, StoreError, new_run_id
+from fleetval.store.records import Run as RunRecord
 from fleetval.suite import parse_suite
 from fleetval.vocab import EventKind, RunStatus
 

@@ -37,7 +37,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fleetval.analysis.baselines import Baselines
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.testing.bandwidth import COLLECTIVES, DTYPES, bandwidth_table
 
 SIZES = [1 << e for e in range(3, 33)]  # 8 B .. 4 GiB: 30 sizes

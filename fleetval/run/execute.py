@@ -32,7 +32,8 @@ from fleetval.run.outcome import Culprit, Event, EventSink, StepOutcome
 from fleetval.run.plan import Job, PlanError, make_plan
 from fleetval.run.pool import RankPool
 from fleetval.run.step import culprit_row, run_step
-from fleetval.store.dataset import RunRecord, Store, new_run_id
+from fleetval.store.dataset import Store, new_run_id
+from fleetval.store.records import Run as RunRecord
 from fleetval.suite import Suite
 from fleetval.vocab import EventKind, Status
 

@@ -21,7 +21,8 @@ import pyarrow as pa
 
 from fleetval.analysis.baselines import Baselines
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import RESULTS_SCHEMA
 from fleetval.testing.builder import SyntheticRun, build_store
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from fleetval.store.dataset import RunRecord
+from fleetval.store.records import Run as RunRecord
 from fleetval.testing.builder import FOREIGN_RESULTS, Layout, SyntheticRun, build_store
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)

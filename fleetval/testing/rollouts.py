@@ -31,7 +31,8 @@ import numpy as np
 import pyarrow as pa
 
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import NODES_SCHEMA, Row
 from fleetval.testing.builder import SyntheticRun, build_store
 

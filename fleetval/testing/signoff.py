@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from fleetval.analysis.baselines import Baselines
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 from fleetval.testing.builder import SyntheticRun, build_store
 

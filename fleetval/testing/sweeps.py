@@ -21,7 +21,8 @@ from fleetval.fleet.verdict import (
     TrunkVerdict,
 )
 from fleetval.run.outcome import StepOutcome
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.testing.builder import SyntheticRun, build_store
 from fleetval.vocab import NodeState, RunStatus, Status
 

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 from fleetval.cli.app import app
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
 from fleetval.nodesets import SHOWN
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 from fleetval.testing.bandwidth import bandwidth_table
 

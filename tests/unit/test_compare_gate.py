@@ -126,7 +126,7 @@ def test_the_late_rank_is_named_not_the_ranks_that_waited(tmp_path: Path) -> Non
     """The late rank measures the SHORTEST own time; lateness points at it."""
     from datetime import UTC, datetime
 
-    from fleetval.store.dataset import RunRecord
+    from fleetval.store.records import Run as RunRecord
 
     store = Store(tmp_path)
     for run_id, late in (("r-late", 2), ("r-clean", None)):
@@ -157,7 +157,7 @@ def test_a_declared_direction_beats_the_unit(tmp_path: Path) -> None:
     decl = MetricDecl(name="tokens", unit="", direction=Direction.HIGHER, shared=True)
     from datetime import UTC, datetime, timedelta
 
-    from fleetval.store.dataset import RunRecord
+    from fleetval.store.records import Run as RunRecord
 
     ids = []
     for i, level in enumerate([100, 101, 99, 100, 100.5, 70]):

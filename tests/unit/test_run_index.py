@@ -17,8 +17,10 @@ import pytest
 from fleetval.analysis.baselines import Baselines
 from fleetval.analysis.compare import compare_runs
 from fleetval.store import runindex
-from fleetval.store.catalog import Catalog, CorruptFile, RunFilter, RunRecord
+from fleetval.store.catalog import Catalog, CorruptFile
 from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import RunFilter
 from fleetval.testing.foreign import write_foreign_store
 
 NEWEST = RunFilter()

@@ -17,7 +17,8 @@ from fleetval.cli import app
 from fleetval.fleet.verdict import LinkMeasured, LinkVerdict
 from fleetval.reports import build_signoff, render
 from fleetval.signoff.gates import GateName, Waiver
-from fleetval.store.dataset import RunRecord, Store
+from fleetval.store.dataset import Store
+from fleetval.store.records import Run as RunRecord
 from fleetval.testing.sweeps import NODES, SWEEPS, write_sweep
 from fleetval.vocab import GateStatus
 
