@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from fleetval.vocab import QueueStatus, RunStatus
 
 if TYPE_CHECKING:  # NOTE: the record's module is pyarrow-free, but a life needs none of it
-    from fleetval.store.records import RunRecord
+    from fleetval.store.records import Run as RunRecord
 
 
 class RunPhase(StrEnum):
