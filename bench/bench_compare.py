@@ -40,6 +40,7 @@ from fleetval.analysis.baselines import Baselines
 from fleetval.store.dataset import Store
 from fleetval.store.records import Run as RunRecord
 from fleetval.testing.bandwidth import COLLECTIVES, DTYPES, bandwidth_table
+from fleetval.testing.builder import SyntheticRun, build_store
 
 SIZES = [1 << e for e in range(3, 33)]  # 8 B .. 4 GiB: 30 sizes
 GPUS_PER_NODE = 8
@@ -72,14 +73,13 @@ def generate(root: Path, runs: int, nodes: int, iters: int) -> tuple[Store, str,
         started = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=i)
         run_id = f"{started:%Y%m%d}-020000-{i:06x}"
         table = _run_table(run_id, nodes, iters, rng, slow=1 / 0.95 if last else 1.0)
-        store.write_results_table(run_id, "bandwidth", table)  # rows, then their summary
         rows += len(table)
         env = {"gpu_model": "MI300X", "driver_version": "6.8.5", "rccl_version": "2.20.5"}
         env["rocm_version"] = "6.2.0" if last else "6.1.3"
-        store.write_nodes(run_id, [{"node": f"node-{j}", **env} for j in range(nodes)])
-        store.write_run(
-            RunRecord(run_id=run_id, suite="nightly", status="pass", started_at=started)
-        )
+        record = RunRecord(run_id=run_id, suite="nightly", status="pass", started_at=started)
+        nodes_of = [{"node": f"node-{j}", **env} for j in range(nodes)]
+        # the rows (then their summary), the nodes, the record: through the store's writer
+        build_store(store, [SyntheticRun(record, {"bandwidth": table}, nodes_of)])
     Baselines(store).set("rocm6.1", where={"rocm_version": "6.1.*"})
     return store, store.runs()[-1].run_id, rows
 
