@@ -38,16 +38,16 @@ from fleetval.store.base import CorruptFile as CorruptFile
 from fleetval.store.base import RunNotFound as RunNotFound
 from fleetval.store.base import StoreError as StoreError
 from fleetval.store.base import make_private_dir
-from fleetval.store.records import INDEX as INDEX
-from fleetval.store.records import SAFE_NAME as SAFE_NAME
-from fleetval.store.records import TIMESTAMPS as TIMESTAMPS
-from fleetval.store.records import Run, StoredRow
-from fleetval.store.records import RunFilter as RunFilter
-from fleetval.store.records import RunRecord as RunRecord
-from fleetval.store.records import incomplete_run as incomplete_run
-from fleetval.store.records import index_json as index_json
-from fleetval.store.records import label_path as label_path
-from fleetval.store.records import rows_from_json as rows_from_json
+from fleetval.store.records import (
+    INDEX,
+    SAFE_NAME,
+    Run,
+    RunFilter,
+    StoredRow,
+    incomplete_run,
+    index_json,
+    rows_from_json,
+)
 
 if TYPE_CHECKING:
     from fleetval.store.runindex import IndexKeeper, RunIndex

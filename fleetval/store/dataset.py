@@ -28,7 +28,7 @@ from fleetval.arrays import arrow, np_col
 
 # NOTE: what needs no pyarrow lives in fleetval.store.catalog (runs and nodes are listed from its
 # JSON index); the names the store's users know are re-exported here
-from fleetval.store.catalog import Catalog, RunRecord, atomic_write  # noqa: F401
+from fleetval.store.catalog import Catalog, atomic_write
 from fleetval.store.catalog import StoreError as StoreError
 from fleetval.store.catalog import check_name as _check_name
 from fleetval.store.catalog import default_data_dir as default_data_dir

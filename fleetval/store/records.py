@@ -196,6 +196,3 @@ class RunFilter:
 def label_path(key: str) -> str:
     """A JSON path naming one key of an object, any characters quoted."""
     return "$." + json.dumps(key)
-
-
-RunRecord = Run  # NOTE: the name its users knew; they import `Run` as they are renamed
