@@ -18,11 +18,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
 
 from fleetval.status import usable_as_baseline
 from fleetval.store.catalog import ENV_COLUMNS, Catalog, atomic_write
-from fleetval.store.records import SAFE_NAME
+from fleetval.store.records import SAFE_NAME, JsonObject
 from fleetval.store.records import Run as RunRecord
 
 # Environment columns of the nodes table a filter may name. A run matches a filter on
@@ -75,7 +74,7 @@ class Baseline:
 
     @classmethod
     def from_json(cls, text: str) -> Baseline:
-        rec: dict[str, Any] = json.loads(text)
+        rec: JsonObject = json.loads(text)
         return cls(**{**rec, "run_ids": tuple(rec.get("run_ids") or ())})
 
 

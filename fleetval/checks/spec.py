@@ -27,6 +27,7 @@ from fleetval.vocab import Status
 
 if TYPE_CHECKING:
     from fleetval.store.records import Run as RunRecord
+    from fleetval.store.records import StoredRow
 
 
 class StepSpec(BaseModel):
@@ -72,8 +73,8 @@ class GateInputs:
     the comparison for its own gates: `fleetval.signoff.gates.RunInputs`)."""
 
     record: RunRecord
-    rows: list[dict[str, Any]]
-    nodes: list[dict[str, Any]]
+    rows: list[StoredRow]
+    nodes: list[StoredRow]
 
 
 @dataclass(frozen=True)
@@ -111,24 +112,24 @@ def tally(evidence: list[Evidence], *, noun: str, missed: str, met: str, none: s
     return Outcome(True, f"{plural(len(evidence), noun)} {met}", evidence)
 
 
-def where(r: dict[str, Any]) -> str:
+def where(r: StoredRow) -> str:
     dev = f" ({r['device_id']})" if r.get("device_id") else ""
     return f"rank {r['rank']} on {r['node']}{dev}"
 
 
-def ident(r: dict[str, Any]) -> str:
+def ident(r: StoredRow) -> str:
     size = human_bytes(r["size_bytes"]) if r.get("size_bytes") is not None else None
     parts = [r.get("collective"), r.get("op"), r.get("dtype"), size, f"n={r['world_size']}"]
     return " ".join(p for p in parts if p)
 
 
-def row_evidence(r: dict[str, Any], ok: bool, text: str, **extra: Any) -> Evidence:
+def row_evidence(r: StoredRow, ok: bool, text: str, **extra: Any) -> Evidence:
     keys = ("check", "step", "collective", "dtype", "size_bytes", "world_size", "rank", "node",
             "device_id")  # fmt: skip
     return Evidence(ok=ok, text=text, **{k: r.get(k) for k in keys}, **extra)
 
 
-def gpu_label(node: dict[str, Any]) -> str:
+def gpu_label(node: StoredRow) -> str:
     """The GPU model a node reports, normalised to its SKU ("NVIDIA H100 SXM", "AMD Instinct
     MI250X": `fleetval.formats.smi.gpu_model`); "cpu" for a node without GPUs (gloo on CPU)."""
     raw = node.get("gpu_model")
@@ -161,14 +162,14 @@ class FigureContext:
     gates: Any  # the suite's parsed `gates:` (signoff.gates.Gates) or None
 
 
-def worst_rows(rows: Sequence[dict[str, Any]], *_: object) -> list[str]:
+def worst_rows(rows: Sequence[StoredRow], *_: object) -> list[str]:
     """The failing and warning rows, worst first: the figures of a check without headline ones."""
     bad = [r for r in rows if severity(r["status"]) >= severity(Status.WARN)]
     bad.sort(key=lambda r: -severity(r["status"]))
     return [f"{r['status']}: rank {r['rank']} {row_what(r)}: {r['message']}" for r in bad]
 
 
-def row_what(r: dict[str, Any]) -> str:
+def row_what(r: StoredRow) -> str:
     size = human_bytes(r["size_bytes"]) if r.get("size_bytes") is not None else None
     parts = [r.get("metric"), r.get("collective"), r.get("op"), r.get("dtype"), size]
     return " ".join(p for p in parts if p)
@@ -190,9 +191,9 @@ class CheckPlugin:
     gate: Gate | None = None
     incident: str | None = None  # the incident kind a failing row raises in reports
     synchronizing: frozenset[str] = frozenset()  # metrics whose end is a collective (lateness)
-    tables: Callable[[Sequence[dict[str, Any]]], list[ResultTable]] | None = None  # for `show`
+    tables: Callable[[Sequence[StoredRow]], list[ResultTable]] | None = None  # for `show`
     # what `fleetval run` prints per step: the headline figures against their expectation
-    figures: Callable[[Sequence[dict[str, Any]], FigureContext], list[str]] = worst_rows
+    figures: Callable[[Sequence[StoredRow], FigureContext], list[str]] = worst_rows
 
     @cached_property
     def _rank(self) -> Any:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetval.store.records import JsonObject
 from fleetval.store.schema import Row
 
 THRESHOLD = 3.0  # lateness in units of measured noise; figures in bench/RESULTS.md
@@ -128,7 +129,7 @@ def _record(row: Row | Mapping[str, Any]) -> Mapping[str, Any]:
     return row.to_record() if isinstance(row, Row) else row
 
 
-def _details(rec: Mapping[str, Any]) -> dict[str, Any]:
+def _details(rec: Mapping[str, Any]) -> JsonObject:
     d = rec.get("details") or {}
     if isinstance(d, str):
         try:

@@ -46,6 +46,7 @@ from fleetval.formats.frdump import RankTrace
 from fleetval.formats.jobfiles import LOOKED_FOR, read_job_files
 from fleetval.formats.nccldiag import InspectorRecord, RasReport
 from fleetval.formats.steplog import StepLine
+from fleetval.store.records import JsonObject
 
 Z_LATE = 6.0  # a late arrival: this many noise units after the collective's median
 MIN_EVENTS = 3  # late arrivals an episode needs before it can name a rank
@@ -125,7 +126,7 @@ class Report:
     def named(self) -> list[LateRank]:
         return [r for w in self.windows for r in w.ranks]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "stragglers": sorted({r.rank for r in self.named}),
             "windows": [asdict(w) for w in self.windows],

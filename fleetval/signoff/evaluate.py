@@ -36,6 +36,7 @@ from fleetval.signoff.sweep import SWEEPS_SHOWN
 from fleetval.signoff.views import Views, build_views
 from fleetval.store.dataset import Store
 from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import StoredRow
 from fleetval.vocab import GateStatus
 
 _EVIDENCE_CAP = 200  # per gate: a fleet can fail thousands of rows; the count says the rest
@@ -86,7 +87,7 @@ _COLUMNS = [
 ]  # fmt: skip
 
 
-def _rows(store: Store, run_id: str) -> list[dict[str, Any]]:
+def _rows(store: Store, run_id: str) -> list[StoredRow]:
     rows = store.results([run_id], columns=_COLUMNS).to_pylist()
     for r in rows:
         r["details"] = json.loads(r["details"] or "{}")

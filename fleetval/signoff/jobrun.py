@@ -27,6 +27,7 @@ from fleetval.metrics import Direction, MetricDecl
 from fleetval.signoff.stragglers import JobStragglers
 from fleetval.store.catalog import new_run_id
 from fleetval.store.dataset import Store
+from fleetval.store.records import JsonObject, StoredRow
 from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import Row
 from fleetval.vocab import CulpritReason, Status
@@ -154,7 +155,7 @@ def _host(report: Report, rank: int, host: str | None = None) -> str:
     return host or report.hosts.get(rank) or UNKNOWN_HOST
 
 
-def _late_details(w: Window, r: LateRank) -> dict[str, Any]:
+def _late_details(w: Window, r: LateRank) -> JsonObject:
     """The evidence of one named rank in one window: what `fleetval stragglers --json` says."""
     window = {k: v for k, v in asdict(w).items() if k != "ranks"}
     return {**asdict(r), "window": window}
@@ -199,7 +200,7 @@ def _culprits(report: Report) -> list[Culprit]:
     ]  # fmt: skip
 
 
-def _step(report: Report, name: str, rows: list[Row]) -> dict[str, Any]:
+def _step(report: Report, name: str, rows: list[Row]) -> JsonObject:
     """A step of the summary, as the engine stores its StepOutcome."""
     culprits = _culprits(report) if name == "stragglers" else []
     state = status.step_status(rows, culprits).value
@@ -234,6 +235,6 @@ def _verdict(report: Report) -> str:
     return f"no dumps: {len(report.step_windows)} window(s) of inflated steps, no rank named"
 
 
-def _node(host: str, job: str, source: str) -> dict[str, Any]:
+def _node(host: str, job: str, source: str) -> StoredRow:
     return {"node": host, "hostname": host,
             "extra": json.dumps({"ingested_from": source, "job": job}, sort_keys=True)}  # fmt: skip

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from fleetval.checks import CHECKS
 from fleetval.checks.spec import FigureContext, gpu_label, worst_rows
 from fleetval.signoff.gates import gates_from_suite_json
 from fleetval.store.dataset import Store
 from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import StoredRow
 from fleetval.vocab import CULPRIT_METRIC, Status
 
 _COLUMNS = [
@@ -59,7 +60,7 @@ def judged_steps(store: Store, record: RunRecord) -> list[StepJudged]:
     models = {n["node"]: gpu_label(n) for n in store.nodes([record.run_id]).to_pylist()}
     gates = gates_from_suite_json(record.suite_json)
     context = FigureContext(models, gates)
-    by_step: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    by_step: dict[tuple[int, str], list[StoredRow]] = defaultdict(list)
     for r in rows:
         if r["metric"] != CULPRIT_METRIC:  # a culprit: the step's own line names it
             r["details"] = json.loads(r["details"] or "{}")
@@ -78,7 +79,7 @@ def judged_steps(store: Store, record: RunRecord) -> list[StepJudged]:
     return out
 
 
-def _counts(rows: list[dict[str, Any]], *, explain_info: bool) -> str:
+def _counts(rows: list[StoredRow], *, explain_info: bool) -> str:
     """Rows by status, with the first reason for skipped (and, where no figure says it,
     recorded-only) rows."""
     if not rows:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fleetval.detect.hardware import watch_list
 from fleetval.detect.stragglers import NothingReadable, Report, judge_files
 from fleetval.fleet.history import node_histories, sweep_runs
 from fleetval.store.catalog import Catalog
 from fleetval.store.dataset import Store
+from fleetval.store.records import JsonObject
 
 __all__ = ["JobStragglers", "NothingReadable", "job_stragglers", "node_context"]
 
@@ -27,7 +27,7 @@ class JobStragglers:
     nodes: dict[str, list[str]] = field(default_factory=dict)
     not_read: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return self.report.to_dict() | {"nodes": self.nodes, "not_read": self.not_read}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from fleetval.fleet.drain import DrainForm, drain_lines
 from fleetval.fleet.history import DRIFT, NodeHistory, node_histories, sweep_runs
@@ -19,6 +19,7 @@ from fleetval.fleet.topology import LEVELS
 from fleetval.fleet.verdict import FleetVerdict, LinkMeasured
 from fleetval.signoff.gates import is_sweep
 from fleetval.store.catalog import Catalog
+from fleetval.store.records import JsonObject
 from fleetval.store.records import Run as RunRecord
 from fleetval.vocab import LinkState, NodeState
 
@@ -146,7 +147,7 @@ class LinkMatrix:
 @dataclass(frozen=True, kw_only=True)
 class SweepView:
     verdict: FleetVerdict  # the reported sweep's, read back from its summary
-    stored: dict[str, Any]  # the same as stored (with references and trials), for JSON
+    stored: JsonObject  # the same as stored (with references and trials), for JSON
     drain_lines: dict[DrainForm, tuple[str, ...]]  # form -> lines to paste (DRAIN_FORMS)
     last: int  # how many sweeps were asked for
     runs: tuple[str, ...]  # the sweeps shown, oldest first; the reported one last
@@ -170,11 +171,11 @@ class SweepView:
 class HistoryJSON(TypedDict):
     last: int
     runs: list[str]
-    nodes: list[dict[str, Any]]  # fleet.history.NodeHistory.to_dict
+    nodes: list[JsonObject]  # fleet.history.NodeHistory.to_dict
 
 
 class SweepViewJSON(TypedDict):
-    verdict: dict[str, Any]  # the sweep's verdict as stored in its run's summary
+    verdict: JsonObject  # the sweep's verdict as stored in its run's summary
     drain_lines: dict[str, list[str]]
     history: HistoryJSON
     matrix: LinkMatrixJSON | None
@@ -200,9 +201,7 @@ def sweep_view(catalog: Catalog, record: RunRecord, last: int = SWEEPS_SHOWN) ->
     )
 
 
-def link_matrix(
-    v: FleetVerdict, stored: dict[str, Any], earlier: list[RunRecord]
-) -> LinkMatrix | None:
+def link_matrix(v: FleetVerdict, stored: JsonObject, earlier: list[RunRecord]) -> LinkMatrix | None:
     """The reported sweep's links as a matrix, rows grouped by the coarsest topology level;
     each cell's change against the median of the `earlier` sweeps' measurements of it."""
     if not v.coverage:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,7 @@ from fleetval.nodesets import SHOWN, EnvSummary, compress, group_env, natural
 from fleetval.signoff.sweep import SWEEPS_SHOWN, SweepView, sweep_view
 from fleetval.status import severity
 from fleetval.store.dataset import Store
+from fleetval.store.records import JsonObject, StoredRow
 from fleetval.store.records import Run as RunRecord
 from fleetval.store.schema import ENV_COLUMNS, GPU_METRIC
 from fleetval.vocab import CULPRIT_METRIC, Status
@@ -208,7 +209,7 @@ class Views:
     environment: tuple[NodeEnv, ...]  # one per node: node + ENV_SHOWN
     env: EnvSummary  # the same, nodes grouped by identical environment (what a report prints)
     env_diff: tuple[tuple[str, str, str], ...]  # (key, baseline values, candidate values)
-    faults: tuple[dict[str, Any], ...]
+    faults: tuple[JsonObject, ...]  # each as the suite declared it
     sweep: SweepView | None = None  # the run is a fleet sweep
     what_it_did: tuple[str, ...] = ()  # per version changed against the baseline: its attribution
 
@@ -287,7 +288,7 @@ def _busbw_views(
     return {coll: tuple(series) for coll, series in sorted(out.items())}
 
 
-def _heat(rows: list[dict[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...], tuple]:
+def _heat(rows: list[StoredRow]) -> tuple[tuple[str, ...], tuple[str, ...], tuple]:
     worst: dict[tuple[str, str], str] = {}
     for r in rows:
         cell = (r["node"], r["check"])
@@ -335,7 +336,7 @@ def _incident_groups(incidents: tuple[Incident, ...]) -> tuple[IncidentGroup, ..
     )  # fmt: skip
 
 
-def hardware_view(rows: list[dict[str, Any]]) -> HardwareView | None:
+def hardware_view(rows: list[StoredRow]) -> HardwareView | None:
     """The hardware findings of the run's `gpu_hardware` rows (details parsed), grouped."""
     gpu_rows = [r for r in rows if r["metric"] == GPU_METRIC]
     if not gpu_rows:
@@ -378,7 +379,7 @@ def _hw_groups(findings: list[NodeHwFinding]) -> tuple[HwGroup, ...]:
     )  # fmt: skip
 
 
-def _node_actions(rows: list[dict[str, Any]]) -> dict[str, tuple[str, ...]]:
+def _node_actions(rows: list[StoredRow]) -> dict[str, tuple[str, ...]]:
     """Each node's one action (its `hw_node_action` row), worst action first; none left out."""
     by_action: dict[str, set[str]] = defaultdict(set)
     for r in rows:
@@ -392,7 +393,7 @@ def _node_actions(rows: list[dict[str, Any]]) -> dict[str, tuple[str, ...]]:
 
 
 def _incidents(
-    record: RunRecord, rows: list[dict[str, Any]], comparison: Comparison | None
+    record: RunRecord, rows: list[StoredRow], comparison: Comparison | None
 ) -> tuple[Incident, ...]:
     out = [
         Incident(kind=c["reason"], step=s["step"], rank=c["rank"], node=c["node"],
@@ -414,7 +415,7 @@ def _incidents(
     return tuple(out)
 
 
-def scaling_points(rows: list[dict[str, Any]]) -> tuple[ScalingView, ...]:
+def scaling_points(rows: list[StoredRow]) -> tuple[ScalingView, ...]:
     """Per ddp_scaling step and world size: job throughput and weak-scaling efficiency."""
     return tuple(
         ScalingView(
@@ -428,8 +429,8 @@ def scaling_points(rows: list[dict[str, Any]]) -> tuple[ScalingView, ...]:
 def build_views(
     store: Store,
     record: RunRecord,
-    rows: list[dict[str, Any]],
-    nodes: list[dict[str, Any]],
+    rows: list[StoredRow],
+    nodes: list[StoredRow],
     comparison: Comparison | None,
     baseline: str | None,
     *,

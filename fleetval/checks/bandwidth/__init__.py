@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, PositiveFloat, PositiveInt
 
@@ -28,6 +27,7 @@ from fleetval.checks.spec import (
     worst_rows,
 )
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
+from fleetval.store.records import StoredRow
 from fleetval.text import human_bytes
 
 
@@ -113,7 +113,7 @@ def _busbw(inp: GateInputs, cfg: BusbwGate) -> Outcome:
     jobs = _job_models(inp)
     # (job, collective, op, dtype) -> size -> the ranks' rows; judged at the slowest rank,
     # as nccl-tests reports the slowest rank's time.
-    series: dict[tuple, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    series: dict[tuple, dict[int, list[StoredRow]]] = defaultdict(lambda: defaultdict(list))
     for r in inp.rows:  # NOTE: one rank moves nothing over a bus: busbw is 0 by definition
         if r["check"] == "bandwidth" and r["busbw_gbps"] is not None and r["world_size"] > 1:
             series[(r["job"], r["collective"], r["op"], r["dtype"])][r["size_bytes"]].append(r)
@@ -151,12 +151,12 @@ def _busbw(inp: GateInputs, cfg: BusbwGate) -> Outcome:
                  none=f"no bandwidth-bound measurement with a minimum: {why}")  # fmt: skip
 
 
-def _figures(rows: Sequence[dict[str, Any]], context: FigureContext) -> list[str]:
+def _figures(rows: Sequence[StoredRow], context: FigureContext) -> list[str]:
     """Per collective, op and dtype: busbw at the largest size (slowest rank) vs its floor."""
     gates = context.gates
     floors = [*(gates.busbw.minimums if gates and gates.busbw else ()), *BUSBW_DEFAULTS]
     models = context.models
-    series: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    series: dict[tuple, list[StoredRow]] = defaultdict(list)
     for r in rows:
         if r["busbw_gbps"] is not None:
             series[(r["collective"], r["op"], r["dtype"])].append(r)

@@ -28,6 +28,7 @@ from fleetval.checks.spec import (
 )
 from fleetval.metrics import Direction, MetricDecl
 from fleetval.status import measured
+from fleetval.store.records import StoredRow
 from fleetval.store.schema import Row
 
 
@@ -168,7 +169,7 @@ def _shared(name: str, unit: str, direction: Direction) -> MetricDecl:
     return MetricDecl(name=name, unit=unit, direction=direction, shared=True)
 
 
-def _scaling_figures(rows: Sequence[dict[str, Any]], _: FigureContext) -> list[str]:
+def _scaling_figures(rows: Sequence[StoredRow], _: FigureContext) -> list[str]:
     """The job's throughput; efficiency needs every world size, so `report` judges it."""
     tput = [r for r in rows if r["metric"] == "throughput" and r["value"] is not None]
     if not tput:

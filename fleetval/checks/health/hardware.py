@@ -30,11 +30,13 @@ from fleetval.detect.hardware import (
     node_action,
 )
 from fleetval.formats import amdsmi, kernlog, nvsmi
+from fleetval.formats.amdsmi import AmdsmiAnswers
 from fleetval.formats.gpuhw import GpuReading, KernelEvent, merge
 from fleetval.formats.hwcapture import scan, scan_files
 from fleetval.formats.hwobs import Observation
-from fleetval.formats.nvml import from_nvml, unread_link_counters
+from fleetval.formats.nvml import NvmlAnswers, from_nvml, unread_link_counters
 from fleetval.formats.smi import SmiError
+from fleetval.store.records import JsonObject
 from fleetval.store.schema import GPU_METRIC  # one row per GPU, its reading in details
 from fleetval.vocab import Status
 
@@ -177,7 +179,7 @@ def _amdsmi_lib() -> NodeHardware | None:
     return NodeHardware("amdsmi", readings)
 
 
-def _amdsmi_raw(lib: Any, h: Any) -> dict[str, Any]:
+def _amdsmi_raw(lib: Any, h: Any) -> AmdsmiAnswers:
     """The answers `fleetval.formats.amdsmi.from_amdsmi` converts."""
 
     def ask(fn: Callable[..., Any], *args: Any) -> Any:
@@ -209,7 +211,7 @@ def _ask(nv: Any, fn: Callable[..., Any], *args: Any) -> Any:
         return None
 
 
-def _nvml_raw(nv: Any, h: Any) -> dict[str, Any]:
+def _nvml_raw(nv: Any, h: Any) -> NvmlAnswers:
     """The answers `fleetval.formats.nvml.from_nvml` converts (its docstring names them)."""
     ecc = nv.nvmlDeviceGetTotalEccErrors
     mode = _ask(nv, nv.nvmlDeviceGetEccMode, h)
@@ -261,7 +263,7 @@ def _len(pages: Any) -> int | None:
     return None if pages is None else len(pages)
 
 
-def _nvlinks(nv: Any, h: Any) -> dict[str, Any]:
+def _nvlinks(nv: Any, h: Any) -> NvmlAnswers:
     """Link states of the links this GPU has (NVML refuses the others), and the DL error
     counters summed over them."""
     states: list[bool] = []
@@ -301,7 +303,7 @@ class HardwareRow(TypedDict):
     value: NotRequired[float]
     unit: NotRequired[str]
     device_id: str | None
-    details: dict[str, Any]  # the row's JSON details: the reading, the findings, the action
+    details: JsonObject  # the row's JSON details: the reading, the findings, the action
 
 
 def node_hardware_rows(hw: NodeHardware, t: HwThresholds, node: str) -> list[HardwareRow]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +22,7 @@ from fleetval.checks.spec import (
     where,
 )
 from fleetval.metrics import Direction, MetricDecl
+from fleetval.store.records import StoredRow
 from fleetval.text import human_bytes
 
 
@@ -69,9 +69,9 @@ def _own(name: str, unit: str) -> MetricDecl:  # every rank measures its own GPU
     return MetricDecl(name=name, unit=unit, direction=Direction.HIGHER, shared=False)
 
 
-def _figures(rows: Sequence[dict[str, Any]], _: FigureContext) -> list[str]:
+def _figures(rows: Sequence[StoredRow], _: FigureContext) -> list[str]:
     """Per metric, dtype and size: the slowest rank against its expectation, if any."""
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple, list[StoredRow]] = defaultdict(list)
     for r in rows:
         if r["value"] is not None:
             groups[(r["metric"], r["dtype"] or "", r["size_bytes"] or 0)].append(r)

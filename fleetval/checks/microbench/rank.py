@@ -17,7 +17,7 @@ import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
 
 import torch
 
@@ -30,6 +30,7 @@ from fleetval.checks.microbench.params import (
     ModelExpectation,
 )
 from fleetval.checks.model_pattern import model_matches
+from fleetval.store.records import JsonObject
 from fleetval.store.schema import Row
 from fleetval.vocab import Status
 
@@ -172,7 +173,7 @@ class Measured(Timed):
     value: float
     status: str
     message: str
-    details: dict[str, Any]  # the row's JSON details: the expectation, the device, the case
+    details: JsonObject  # the row's JSON details: the expectation, the device, the case
 
 
 def _fields(
