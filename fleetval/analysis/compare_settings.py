@@ -13,11 +13,14 @@ compare:
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, PositiveFloat, ValidationError
 
 from fleetval.vocab import OutputFormat
+
+if TYPE_CHECKING:
+    from fleetval.store.records import JsonObject
 
 # The choices compare and trend offer, named here (pyarrow-free) so the CLI lists them
 # without importing the comparison:
@@ -65,7 +68,7 @@ def settings_from_suite_json(suite_json: str) -> CompareSettings:
     """
     if not suite_json:
         return CompareSettings()
-    data: dict[str, Any] = json.loads(suite_json)
+    data: JsonObject = json.loads(suite_json)
     section = data.get("compare")
     if not section:
         return CompareSettings()

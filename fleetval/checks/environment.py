@@ -22,6 +22,7 @@ from typing import Any, Required, TypedDict, TypeVar
 from fleetval.formats.smi import SmiError
 from fleetval.formats.smi import parse_amd_smi_static as parse_amd_smi_static
 from fleetval.formats.smi import parse_rocm_smi as parse_rocm_smi
+from fleetval.store.records import StoredRow
 from fleetval.store.schema import FINGERPRINT_COLUMNS
 
 TOOL_TIMEOUT_S = 5.0
@@ -403,7 +404,7 @@ def _guarded(probe: Callable[[], T], default: T) -> T:
         return default
 
 
-def fingerprint() -> dict[str, Any]:
+def fingerprint() -> StoredRow:
     """This node's environment, one value per NODES_SCHEMA column (None where unknown).
 
     Never raises: a fingerprint is evidence about a run, not a gate on it.
@@ -414,7 +415,7 @@ def fingerprint() -> dict[str, Any]:
     if not gpus:  # no vendor tool: fall back to what torch can see in this process
         gpus = torch_info.get("gpus", [])
     hip = torch_info.get("hip_version")
-    fp: dict[str, Any] = dict.fromkeys(FINGERPRINT_KEYS)
+    fp: StoredRow = dict.fromkeys(FINGERPRINT_KEYS)
     fp.update(
         hostname=socket.gethostname(),
         node_ip=node_ip(),
