@@ -136,6 +136,17 @@ class Verdict(StrEnum):
     FAILED = "failed"  # correctness: wrong elements or a failed status, whatever the baseline
 
 
+class AttributionVerdict(StrEnum):
+    """What attribution says a version change did at one measurement (`fleetval attribute`):
+    compare's words where the change was measured alone, else why it was not judged."""
+
+    REGRESSION = "regression"  # worse beyond the threshold, statistically supported
+    IMPROVEMENT = "improvement"  # better beyond the threshold, statistically supported
+    UNCHANGED = "unchanged"  # within the threshold
+    CONFOUNDED = "confounded"  # changed together with another component, never apart
+    INSUFFICIENT = "insufficient"  # too few nodes or nights side by side, or too noisy
+
+
 class Catchup(StrEnum):
     """What a service schedule does about fire times that came due while no service ran."""
 

@@ -50,7 +50,7 @@ from fleetval.finding import Finding
 from fleetval.metrics import BUSBW, LATENCY
 from fleetval.store.dataset import Store
 from fleetval.text import human_bytes
-from fleetval.vocab import Status, Verdict
+from fleetval.vocab import AttributionVerdict, Status, Verdict
 
 # What a version change is attributed to, and the nodes-table columns that say its version
 # (the first non-null one: HIP is ROCm's own runtime, so it stands in only where ROCm is
@@ -75,8 +75,8 @@ MAX_DF = 100
 # A column whose norm falls below this fraction once node and night are swept out carries
 # no same-night, same-node contrast (exact collinearity up to rounding).
 VANISHED = 1e-6
-CONFOUNDED = "confounded"
-INSUFFICIENT = "insufficient"
+CONFOUNDED = AttributionVerdict.CONFOUNDED
+INSUFFICIENT = AttributionVerdict.INSUFFICIENT
 
 
 class AttributionError(CompareError):
@@ -129,7 +129,7 @@ class VersionFinding(Finding):
     q: float | None
     nodes: int  # nodes measured on either version on the nights both were measured
     nights: int  # nights both versions were measured side by side
-    verdict: str  # a compare Verdict, CONFOUNDED or INSUFFICIENT
+    verdict: AttributionVerdict
 
     @property
     def component(self) -> str:
@@ -312,7 +312,9 @@ def what_it_did(store: Store, suite: str, changed: list[str]) -> tuple[str, ...]
         a = attribute_store(store, where={"suite": suite})
     except ValueError as err:
         return (f"{', '.join(comps)} changed; not attributed: {err}",)
-    shown = [f for f in a.findings if f.component in comps and f.verdict != Verdict.UNCHANGED.value]
+    shown = [
+        f for f in a.findings if f.component in comps and f.verdict != AttributionVerdict.UNCHANGED
+    ]
     lines = [f.reason for f in shown if f.verdict != CONFOUNDED]
     lines += [
         f"confounded: {', '.join(c.changes)}: {c.why}"
@@ -786,12 +788,12 @@ def _enough(e: _Estimate, s: AttributeSettings) -> bool:
     return min(e.side_nodes) >= s.min_nodes and e.nights >= s.min_nights
 
 
-def _verdict(e: _Estimate, judged: str, short: bool, testable: bool) -> str:
+def _verdict(e: _Estimate, judged: str, short: bool, testable: bool) -> AttributionVerdict:
     if e.why is not None:
         return CONFOUNDED
     if short or not testable or judged == Verdict.NOISY.value:
         return INSUFFICIENT
-    return judged
+    return AttributionVerdict(judged)
 
 
 def _change(e: _Estimate) -> str:

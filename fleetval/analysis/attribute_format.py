@@ -9,9 +9,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from fleetval.analysis.attribute import CONFOUNDED, Attribution, Confounded, VersionFinding
+from fleetval.analysis.attribute import Attribution, Confounded, VersionFinding
 from fleetval.text import human_bytes
-from fleetval.vocab import Verdict
+from fleetval.vocab import AttributionVerdict
 
 COLUMNS = (
     "component",
@@ -24,7 +24,8 @@ COLUMNS = (
     "nights",
     "verdict",
 )
-STYLE = {Verdict.REGRESSION.value: "red", Verdict.IMPROVEMENT.value: "green", CONFOUNDED: "yellow"}
+STYLE = {AttributionVerdict.REGRESSION: "red", AttributionVerdict.IMPROVEMENT: "green",
+         AttributionVerdict.CONFOUNDED: "yellow"}  # fmt: skip
 
 
 def summary_line(a: Attribution) -> str:
@@ -36,7 +37,7 @@ def summary_line(a: Attribution) -> str:
 
 def shown(a: Attribution, *, all_rows: bool = False) -> list[VersionFinding]:
     """Everything but `unchanged`, unless all rows are asked for."""
-    return [f for f in a.findings if all_rows or f.verdict != Verdict.UNCHANGED.value]
+    return [f for f in a.findings if all_rows or f.verdict != AttributionVerdict.UNCHANGED]
 
 
 def _cells(f: VersionFinding) -> list[str]:
