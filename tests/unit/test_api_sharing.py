@@ -397,3 +397,19 @@ def test_the_hot_read_answers_as_the_route_does(svc, tmp_path):
         f"/v1/runs/{stored}/results",
         "/v1/runs/",
     ]
+
+
+def test_every_view_of_a_run_takes_its_header_from_the_one_declaration() -> None:
+    """`Run` is declared once (store/records.py): the queue's submission and the API body
+    inherit its header instead of restating it, and a stored run's listing is RunOut's
+    fields."""
+    from fleetval.api.db import Submission
+    from fleetval.api.models import RunOut
+    from fleetval.store.records import RunHeader
+
+    header = list(RunHeader.model_fields)
+    for view in (Run, Submission, RunOut):
+        assert issubclass(view, RunHeader) and list(view.model_fields)[: len(header)] == header
+    listing = Run(run_id="r", suite="s", status="pass", started_at=datetime.now(UTC)).listing()
+    assert set(listing) <= set(RunOut.model_fields)
+    RunOut.model_validate(listing)

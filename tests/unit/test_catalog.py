@@ -119,3 +119,24 @@ def test_find_runs_is_one_index_query(tmp_path: Path) -> None:
     assert found[ids[0]] == store.run(ids[0])
     assert found[ids[2]].status == "incomplete"  # no record: indexed from its results
     assert len([q for q in queries if q.startswith("SELECT")]) == 1
+
+
+def test_runs_stored_by_earlier_versions_are_written_back_byte_for_byte() -> None:
+    """The store in tests/data/store was written by an earlier fleetval: each run's catalog
+    entry and Parquet row read back into one `Run`, and that run written again (through its
+    Arrow row, as `Store.write_run` does) is the same entry, byte for byte."""
+    from fleetval.store.parquet import read_parquet, table_rows
+    from fleetval.store.records import index_json, rows_from_json
+
+    data = Path(__file__).resolve().parent.parent / "data" / "store"
+    entries = sorted((data / "index" / "runs").glob("*.json"))
+    assert entries
+    for entry in entries:
+        text = entry.read_text()
+        run = Run.from_record(rows_from_json("runs", text)[0])
+        parquet = data / "runs" / f"{entry.stem}.parquet"
+        if parquet.exists():
+            assert Run.from_record(table_rows(read_parquet([parquet], RUNS_SCHEMA))[0]) == run
+        written = pa.Table.from_pylist([run.to_record()], schema=RUNS_SCHEMA)
+        assert index_json(table_rows(written)).decode() == text, entry.name
+
