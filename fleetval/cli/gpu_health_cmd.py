@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import typer
 
 from fleetval.cli.common import DataOpt, Exit, JsonOpt, bad_input_exits, console, open_store
 
 if TYPE_CHECKING:
-    from fleetval.detect.hardware import GpuVerdict
+    from fleetval.detect.hardware import GpuVerdict, GpuVerdictJSON
 
 FilesArg = Annotated[
     list[Path],
@@ -92,27 +92,25 @@ def _one_node_note(paths: list[Path]) -> list[str]:
     ]
 
 
-def _json(verdicts: dict[str, list[GpuVerdict]]) -> dict[str, Any]:
+class GpuHealthJSON(TypedDict):
+    """What `fleetval gpu-health --json` prints."""
+
+    action: str  # the worst node's
+    reason: str
+    gpus: list[GpuVerdictJSON]
+    nodes: dict[str, str]  # node -> its action
+
+
+def _json(verdicts: dict[str, list[GpuVerdict]]) -> GpuHealthJSON:
     from fleetval.detect.hardware import node_action
 
     worst = _worst(verdicts)
-    return {
-        "action": worst[0],
-        "reason": worst[1],
-        "gpus": [
-            {
-                "node": node,
-                "gpu": v.label,
-                "key": v.key,
-                "action": v.action.value,
-                "reading": v.reading.model_dump() if v.reading else None,
-                "findings": [f.to_json() for f in v.findings],
-            }
-            for node, vs in verdicts.items()
-            for v in vs
-        ],
-        "nodes": {node: node_action(vs)[0].value for node, vs in verdicts.items()},
-    }
+    return GpuHealthJSON(
+        action=worst[0],
+        reason=worst[1],
+        gpus=[v.to_json(node) for node, vs in verdicts.items() for v in vs],
+        nodes={node: node_action(vs)[0].value for node, vs in verdicts.items()},
+    )
 
 
 def _worst(verdicts: dict[str, list[GpuVerdict]]) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
-from typing import Any, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
@@ -23,6 +23,9 @@ from fleetval.finding import Finding
 from fleetval.formats.gpuhw import GpuReading, KernelEvent, pci_key
 from fleetval.formats.hwobs import Observation
 from fleetval.vocab import Status
+
+if TYPE_CHECKING:
+    from fleetval.store.records import JsonObject
 
 
 class Action(StrEnum):
@@ -108,6 +111,26 @@ class GpuVerdict:
     @property
     def bad(self) -> list[HwFinding]:
         return [f for f in self.findings if f.bad]
+
+    def to_json(self, node: str) -> GpuVerdictJSON:
+        """As `fleetval gpu-health --json` lists it."""
+        return GpuVerdictJSON(
+            node=node,
+            gpu=self.label,
+            key=self.key,
+            action=self.action.value,
+            reading=self.reading.model_dump() if self.reading else None,
+            findings=[f.to_json() for f in self.findings],
+        )
+
+
+class GpuVerdictJSON(TypedDict):
+    node: str
+    gpu: str
+    key: str
+    action: str
+    reading: JsonObject | None  # GpuReading.model_dump()
+    findings: list[HwFindingJSON]
 
 
 # ---- the Xid table ---------------------------------------------------------------------------
