@@ -34,7 +34,7 @@ from fleetval.api.schedules import CronError, next_after, stamp, validate
 from fleetval.run.plan import ClusterShape, NodeShape, make_plan
 from fleetval.store.catalog import RunNotFound
 from fleetval.store.dataset import Store, new_run_id
-from fleetval.store.records import Run, RunFilter
+from fleetval.store.records import LISTED, Run, RunFilter
 from fleetval.suite import Suite, SuiteError, load_suite, parse_suite, shipped_suites
 
 
@@ -147,13 +147,12 @@ def run_out(db: ServiceDB, sub: Submission) -> RunOut:
 
 
 def _stored_prefix() -> str:
-    """The RunOut fields a stored run's listing lacks (their defaults), as the start of a
-    JSON object the listing's own fields complete."""
-    sample = Run(run_id="", suite="", status="", started_at=datetime.now(UTC)).listing()
+    """The RunOut fields a stored run's listing lacks (the queue's, at their defaults), as
+    the start of a JSON object the listing's own fields (`LISTED`) complete."""
     extra = {
         name: field.get_default(call_default_factory=True)
         for name, field in RunOut.model_fields.items()
-        if name not in sample
+        if name not in LISTED
     }
     return json.dumps(extra)[:-1] + ","
 

@@ -48,6 +48,8 @@ ROW_ORDER = (
     "run_id", "suite", "status", "started_at", "finished_at", "labels", "submitter", "backend",
     "faults", "suite_json", "summary", "message", "metrics",
 )  # fmt: skip
+# What `Run.listing` shows of a run, in its order: its header, its times and step verdicts.
+LISTED = (*RunHeader.model_fields, "started_at", "finished_at", "steps")
 # Text columns an older or foreign writer may have left null: read as their default.
 _TEXT = ("message", "submitter", "backend", "suite_json")
 
@@ -84,15 +86,11 @@ class Run(RunHeader):
 
     def listing(self) -> JsonObject:
         """What a list of runs shows of this run (the service's view of a stored run): its
-        header, times as ISO 8601 text and step verdicts; no suite text, no metric
+        header, times as ISO 8601 text and step verdicts (`LISTED`); no suite text, no metric
         declarations. `RunOut` declares the same fields."""
+        header = {name: getattr(self, name) for name in RunHeader.model_fields}
         return {
-            "run_id": self.run_id,
-            "suite": self.suite,
-            "status": self.status,
-            "message": self.message,
-            "labels": self.labels,
-            "submitter": self.submitter,
+            **header,
             "started_at": self.started_at.isoformat(),
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "steps": self.steps,
