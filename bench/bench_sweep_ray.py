@@ -1,8 +1,9 @@
 """Fleet sweeps on the 8-node two-rack Ray fleet, repeated: clean, two slow nodes, a slow link.
 
-Real `fleetval sweep` runs (one rank per node, gloo) on the cluster of
-`fleetval.testing.fleet8` (eight one-CPU Ray nodes, node-0..3 in rack-a, node-4..7 in
-rack-b), with its suite, fault size (`DELAY_MS`) and sweep runner, repeated to count:
+Real `fleetval sweep` runs (one rank per node, gloo) on the simulated fleet of
+`fleetval.testing.fleet8` (`simulated_fleet8`: eight one-CPU Ray nodes, node-0..3 in rack-a,
+node-4..7 in rack-b), with its suite, fault size (`DELAY_MS`) and sweep runner, repeated to
+count:
 - clean: sweeps of a healthy fleet in one store (history rotates the matchings), passed when
   nothing is drained and no link or trunk is confirmed;
 - two slow: a `delay` on one node of each of the sweep's first two pairs
@@ -25,12 +26,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import logging
 import os
 import random
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -144,44 +143,24 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["COLUMNS"] = "250"
-    import ray
-    from ray.cluster_utils import Cluster
-
     from fleetval.run.sweep import keep_warm
 
     base = args.data or Path(tempfile.mkdtemp(prefix="bench-sweep-ray-"))
-    cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 0, "labels": {"fleetval/node": "head"}}
-    )
     tallies: list[Tally] = []
 
-    def watchdog() -> None:  # NOTE: as fleet8's: the cluster goes down with the deadline
+    def said() -> None:
         print(f"deadline of {args.deadline_s:g}s passed; so far:", flush=True)
         for t in tallies:
             print(t.row(), flush=True)
-        cluster.shutdown()
-        os._exit(3)
 
-    timer = threading.Timer(args.deadline_s, watchdog)
-    timer.daemon = True
-    timer.start()
-    try:
-        for n in fleet8.NODES:
-            labels = {"fleetval/node": n, "fleetval/rack": fleet8.RACKS[n]}
-            cluster.add_node(num_cpus=1, labels=labels)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
-        with keep_warm():  # NOTE: every sweep on one set of warm ranks, as a nightly loop's
-            if args.clean:
-                tallies.append(clean(cluster, base / "clean", args.clean))
-            if args.two_slow:
-                tallies.append(two_slow(cluster, base / "two_slow", args.two_slow))
-            if args.slow_link:
-                tallies.append(slow_link(cluster, base, args.slow_link, args.seed))
-    finally:
-        timer.cancel()
-        ray.shutdown()
-        cluster.shutdown()
+    # NOTE: every sweep on one set of warm ranks, as a nightly loop's
+    with fleet8.simulated_fleet8(args.deadline_s, said) as cluster, keep_warm():
+        if args.clean:
+            tallies.append(clean(cluster, base / "clean", args.clean))
+        if args.two_slow:
+            tallies.append(two_slow(cluster, base / "two_slow", args.two_slow))
+        if args.slow_link:
+            tallies.append(slow_link(cluster, base, args.slow_link, args.seed))
     print("\n| scenario | runs | passed | sweeps | s per sweep (median) | slowest | notes |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for t in tallies:

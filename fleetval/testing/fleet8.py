@@ -20,6 +20,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -183,11 +185,13 @@ def slow_trunk(cluster: Any, data: Path) -> dict[str, Any]:
 SCENARIOS = {f.__name__: f for f in (clean, two_slow, slow_link, throttled, slow_trunk)}
 
 
-def main(data: Path, names: list[str]) -> None:
+@contextmanager
+def simulated_fleet8(deadline_s: float, on_deadline: Callable[[], None]) -> Iterator[Any]:
+    """The eight nodes and the head started, this process connected; yields the cluster. At
+    `deadline_s` a watchdog calls `on_deadline` (to say so), stops the cluster and ends the
+    process (exit 3); at the end this process disconnects and the cluster stops."""
     import ray
     from ray.cluster_utils import Cluster
-
-    from fleetval.run.sweep import keep_warm
 
     cluster = Cluster(
         initialize_head=True,
@@ -195,11 +199,11 @@ def main(data: Path, names: list[str]) -> None:
     )
 
     def watchdog() -> None:
-        print(json.dumps({"error": f"deadline of {DEADLINE_S:g}s passed"}), flush=True)
+        on_deadline()
         cluster.shutdown()
         os._exit(3)
 
-    timer = threading.Timer(DEADLINE_S, watchdog)
+    timer = threading.Timer(deadline_s, watchdog)
     timer.daemon = True
     timer.start()
     try:
@@ -208,13 +212,23 @@ def main(data: Path, names: list[str]) -> None:
             cluster.add_node(num_cpus=1, labels=labels, **QUIET_NODE)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
-        with keep_warm():  # NOTE: every scenario's sweep on the same warm ranks, as a nightly loop
-            for name in names:
-                print(json.dumps(SCENARIOS[name](cluster, data)), flush=True)
+        yield cluster
     finally:
         timer.cancel()
         ray.shutdown()
         cluster.shutdown()
+
+
+def main(data: Path, names: list[str]) -> None:
+    from fleetval.run.sweep import keep_warm
+
+    def said() -> None:
+        print(json.dumps({"error": f"deadline of {DEADLINE_S:g}s passed"}), flush=True)
+
+    # NOTE: every scenario's sweep on the same warm ranks (`keep_warm`), as a nightly loop
+    with simulated_fleet8(DEADLINE_S, said) as cluster, keep_warm():
+        for name in names:
+            print(json.dumps(SCENARIOS[name](cluster, data)), flush=True)
 
 
 if __name__ == "__main__":
