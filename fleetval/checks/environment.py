@@ -17,12 +17,11 @@ import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Required, TypedDict, TypeVar
+from typing import Any, Required, TypedDict, TypeVar, cast
 
 from fleetval.formats.smi import SmiError
 from fleetval.formats.smi import parse_amd_smi_static as parse_amd_smi_static
 from fleetval.formats.smi import parse_rocm_smi as parse_rocm_smi
-from fleetval.store.records import StoredRow
 from fleetval.store.schema import FINGERPRINT_COLUMNS
 
 TOOL_TIMEOUT_S = 5.0
@@ -34,6 +33,29 @@ ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICE
 FINGERPRINT_KEYS = FINGERPRINT_COLUMNS
 
 T = TypeVar("T")
+
+
+class Fingerprint(TypedDict):
+    """A node's fingerprint: its row of the nodes table but what the driver adds (run_id, node,
+    ray_node_id); one key per FINGERPRINT_COLUMNS column, in its order, None where unknown."""
+
+    hostname: str
+    node_ip: str | None
+    gpu_model: str | None
+    gpu_count: int
+    gpu_ids: list[str]  # UUIDs or PCI bus ids
+    driver_version: str | None
+    cuda_version: str | None
+    rocm_version: str | None
+    hip_version: str | None
+    nccl_version: str | None
+    rccl_version: str | None
+    torch_version: str | None
+    ray_version: str | None
+    python_version: str
+    kernel: str
+    cpu_model: str | None
+    extra: str  # JSON: the facts without a column of their own
 
 
 class Lscpu(TypedDict, total=False):
@@ -404,7 +426,7 @@ def _guarded(probe: Callable[[], T], default: T) -> T:
         return default
 
 
-def fingerprint() -> StoredRow:
+def fingerprint() -> Fingerprint:
     """This node's environment, one value per NODES_SCHEMA column (None where unknown).
 
     Never raises: a fingerprint is evidence about a run, not a gate on it.
@@ -415,7 +437,7 @@ def fingerprint() -> StoredRow:
     if not gpus:  # no vendor tool: fall back to what torch can see in this process
         gpus = torch_info.get("gpus", [])
     hip = torch_info.get("hip_version")
-    fp: StoredRow = dict.fromkeys(FINGERPRINT_KEYS)
+    fp = cast(Fingerprint, dict.fromkeys(FINGERPRINT_KEYS))
     fp.update(
         hostname=socket.gethostname(),
         node_ip=node_ip(),

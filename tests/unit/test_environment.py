@@ -168,7 +168,7 @@ def _fake_nvidia_smi(bin_dir: Path) -> None:
 
 def test_fingerprint_keys_and_local_facts() -> None:
     fp = env.fingerprint()
-    assert tuple(fp) == env.FINGERPRINT_KEYS
+    assert tuple(fp) == env.FINGERPRINT_KEYS == tuple(env.Fingerprint.__annotations__)
     # Every fingerprint key is a NODES_SCHEMA column (run_id/node/ray_node_id come from the driver).
     assert set(fp) <= set(NODES_SCHEMA.names)
     assert fp["python_version"] == platform.python_version()
