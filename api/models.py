@@ -6,7 +6,7 @@ import binascii
 import json
 import re
 from datetime import date
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from fleetval.api.schedules import cron_pattern
-from fleetval.store.records import JsonObject, RunHeader
+from fleetval.store.records import JsonObject, RunHeader, StoredRow
 from fleetval.suite import shipped_suites
 from fleetval.vocab import Catchup
 
@@ -36,7 +36,7 @@ RunId = Annotated[str, StringConstraints(pattern=STORE_NAME)]
 # suite model itself (app.suite_schemas).
 SUITE_REF = "#/components/schemas/Suite"
 SuiteSpec = Annotated[
-    str | dict[str, Any],
+    str | JsonObject,
     WithJsonSchema(
         {
             "anyOf": [
@@ -58,7 +58,7 @@ LOOSE_SECTIONS = {
 }
 
 
-def suite_components() -> dict[str, Any]:
+def suite_components() -> JsonObject:
     """The inline suite's JSON Schema and the schemas it refers to, as OpenAPI components
     (`SUITE_REF`), made from the suite model: the step union with its `check` discriminator,
     every check's parameters, placement, timeouts and faults (LOOSE_SECTIONS by name)."""
@@ -262,7 +262,7 @@ class Progress(_Out):
     total: int = 0
     percent: float = 0.0
     detail: str = ""
-    culprits: list[dict[str, Any]] = Field(default_factory=list)
+    culprits: list[JsonObject] = Field(default_factory=list)
 
 
 # NOTE: no docstring, which would become the OpenAPI schema's description. A run as the
@@ -292,7 +292,7 @@ class RunList(_Out):
 class ScheduleOut(_Out):
     name: str
     cron: str
-    suite: str | dict[str, Any]
+    suite: str | JsonObject
     labels: dict[str, str]
     retries: int
     catchup: str
@@ -334,7 +334,7 @@ class Health(_Out):
 class ResultPage(_Out):
     run_id: str
     count: int  # rows in this page
-    rows: list[dict[str, Any]]
+    rows: list[StoredRow]
     next_cursor: str | None = None
 
 
