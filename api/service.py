@@ -2,10 +2,8 @@
 
 Lookups cost the same whatever the history's length: a submission is one indexed read of
 the service database, a stored run one read of the store's run index (or its own files),
-a page of runs one keyset query on each side, merged. The hot reads (a run, a page of
-runs) are answered as JSON text made from what is stored (the run index keeps each stored
-run's listing as JSON; a submission's JSON columns are spliced in), not by building and
-validating response models: the same JSON the models describe, at a fraction of the cost.
+a page of runs one keyset query on each side, merged. How a run is read and what is kept
+between requests: api/cache.py.
 """
 
 from __future__ import annotations
