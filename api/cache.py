@@ -17,7 +17,8 @@ brings another version, so a change shows on the very next request. The versions
 - a page of runs (`HotReads`): the service database's `data_version` and the run index's
   `version()`; SQLite moves both on every commit, by this process or another one (another
   `serve --workers` worker, `fleetval run`), and the run index's own syncs move its own;
-- the store's runs (`CachedStore.runs`): the run index's `version()`;
+- the store's runs (`CachedStore.runs`): the run index's `version()` and the records its
+  syncs found unreadable;
 - the store's node rows (`CachedStore.node_rows`): the store's generation, the modification
   times of runs/, results/ and nodes/ (a file appears in them by a rename), never kept
   while younger than `RACY_S` (a write in the same clock tick would not move it: git's
@@ -143,7 +144,9 @@ class CachedStore(Store):
         return tops, runs
 
     def runs(self) -> list[Run]:
-        version = self.run_index().version()  # NOTE: first: it may sync, or say it is building
+        index = self.run_index()  # NOTE: first: it may sync, or say it is building
+        # NOTE: a record a sync found unreadable moves no row: it is part of the version
+        version = index.version(), tuple(index.unreadable)
         return list(self._runs.get(version, "runs", super().runs))
 
     def node_rows(self, run_ids: list[str] | None = None) -> list[StoredRow]:
