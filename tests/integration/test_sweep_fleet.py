@@ -2,7 +2,7 @@
 nodes, a slow link, a node throttled from outside fleetval, a slow trunk between the racks,
 and a clean fleet.
 
-The scenarios run in `fleet8.py`, a subprocess with its own Ray cluster (the session's
+The scenarios run in `fleetval.testing.fleet8`, a subprocess with its own Ray cluster (the session's
 shared cluster has another shape); it prints one JSON line per scenario. Noise on a small
 shared machine is large: the fabric model reads it from its residuals and judges within
 what it allows; nothing is flagged on one job. The store is shared, so every sweep after
@@ -18,12 +18,10 @@ import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
 NODES = [f"node-{i}" for i in range(8)]
 DEADLINE_S = 1500  # the script's own watchdog; the test waits a little longer
 # NOTE: the five sweeps take 4-6 minutes on 2 shared cores, in the module fixture, on one set
