@@ -60,9 +60,8 @@ def sweep(
     verdict = None
     with (
         warm_ranks(suite, cluster) as pool,
-        recording(suite, store, labels=labels, cancel=cancel) as state,
+        recording(suite, store, labels=labels, cancel=cancel, pool=pool) as state,
     ):
-        state.pool = pool
         started, warm = pool.started, pool.reused  # a shared pool counts other sweeps' too
         skus: dict[str, str] = {}  # filled from each node's fingerprint as jobs run
         measure = _round_runner(suite, cluster, state, skus, itertools.count())

@@ -103,8 +103,7 @@ def test_a_sweeps_node_pool_reuses_each_nodes_ranks_and_replaces_a_dead_one(ray_
     pairs = [("node-a", "node-b"), ("node-b", "node-c"), ("node-a", "node-c")]
     jobs = [node_job(SWEEP, cluster, pair, i, None) for i, pair in enumerate(pairs)]
     try:
-        with recording(SWEEP, Store(tmp_path)) as state:
-            state.pool = pool
+        with recording(SWEEP, Store(tmp_path), pool=pool) as state:
             assert [o.status for o in run_job(jobs[0], state)] == ["pass"]
             assert pool.started == 2
             assert [o.status for o in run_job(jobs[1], state)] == ["pass"]
@@ -120,8 +119,7 @@ def test_a_sweeps_node_pool_reuses_each_nodes_ranks_and_replaces_a_dead_one(ray_
         # behind would keep the new one from being placed), and two ranks start on each.
         pool.serve(lambda node: node_job(SWEEP_HALVES, cluster, (node,), -1, []))
         assert pool._idle == {}
-        with recording(SWEEP_HALVES, Store(tmp_path)) as state:
-            state.pool = pool
+        with recording(SWEEP_HALVES, Store(tmp_path), pool=pool) as state:
             job = node_job(SWEEP_HALVES, cluster, ("node-a", "node-b"), 3, None)
             assert [o.status for o in run_job(job, state)] == ["pass"]
             assert pool.started == 8 and sorted(len(rs) for rs in pool._idle.values()) == [2, 2]
