@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from fleetval.status import flagged
 from fleetval.vocab import Status
 
 
@@ -29,7 +30,7 @@ class Finding:
     @property
     def bad(self) -> bool:
         """WARN or FAIL: something a person acts on or looks at."""
-        return self.status in (Status.WARN, Status.FAIL)
+        return flagged(self.status)
 
 
 class RowFields(TypedDict):

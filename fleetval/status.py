@@ -84,6 +84,11 @@ def measured(status: str) -> bool:
     return status in (Status.PASS, Status.WARN, Status.INFO)
 
 
+def flagged(status: str) -> bool:
+    """Whether a row or finding asks for a person: it warned or failed."""
+    return status in (Status.WARN, Status.FAIL)
+
+
 def severity(status: str | None) -> int:
     """How bad a row status is, for showing the worst of several (unknown: -1)."""
     return _SEVERITY.get(status, -1)  # type: ignore[call-overload]  # NOTE: StrEnum keys hash as str

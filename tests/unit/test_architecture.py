@@ -32,7 +32,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "vocab": (), "text": (), "arrays": (), "metrics": (), "nodesets": (), "culprit": (),
     "policy": (),
     "status": ("vocab", "culprit"),
-    "finding": ("vocab",),
+    "finding": ("vocab", "status"),
     "formats": ("core",),
     "store": ("core",),
     "detect": ("core", "formats", "store"),
