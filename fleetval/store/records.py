@@ -58,8 +58,9 @@ class Run(RunHeader):
     """A run, declared once. Every form of it derives from these fields:
 
     - its row (`to_record`, read back by `from_record`): the `runs/<id>.parquet` file and its
-      JSON catalog entry `index/runs/<id>.json` (`entry_json`), labels as pairs and faults,
-      summary and metrics as JSON text: the stored formats, unchanged;
+      JSON catalog entry `index/runs/<id>.json` (`index_json` of the row as Arrow reads it
+      back), labels as pairs and faults, summary and metrics as JSON text: the stored
+      formats, unchanged;
     - its run index row (`index_row`: store/runindex.py), which keeps its `listing` as JSON;
     - the API body (`RunOut`: the header's fields, `listing`'s times and steps, and the
       queue's own fields) and the report's header (`signoff/views.py`) read its fields.
