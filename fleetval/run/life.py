@@ -56,7 +56,7 @@ class RunEvent(StrEnum):
     STOP = "stop"  # anyone: stop the run (with a reason)
     FINISH = "finish"  # the engine: no job is left to run
     STOPPED = "stopped"  # the engine: the stop took effect (the running job is torn down)
-    FAIL = "fail"  # the engine, or the service before the engine started: the run cannot go on
+    FAIL = "break"  # the engine, or the service before the engine started: the run cannot go on
 
 
 class Mover(StrEnum):
