@@ -224,6 +224,13 @@ AMD_EVENTS: dict[str, tuple[Status, Action, str]] = {
     "reset_failed": (Status.FAIL, Action.REBOOT_NODE,
                      "a GPU reset did not complete (SMU/DPM features could not be disabled): "
                      "only a reboot brings the GPU back"),
+    "umc_uncorrectable": (Status.FAIL, Action.RESET_GPU,
+                          "uncorrectable VRAM errors counted by the memory controller (UMC): "
+                          "the driver retires the pages and resets the GPU; RMA if they recur"),
+    "umc_deferred": (Status.WARN, Action.WATCH,
+                     "deferred VRAM errors (UMC): poisoned data not yet consumed"),
+    "umc_correctable": (Status.WARN, Action.WATCH,
+                        "corrected VRAM errors (UMC): the memory still works; watch their count"),
     "smu_unresponsive": (Status.WARN, Action.WATCH,
                          "the power-management firmware (SMU) stopped answering the driver: "
                          "clocks and telemetry are stale; a reset follows if it persists"),
@@ -478,7 +485,12 @@ def _event_finding(kind: str, evs: list[KernelEvent], t: HwThresholds) -> HwFind
     table = AMD_EVENTS if evs[0].vendor == "amd" else NVIDIA_EVENTS
     if kind in table:
         severity, action, why = table[kind]
-        return HwFinding(kind, severity, why, action, f"{n}x, last: {last}")
+        counted = sum(e.count or 0 for e in evs)  # a UMC line counts its errors
+        seen = f"{n}x ({counted:,} errors)" if counted else f"{n}x"
+        return HwFinding(kind, severity, why, action, f"{seen}, last: {last}")
+    if not kind.startswith("xid_"):  # an event a newer reader knows and this table not yet
+        return HwFinding(kind, Status.WARN, f"{kind.replace('_', ' ')}: not in fleetval's table",
+                         Action.WATCH, f"{n}x, last: {last}")  # fmt: skip
     code = int(kind.removeprefix("xid_"))
     rule = XID_TABLE.get(code)
     if rule is None:

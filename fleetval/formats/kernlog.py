@@ -87,25 +87,16 @@ def _amd(line: str) -> list[KernelEvent]:
     m = _AMDGPU.search(line)
     if not m:
         return []
+    if umc := _UMC.search(m.group(2)):
+        return _umc(m.group(1), umc, line.strip())
     kind = next((k for pattern, k in _AMD_KINDS if pattern.search(m.group(2))), None)
     if kind is None:
         return []
     return [KernelEvent(vendor="amd", kind=kind, pci_bus_id=m.group(1), text=line.strip())]
 
 
-def read_umc_counts(text: str) -> list[KernelEvent]:
-    """amdgpu's UMC (VRAM ECC) error counts in a kernel log: one event per kind of error a line
-    counts (umc_correctable, umc_uncorrectable, umc_deferred; none for a count of 0), with the
-    count. NOTE: not yet part of `read_kernel_log`: `fleetval.detect.hardware` has no rule for
-    these kinds yet (its AMD_EVENTS), and an amdgpu event it has no rule for stops the judge."""
-    events: list[KernelEvent] = []
-    for line in text.splitlines():
-        if (m := _AMDGPU.search(line)) and (umc := _UMC.search(m.group(2))):
-            events += _umc(m.group(1), umc, line.strip())
-    return events
-
-
 def _umc(bus: str, m: re.Match[str], text: str) -> list[KernelEvent]:
+    """amdgpu's UMC (VRAM ECC) error counts: one event per kind a line counts (none for 0)."""
     counts = {f"umc_{m.group(2).lower()}": int(m.group(1)), "umc_deferred": int(m.group(3) or 0)}
     return [KernelEvent(vendor="amd", kind=kind, pci_bus_id=bus, count=n, text=text)
             for kind, n in counts.items() if n]  # fmt: skip

@@ -104,11 +104,16 @@ def test_dcgmi_health_table_healthy_is_the_nodes_overall_health() -> None:
 
 
 def test_amdgpu_umc_error_counts_per_gpu() -> None:
-    events = kernlog.read_umc_counts((HW / "dmesg-amdgpu-umc-skriptoteket.log").read_text())
+    events = kernlog.read_kernel_log((HW / "dmesg-amdgpu-umc-skriptoteket.log").read_text())
     assert [(e.kind, e.pci_bus_id, e.count) for e in events] == [
         ("umc_correctable", "0000:0b:00.0", 1048560),
         ("umc_uncorrectable", "0000:0b:00.0", 1048560),
     ]
+    f = findings(scan("dmesg-amdgpu-umc-skriptoteket.log"))
+    assert {(code, action) for fs in f.values() for code, action, _ in fs} == {
+        ("umc_correctable", Action.WATCH),
+        ("umc_uncorrectable", Action.RESET_GPU),
+    }
 
 
 def test_amd_smi_xgmi_link_status_counts_down_links_not_disabled_ones() -> None:
@@ -124,7 +129,7 @@ def test_amd_smi_xgmi_link_status_counts_down_links_not_disabled_ones() -> None:
     assert {action for _, action, _ in f["GPU 1 (0000:44:00)"]} == {Action.RESET_GPU}
     older = "amdgpu 0000:0b:00.0: 3 uncorrectable hardware errors and 2 deferred hardware errors"
     assert [
-        (e.kind, e.count) for e in kernlog.read_umc_counts(older + " detected in UMC block")
+        (e.kind, e.count) for e in kernlog.read_kernel_log(older + " detected in UMC block")
     ] == [
         ("umc_uncorrectable", 3),
         ("umc_deferred", 2),
