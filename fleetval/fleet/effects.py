@@ -17,6 +17,11 @@ Z_HEALTHY = NormalDist().inv_cdf(0.95)  # one-sided 95%: how sure "no slower tha
 # noise units: a job slower than its fit by more than this is not the noise's (past it the
 # fabric model's loss counts a residual linearly: a bounded pull per job)
 HUBER = 3.0
+# A slow estimate still unproven when the sweep ends is left suspect only while it is at
+# least as likely a fault as not over everything the sweep tested (its Benjamini-Hochberg
+# q-value); above that it is what the noise gives the slowest of so many healthy ones, and
+# the node is judged by the bound its jobs give, as every other node is
+Q_SUSPECT = 0.5
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class Effect:
     tonight: int  # of those, tonight's
     z: float = 0.0  # evidence that it is slower than the tolerance (0: not a candidate)
     p: float = 1.0
+    q: float = 1.0  # p adjusted for every effect tested (Benjamini-Hochberg)
     flagged: bool = False
 
     @property

@@ -286,18 +286,26 @@ def _node(a: Assessment, n: str, settings: SweepSettings, *, measured_alone: boo
     if net is not None and suspect(net, f):
         a.pending_pair.add(n)
         return
-    within = _within(a, n)
-    # NOTE: its fastest pair job within the tolerance up to one job's noise (a node whose
-    # every pair was slow waits for a re-pair, however small the noise), and the bound
-    # within what the noise allows at most
-    best = max(a.deficits.get(n, {}).get(SweepPhase.PAIR, [-math.inf]))
-    fast = best >= f.threshold - Z_HEALTHY * f.sigma
-    if net is not None and fast and within <= settings.max_tolerance:
+    within = bounded(a, n, settings)
+    if within is not None:
         a.good.add(n)
         a.within[n] = within
         return
     a.pending_pair.add(n)
     a.unclear.add(n)
+
+
+def bounded(a: Assessment, n: str, settings: SweepSettings) -> float | None:
+    """The slowdown node n is judged within (95%), where its jobs bound it within what the
+    noise allows at most (`max_tolerance`) and its fastest pair job is within the tolerance
+    up to one job's noise (a node whose every pair was slow waits for a re-pair, however
+    small the noise); None where they do not."""
+    f = a.fit
+    within = _within(a, n)
+    best = max(a.deficits.get(n, {}).get(SweepPhase.PAIR, [-math.inf]))
+    fast = best >= f.threshold - Z_HEALTHY * f.sigma
+    net = f.effect("nic", (n,))
+    return within if net is not None and fast and within <= settings.max_tolerance else None
 
 
 def _within(a: Assessment, n: str) -> float:

@@ -536,12 +536,13 @@ def _tested(
     z = {t: evidence(d, theta, sigma, ks, threshold) for t, ks in candidates.items()}
     p = {t: 1 - NormalDist().cdf(v) for t, v in z.items()}
     flagged = _fdr(p, len(tests), settings.fdr)
+    q = _qvalues(p, len(tests))
     for t, ks in candidates.items():
         rows = int(np.count_nonzero(np.asarray(d.X[:, ks].sum(axis=1)).ravel()))
         for k in ks:
             e = effects[d.cols[k]]
             effects[d.cols[k]] = dataclasses.replace(
-                e, z=z[t], p=p[t], flagged=t in flagged and rows >= 2
+                e, z=z[t], p=p[t], q=q[t], flagged=t in flagged and rows >= 2
             )
     n_level = _n_level(d)
     levels = {}
@@ -585,6 +586,19 @@ def _fdr(p: Mapping[Key, float], m: int, q: float) -> set[Key]:
         if pv <= q * i / max(m, 1):
             cut = i
     return {k for k, _ in ranked[:cut]}
+
+
+def _qvalues(p: Mapping[Key, float], m: int) -> dict[Key, float]:
+    """Each test's Benjamini-Hochberg q-value over `m` tests: the least false-discovery rate
+    at which `_fdr` would reject it."""
+    ranked = sorted(p.items(), key=lambda kv: kv[1])
+    out: dict[Key, float] = {}
+    least = 1.0
+    for i in range(len(ranked), 0, -1):
+        key, pv = ranked[i - 1]
+        least = min(least, pv * max(m, 1) / i)
+        out[key] = least
+    return out
 
 
 def evidence(

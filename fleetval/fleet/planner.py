@@ -76,9 +76,10 @@ def next_round(
         if not t.confirmed:  # estimated slow, not proven: crossed again beside jobs inside
             jobs += _trunk_check(t.level, t.a, t.b, a, busy, rnd, topo)
     waiting = [n for n in nodes if n in a.pending_pair and n not in busy]
-    controls = _alone_controls(waiting, a, settings, rnd, topo)
+    controls = _alone_controls(waiting, a, busy, rnd, topo)
     jobs += controls
     taken = {j.nodes[0] for j in controls}
+    busy |= taken
     waiting = [n for n in waiting if n not in taken]
     if not a.good:  # nobody proven yet: everyone waiting is matched with everyone else
         return jobs + _first_matching(nodes, waiting, a, rng, rnd, settings, fabric)
@@ -114,7 +115,7 @@ def _odd_again(a: Assessment, planned: list[Planned], rnd: int) -> list[Planned]
 
 
 def _alone_controls(
-    waiting: list[str], a: Assessment, settings: SweepSettings, rnd: int, topo: Topology
+    waiting: list[str], a: Assessment, busy: set[str], rnd: int, topo: Topology
 ) -> list[Planned]:
     """Nodes measured alone beside the nodes measured alone again: the level those are
     judged against, measured at the same time (a round with none judges them not at all).
@@ -132,9 +133,15 @@ def _alone_controls(
     if not a.pending_alone:
         return []
     most = 2 * CONTROL_JOBS if len(waiting) >= 16 * CONTROL_JOBS else 2
-    return [
-        Planned(rnd, SweepPhase.ALONE, (n,), "alone control") for n in _spread(waiting, topo)[:most]
-    ]
+    # NOTE: those measured alone least first, waiting nodes before good ones, and good ones
+    # only where the fleet has more than the waiting need for re-pairs: the same two waiting
+    # nodes taken every round were never re-paired (unjudged at the sweep's end)
+    spare = sorted(a.good - busy)
+    spare = spare if len(spare) >= len(waiting) + 2 * most else []
+    alone = {n: len(a.deficits.get(n, {}).get(SweepPhase.ALONE, [])) for n in waiting + spare}
+    pool = _spread(waiting, topo) + _spread(spare, topo)
+    chosen = sorted(pool, key=alone.__getitem__)[:most]
+    return [Planned(rnd, SweepPhase.ALONE, (n,), "alone control") for n in chosen]
 
 
 def _spread(nodes: list[str], topo: Topology) -> list[str]:

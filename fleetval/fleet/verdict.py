@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fleetval.fleet.coverage import NO_FABRIC, Fabric
+from fleetval.fleet.effects import Q_SUSPECT
 from fleetval.fleet.judge import (
     Assessment,
     HwNote,
@@ -25,6 +26,7 @@ from fleetval.fleet.judge import (
     Planned,
     Trunk,
     assess,
+    bounded,
     line,
     suspect,
 )
@@ -411,9 +413,18 @@ def _node(
         return NodeVerdict(n, NodeState.HEALTHY, "medium", reason, evidence, alone, pair)
     slow = [e for e in (a.fit.effect("node", (n,)), a.fit.effect("nic", (n,)))
             if e is not None and suspect(e, a.fit)]  # fmt: skip
-    if slow:
+    within = bounded(a, n, settings)
+    if slow and (within is None or min(e.q for e in slow) <= Q_SUSPECT):
         reason = f"estimated slow, not proven within {rounds} rounds: {slow[0].text()}"
         return NodeVerdict(n, NodeState.SUSPECT, "low", reason, evidence, alone, pair)
+    if slow and within is not None:
+        e = min(slow, key=lambda e: e.q)
+        reason = (
+            f"no slower than the level by more than {within:.0%} (95%): estimated at "
+            f"{e.ratio:.0%}, as slow as the noise ({a.fit.sigma:.0%}) makes the slowest of "
+            f"the {a.fit.tested} things tested (q {e.q:.2f}) within {rounds} rounds"
+        )
+        return NodeVerdict(n, NodeState.HEALTHY, "medium", reason, evidence, alone, pair)
     reason = (
         f"no partner within {rounds} rounds: its network is not judged"
         if n not in a.paired
