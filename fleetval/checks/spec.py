@@ -184,8 +184,6 @@ class CheckPlugin:
 
     name: str
     params: type[StepSpec]  # the step's YAML keys, from the torch-free `<pkg>/params.py`
-    rank_module: str  # "fleetval.checks.<pkg>.rank": the run (torch), imported when it runs
-    run_name: str  # the function every rank runs: (CheckContext, params) -> list[Row]
     doc: str  # what it proves, one line (`fleetval checks`)
     metrics: tuple[MetricDecl, ...] = ()  # what its rows measure; recorded with every run
     gate: Gate | None = None
@@ -194,6 +192,16 @@ class CheckPlugin:
     tables: Callable[[Sequence[StoredRow]], list[ResultTable]] | None = None  # for `show`
     # what `fleetval run` prints per step: the headline figures against their expectation
     figures: Callable[[Sequence[StoredRow], FigureContext], list[str]] = worst_rows
+
+    @property
+    def rank_module(self) -> str:
+        """"fleetval.checks.<pkg>.rank": the run (torch), beside `params.py`, imported when it runs."""
+        return f"{self.params.__module__.rpartition('.')[0]}.rank"
+
+    @property
+    def run_name(self) -> str:
+        """The function every rank runs, `run_<name>`: (CheckContext, params) -> list[Row]."""
+        return f"run_{self.name}"
 
     @cached_property
     def _rank(self) -> Any:

@@ -196,9 +196,7 @@ GATE = Gate(
 
 PLUGIN = CheckPlugin(
     name="bandwidth",
-    rank_module="fleetval.checks.bandwidth.rank",
     params=BandwidthParams,
-    run_name="run_bandwidth",
     doc="Achieved algbw and busbw per size on every rank, with exact verification of the result.",
     metrics=(BUSBW, LATENCY, CORRECT),
     gate=GATE,

@@ -83,9 +83,7 @@ GATE = Gate(
 
 PLUGIN = CheckPlugin(
     name="collectives",
-    rank_module="fleetval.checks.collectives.rank",
     params=CollectivesParams,
-    run_name="run_collectives",
     doc="Every listed collective returns exactly the expected elements on every rank.",
     metrics=(CORRECT,),
     gate=GATE,

@@ -182,9 +182,7 @@ def _scaling_figures(rows: Sequence[StoredRow], _: FigureContext) -> list[str]:
 
 SCALING = CheckPlugin(
     name="ddp_scaling",
-    rank_module="fleetval.checks.ddp.rank",
     params=DdpScalingParams,
-    run_name="run_ddp_scaling",
     doc="DDP training throughput per rank at this world size, and what communication costs it.",
     metrics=(  # one training step measured by every rank together: shared
         _shared("step_time_ms", "ms", Direction.LOWER),
@@ -200,8 +198,6 @@ SCALING = CheckPlugin(
 
 HEALTH = CheckPlugin(
     name="ddp_health",
-    rank_module="fleetval.checks.ddp.rank",
     params=DdpHealthParams,
-    run_name="run_ddp_health",
     doc="Replicas stay identical, DDP gradients equal single-process ones and the loss falls.",
 )

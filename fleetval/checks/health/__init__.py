@@ -110,9 +110,7 @@ def _tables(rows: Sequence[Mapping[str, Any]]) -> list[ResultTable]:
 
 PLUGIN = CheckPlugin(
     name="health",
-    rank_module="fleetval.checks.health.rank",
     params=HealthParams,
-    run_name="run_health",
     doc="This rank's devices, CPU affinity, NCCL/RCCL set-up and memory are as the suite "
     "expects, and its node's GPUs show no hardware fault.",
     gate=GATE,

@@ -9,9 +9,7 @@ from fleetval.metrics import Direction, MetricDecl
 
 PLUGIN = CheckPlugin(
     name="isolate",
-    rank_module="fleetval.checks.isolate.rank",
     params=IsolateParams,
-    run_name="run_isolate",
     doc="Names the rank(s) that slow a collective down from inside it, by sub-group bisection.",
     metrics=(  # each sub-group's time, timed alone: a verdict per rank, not a fleet figure
         MetricDecl(name="isolate_group_time_us", unit="us", direction=Direction.LOWER, shared=True),

@@ -94,9 +94,7 @@ def _figures(rows: Sequence[StoredRow], _: FigureContext) -> list[str]:
 
 PLUGIN = CheckPlugin(
     name="microbench",
-    rank_module="fleetval.checks.microbench.rank",
     params=MicrobenchParams,
-    run_name="run_microbench",
     doc="This rank's GPU reaches its model's expected GEMM, memory and host-link throughput.",
     metrics=(
         _own("gemm_tflops", "TFLOP/s"),

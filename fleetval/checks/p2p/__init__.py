@@ -81,9 +81,7 @@ GATE = Gate(
 
 PLUGIN = CheckPlugin(
     name="p2p",
-    rank_module="fleetval.checks.p2p.rank",
     params=P2pParams,
-    run_name="run_p2p",
     doc="Every listed pair of ranks moves data both ways at the expected rate, and exactly.",
     metrics=(BUSBW, LATENCY, CORRECT),
     gate=GATE,

@@ -10,9 +10,7 @@ from fleetval.metrics import Direction, MetricDecl
 
 PLUGIN = CheckPlugin(
     name="straggler",
-    rank_module="fleetval.checks.straggler.rank",
     params=StragglerParams,
-    run_name="run_straggler",
     doc="Names the rank (and node) that arrives last at collectives; a clean run names nobody.",
     metrics=(
         MetricDecl(
