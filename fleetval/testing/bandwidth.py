@@ -22,9 +22,10 @@ import pyarrow as pa
 from fleetval.analysis.baselines import Baselines
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import RESULTS_SCHEMA
 from fleetval.testing.builder import SyntheticRun, build_store
+from fleetval.vocab import RunStatus, Status
 
 COLLECTIVES = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
 DTYPES = ("float32", "bfloat16")
@@ -70,7 +71,7 @@ class GenStore:
         *,
         drop: dict[int, float] | None = None,
         env: dict[str, str] | None = None,
-        status: str = "pass",
+        status: str = RunStatus.PASS.value,
         faults: list[dict] | None = None,
         labels: dict[str, str] | None = None,
     ) -> str:
@@ -93,7 +94,7 @@ class GenStore:
         table = bandwidth_table(run_id, idents, world, m.ranks_per_node, samples)
         fp = {"gpu_model": "MI300X", "rocm_version": "6.1.3", "driver_version": "6.8.5"}
         nodes = [{"node": f"node-{j}", **fp, **(env or {})} for j in range(m.nodes)]
-        record = RunRecord(
+        record = Run(
             run_id=run_id, suite="bandwidth", status=status, started_at=started,
             finished_at=started, labels=labels or {}, faults=faults or [],
             metrics=[BUSBW, LATENCY, CORRECT],
@@ -138,7 +139,7 @@ def bandwidth_table(
         "algbw_gbps": pa.array(algbw),
         "busbw_gbps": pa.array(algbw * factor),
         "wrong": pa.array(np.zeros(n, np.int64)),
-        "status": pa.array(["pass"] * n),
+        "status": pa.array([Status.PASS.value] * n),
         "message": pa.array([""] * n),
         "samples_us": pa.ListArray.from_arrays(
             pa.array(np.arange(0, n * iters + 1, iters, dtype=np.int32)), pa.array(samples.ravel())

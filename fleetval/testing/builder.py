@@ -1,6 +1,6 @@
 """The one store builder: synthetic runs in, a store out.
 
-A `SyntheticRun` is what a recipe makes of a run: its `RunRecord`, its results parts (rows,
+A `SyntheticRun` is what a recipe makes of a run: its `Run`, its results parts (rows,
 or a table built column-wise where Row objects would dominate a bench) and its nodes.
 `build_store` writes runs in one of two layouts:
 
@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 
 
@@ -40,7 +40,7 @@ class SyntheticRun:
     """One run to write: `results` maps a part's name to its rows or its table (in the
     layout's results schema); `nodes` None writes no nodes file."""
 
-    record: RunRecord
+    record: Run
     results: Mapping[str, Sequence[Row] | pa.Table] = field(default_factory=dict)
     nodes: list[dict[str, Any]] | None = None
 
@@ -166,6 +166,6 @@ def _write_foreign(root: Path, runs: list[SyntheticRun]) -> None:
             pq.write_table(table, root / "results" / run.record.run_id / f"{part}.parquet")
 
 
-def _foreign_record(record: RunRecord) -> dict[str, Any]:
+def _foreign_record(record: Run) -> dict[str, Any]:
     rec = record.to_record()
     return {name: rec[name] for name in FOREIGN_RUNS.names}

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.testing.builder import FOREIGN_RESULTS, Layout, SyntheticRun, build_store
+from fleetval.vocab import RunStatus, Status
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 SUITE = "nightly"
@@ -45,14 +46,14 @@ def write_foreign_store(root: Path, runs: int, *, with_results: int = 12) -> lis
                        layout=Layout.FOREIGN)  # fmt: skip
 
 
-SUMMARY = {"steps": [{"step": "bw", "status": "pass", "message": "", "seconds": 1.0}]}
+SUMMARY = {"steps": [{"step": "bw", "status": Status.PASS.value, "message": "", "seconds": 1.0}]}
 
 
 def _run(i: int, run_id: str, results: dict[str, pa.Table]) -> SyntheticRun:
     """The run's record and its two nodes."""
     started = BASE + timedelta(minutes=i)
-    record = RunRecord(
-        run_id=run_id, suite=SUITE, status="pass", started_at=started,
+    record = Run(
+        run_id=run_id, suite=SUITE, status=RunStatus.PASS.value, started_at=started,
         finished_at=started + timedelta(seconds=30),
         labels={"nightly": str(i % 7), "tool": "foreign"}, submitter="ci", backend="gloo",
         suite_json=json.dumps({"name": SUITE}), summary=SUMMARY,
@@ -84,7 +85,7 @@ def _results(run_id: str, rng: np.random.Generator) -> pa.Table:
                     "local_rank": rank % 2, "node": f"n{rank // 2}", "device": "cpu",
                     "backend": "gloo", "iters": ITERS, "time_us_median": t,
                     "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (WORLD - 1) / WORLD,
-                    "wrong": 0, "status": "pass", "message": "",
+                    "wrong": 0, "status": Status.PASS.value, "message": "",
                     "samples_us": samples.tolist(), "details": "{}",
                 }
             )  # fmt: skip

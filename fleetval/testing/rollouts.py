@@ -32,9 +32,10 @@ import pyarrow as pa
 
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import NODES_SCHEMA, Row
 from fleetval.testing.builder import SyntheticRun, build_store
+from fleetval.vocab import RunStatus, Status
 
 SIZES = tuple(1 << e for e in (20, 22, 24, 26, 28, 30))  # 1 MiB .. 1 GiB
 AFFECTED = 64 << 20  # the planted loss is at sizes >= 64 MiB
@@ -169,8 +170,8 @@ def _night(
     node_jobs = {n: j for j, n in enumerate(sorted({r["node"] for r in recs}))}
     rows = [row for r in recs for row in _rank_rows(r, node_jobs[r["node"]])]
     started = datetime.fromisoformat(h.nights[run_id]).replace(hour=2, tzinfo=UTC)
-    record = RunRecord(
-        run_id=run_id, suite="nightly", status="pass", started_at=started,
+    record = Run(
+        run_id=run_id, suite="nightly", status=RunStatus.PASS.value, started_at=started,
         finished_at=started + timedelta(minutes=20), labels=labels or {},
         metrics=[BUSBW, LATENCY, CORRECT],
     )  # fmt: skip
@@ -189,7 +190,7 @@ def _rank_rows(r: dict, job: int) -> list[Row]:
             collective=r["collective"], op=r["op"], dtype=r["dtype"], size_bytes=r["size_bytes"],
             world_size=2, rank=k, local_rank=k, node=r["node"], device=f"cuda:{k}",
             backend="nccl", iters=3, time_us_median=time_us, time_us_p99=time_us,
-            algbw_gbps=r["value"], busbw_gbps=r["value"], status="info",
+            algbw_gbps=r["value"], busbw_gbps=r["value"], status=Status.INFO.value,
             samples_us=(time_us,) * 3,
         )
         for k in range(2)

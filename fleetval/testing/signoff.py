@@ -14,9 +14,10 @@ import numpy as np
 
 from fleetval.analysis.baselines import Baselines
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 from fleetval.testing.builder import SyntheticRun, build_store
+from fleetval.vocab import RunStatus, Status
 
 H100 = "NVIDIA H100 80GB HBM3"
 GiB = 1 << 30
@@ -47,7 +48,7 @@ def correct_rows(run_id: str, *, wrong_rank: int | None = None) -> list[Row]:
         Row(run_id=run_id, step="correct", check="collectives", collective="all_gather",
             dtype="float32", size_bytes=1 << 20, world_size=8, rank=r, node="gpu-1",
             device_id=f"GPU-{r}", wrong=12 if r == wrong_rank else 0,
-            status="fail" if r == wrong_rank else "pass",
+            status=Status.FAIL.value if r == wrong_rank else Status.PASS.value,
             message="12 of 262144 elements wrong" if r == wrong_rank else "")
         for r in range(8)
     ]  # fmt: skip
@@ -58,7 +59,7 @@ def straggler_rows(run_id: str, *, late: int | None = None) -> list[Row]:
         Row(run_id=run_id, step="straggler", check="straggler", collective="all_reduce",
             world_size=8, rank=r, node="gpu-1", device_id=f"GPU-{r}",
             metric="straggler_last_fraction", value=1.0 if r == late else 0.1, unit="fraction",
-            status="fail" if r == late else "pass",
+            status=Status.FAIL.value if r == late else Status.PASS.value,
             message=f"straggler: rank {r} on gpu-1 arrives last in 100% of iterations, 30.0 ms behind the median rank" if r == late else "")
         for r in range(8)
     ]  # fmt: skip
@@ -76,7 +77,7 @@ def micro_rows(run_id: str, *, tflops: float = 700.0) -> list[Row]:
 
 
 def write_run(store: Store, run_id: str, rows: list[Row], *, gates: dict | None = None,
-              labels: dict[str, str] | None = None, status: str = "pass",
+              labels: dict[str, str] | None = None, status: str = RunStatus.PASS.value,
               gpu_model: str | None = H100, steps: list[dict] | None = None,
               faults: list[dict] | None = None, nccl: str = "2.21.5") -> str:  # fmt: skip
     nodes = [{"node": "gpu-1", "hostname": "gpu-1", "gpu_model": gpu_model,
@@ -88,7 +89,7 @@ def write_run(store: Store, run_id: str, rows: list[Row], *, gates: dict | None 
     # the runs in the store once this one's results are in (they list it as incomplete)
     count = len({r.run_id for r in store.runs()} | {run_id})
     started = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(minutes=count)
-    record = RunRecord(run_id=run_id, suite="release", status=status, started_at=started,
+    record = Run(run_id=run_id, suite="release", status=status, started_at=started,
                        finished_at=started + timedelta(minutes=5), labels=labels or {},
                        backend="nccl", suite_json=json.dumps(suite), faults=faults or [],
                        summary={"steps": steps or []})  # fmt: skip

@@ -22,7 +22,7 @@ from fleetval.fleet.verdict import (
 )
 from fleetval.run.outcome import StepOutcome
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.testing.builder import SyntheticRun, build_store
 from fleetval.vocab import NodeState, RunStatus, Status
 
@@ -68,7 +68,7 @@ def write_sweep(
     started = datetime(2026, 1, 1, 2, tzinfo=UTC) + timedelta(days=i)
     run_id = f"{started:%Y%m%d-%H%M%S}-00000{i}"
     suite = {"name": "sweep", **({"gates": gates} if gates else {})}
-    record = RunRecord(
+    record = Run(
         run_id=run_id, suite="sweep", started_at=started, finished_at=started + timedelta(minutes=4),
         status=(RunStatus.FAIL if v.flagged else RunStatus.PASS).value, suite_json=json.dumps(suite),
         summary={"steps": [asdict(verdict_step)], "sweep": v.to_dict()},

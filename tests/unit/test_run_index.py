@@ -19,8 +19,7 @@ from fleetval.analysis.compare import compare_runs
 from fleetval.store import runindex
 from fleetval.store.catalog import Catalog, CorruptFile
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
-from fleetval.store.records import RunFilter
+from fleetval.store.records import Run, RunFilter
 from fleetval.testing.foreign import write_foreign_store
 
 NEWEST = RunFilter()
@@ -79,7 +78,7 @@ def test_an_index_write_that_failed_is_repaired(
     assert _paged(store) == ids[::-1]
     holder = sqlite3.connect(tmp_path / "index" / "runs.sqlite", isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # another writer holds the index: SQLite busy
-    new = RunRecord(run_id="20270101-000000-aaaaaa", suite="nightly", status="pass",
+    new = Run(run_id="20270101-000000-aaaaaa", suite="nightly", status="pass",
                     started_at=datetime(2027, 1, 1, tzinfo=UTC))  # fmt: skip
     store.write_run(new)  # the Parquet file is written; its index row is not
     assert Catalog(tmp_path).runs()[-1] == new  # meanwhile: read from the files, in memory

@@ -16,7 +16,7 @@ import pytest
 
 from fleetval.analysis.compare import fleet_outliers
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 from fleetval.store.summaries import rank_lateness
 
@@ -54,7 +54,7 @@ def _write_run(store: Store) -> None:
                   node=f"node-{r // 2}") for r in range(4)]  # fmt: skip
     store.write_results(RUN, "job0-micro", values)
     store.write_nodes(RUN, [{"node": f"node-{i}", "gpu_model": "MI300X"} for i in range(4)])
-    store.write_run(RunRecord(run_id=RUN, suite="x", status="pass", started_at=datetime.now(UTC)))
+    store.write_run(Run(run_id=RUN, suite="x", status="pass", started_at=datetime.now(UTC)))
 
 
 def _by_hand(rows: list[dict]) -> dict[tuple, float]:
