@@ -255,13 +255,16 @@ _SOURCES = [None, "own", "history", "family", "history+family"]
 _DFS = ("df", "own_df", "history_df", "family_df", "family_size")
 
 
-def _judge_values(
+def judge(
     values: pa.Table,
     candidates: list[str],
     settings: CompareSettings,
     decls: dict[str, MetricDecl],
     history: Sequence[str] = (),
-) -> _Judged:
+) -> Results:
+    """Verdicts from run values (`reduction.run_values`' table), in display order: the
+    statistics alone, no store; `compare_runs` reads the store and calls this. Rows of the
+    `history` runs inform the run-to-run variances only (the rest are the baseline)."""
     in_cand = pc.is_in(values["run_id"], value_set=arrow(candidates, pa.string()))
     side = np_col(in_cand).astype(np.int64)
     ident, first = group_rows(values, ID_COLS)
@@ -326,14 +329,14 @@ def _judge_values(
     for w, ruled in _RULED.items():
         verdict[why == w] = _CODE[ruled]
     take = arrow(first)
-    return _Judged(
+    return Results(_Judged(
         codes=codes, names=names, size=values["size_bytes"].take(take).to_pylist(),
         world=values["world_size"].take(take).to_pylist(), spec=spec, specs=specs,
         threshold=threshold, runs=runs, run_values=(v[ok], seg[ok]), change=change,
         lo=np.expm1(tests.lo) * 100, hi=np.expm1(tests.hi) * 100, p=p, q=q, sd=tests.sd * 100,
         history=np.isfinite(hist).sum(axis=1), source=source,
         dfs={name: getattr(tests, name) for name in _DFS}, wrong=wrong, verdict=verdict, why=why,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def _history(
@@ -552,19 +555,6 @@ def _df_parts(py: dict[str, list], i: int) -> str:
     if py["family_df"][i]:
         parts.append(f"{py['family_df'][i]:.0f} from {py['family_size'][i]:.0f} others")
     return f"{py['df'][i]:.0f} df ({', '.join(parts)})"
-
-
-def judge(
-    values: pa.Table,
-    candidates: list[str],
-    settings: CompareSettings,
-    decls: dict[str, MetricDecl],
-    history: Sequence[str] = (),
-) -> Results:
-    """Verdicts from run values (`reduction.run_values`' table), in display order: the
-    statistics alone, no store; `compare_runs` reads the store and calls this. Rows of the
-    `history` runs inform the run-to-run variances only (the rest are the baseline)."""
-    return Results(_judge_values(values, candidates, settings, decls, history))
 
 
 # -- environment diff and outliers -----------------------------------------------------------

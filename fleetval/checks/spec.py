@@ -195,7 +195,7 @@ class CheckPlugin:
 
     @property
     def rank_module(self) -> str:
-        """"fleetval.checks.<pkg>.rank": the run (torch), beside `params.py`, imported when it runs."""
+        """The module of the run (torch), `rank.py` beside `params.py`; imported when it runs."""
         return f"{self.params.__module__.rpartition('.')[0]}.rank"
 
     @property

@@ -223,6 +223,24 @@ def _selected(value: str, available: set[str]) -> tuple[list[str], list[str]]:
     return chosen, unmatched
 
 
+def _selects(
+    m: str,
+    var: str,
+    value: str,
+    chosen: list[str],
+    unmatched: list[str],
+    missing: str,
+    details: dict[str, Any],
+) -> RowFinding:
+    """A filter that selects something: WARN where some of its names match nothing (an
+    exclusion's may), else PASS, naming what it selects."""
+    using = ", ".join(chosen)
+    if unmatched and not value.startswith("^"):
+        text = f"{var}={value}: {', '.join(unmatched)} {missing}; using {using}"
+        return RowFinding(m, Status.WARN, text, details=details)
+    return RowFinding(m, Status.PASS, f"{var}={value} selects {using}", details=details)
+
+
 def judge_socket_ifname(
     value: str | None, interfaces: set[str], *, loopback_job: bool = False
 ) -> RowFinding:
@@ -267,16 +285,8 @@ def judge_socket_ifname(
             f"NCCL_SOCKET_IFNAME={value} selects only loopback: other nodes cannot connect",
             details=details,
         )
-    if unmatched and not value.startswith("^"):
-        return RowFinding(
-            m,
-            Status.WARN,
-            f"NCCL_SOCKET_IFNAME={value}: {', '.join(unmatched)} "
-            f"match no interface; using {', '.join(chosen)}",
-            details=details,
-        )
-    return RowFinding(
-        m, Status.PASS, f"NCCL_SOCKET_IFNAME={value} selects {', '.join(chosen)}", details=details
+    return _selects(
+        m, "NCCL_SOCKET_IFNAME", value, chosen, unmatched, "match no interface", details
     )
 
 
@@ -297,16 +307,7 @@ def judge_ib_hca(value: str | None, devices: set[str]) -> RowFinding:
             f"NCCL_IB_HCA={value} selects no InfiniBand device on this node (have: {have})",
             details=details,
         )
-    if unmatched and not value.startswith("^"):
-        return RowFinding(
-            m,
-            Status.WARN,
-            f"NCCL_IB_HCA={value}: {', '.join(unmatched)} not present; using {', '.join(chosen)}",
-            details=details,
-        )
-    return RowFinding(
-        m, Status.PASS, f"NCCL_IB_HCA={value} selects {', '.join(chosen)}", details=details
-    )
+    return _selects(m, "NCCL_IB_HCA", value, chosen, unmatched, "not present", details)
 
 
 def judge_gdr_level(value: str | None) -> RowFinding:
