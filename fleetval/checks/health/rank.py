@@ -54,6 +54,14 @@ def no_evidence(metric: str, declared: str, why: str, *, optional: bool) -> RowF
     return RowFinding(metric, Status.FAIL, f"{declared} declared, but no evidence: {why}; {hint}")
 
 
+def unread(metric: str, key: str, expected: str | None, why: str, *, optional: bool) -> RowFinding:
+    """Nothing to read: SKIP where the suite expects nothing of it (`key` unset), else
+    `no_evidence` for the expectation declared."""
+    if expected is None:
+        return RowFinding(metric, Status.SKIP, why)
+    return no_evidence(metric, f"{key}={expected}", why, optional=optional)
+
+
 def device_list(value: str) -> list[str]:
     """Entries of a *_VISIBLE_DEVICES value ("" means no device at all)."""
     return [v.strip() for v in value.split(",") if v.strip()]
@@ -187,9 +195,7 @@ def judge_nccl_version(
     name = library.upper()
     if version is None:
         why = why_none or f"{name} version unknown (no GPU or no log)"
-        if minimum is None:
-            return RowFinding(m, Status.SKIP, why)
-        return no_evidence(m, f"min_nccl_version={minimum}", why, optional=optional)
+        return unread(m, "min_nccl_version", minimum, why, optional=optional)
     details = {"library": library, "version": version}
     if minimum is None:
         return RowFinding(
@@ -342,9 +348,7 @@ def judge_transport(
     """NCCL set up its communicator cleanly, over the network the suite expects."""
     m = "nccl_transport"
     if log is None:
-        if expect_network is None:
-            return RowFinding(m, Status.SKIP, why_none)
-        return no_evidence(m, f"expect_network={expect_network}", why_none, optional=optional)
+        return unread(m, "expect_network", expect_network, why_none, optional=optional)
     details = asdict(log)
     via = log.network or "no network"
     if log.errors:
@@ -402,9 +406,7 @@ def judge_net_plugin(
     """The external net plugin the fabric needs (e.g. aws-ofi-rccl on Slingshot) was loaded."""
     m = "net_plugin"
     if log is None:
-        if expect_plugin is None:
-            return RowFinding(m, Status.SKIP, why_none)
-        return no_evidence(m, f"expect_net_plugin={expect_plugin}", why_none, optional=optional)
+        return unread(m, "expect_net_plugin", expect_plugin, why_none, optional=optional)
     details = {
         "net_plugin": log.net_plugin,
         "net_plugin_version": log.net_plugin_version,
