@@ -12,18 +12,59 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from fleetval.fleet.coverage import LinkSeen, Pair
 from fleetval.fleet.effects import Obs
+from fleetval.fleet.verdict import FleetVerdictJson
 from fleetval.store.catalog import Catalog
 from fleetval.store.records import Run as RunRecord
 from fleetval.vocab import NodeState, SweepPhase
 
 DRIFT = 0.10  # the newer sweeps' median this much below the older ones': drifting
+
+
+class SweepSeenJson(TypedDict):
+    run_id: str
+    state: str
+    score_gbps: float | None
+
+
+class NodeHistoryJson(TypedDict):
+    node: str
+    sweeps: list[SweepSeenJson]
+    repeat_offender: bool
+    flapping: bool
+    drift: float | None
+    findings: list[str]
+
+
+class LinkSeenJson(TypedDict):
+    nodes: list[str]
+    run_id: str
+    verdict: str
+    gbps: float | None
+
+
+class LinkCoverageJson(TypedDict):
+    nodes: int
+    links_total: int
+    links_measured: int
+    links: list[LinkSeenJson]
+
+
+class JobLateJson(TypedDict):
+    job: str
+    run_id: str
+    rank: int
+    lateness_ms: float
+    start_s: float
+    end_s: float
+    first_step: int | None
+    last_step: int | None
 
 
 @dataclass(frozen=True)
@@ -54,7 +95,7 @@ class NodeHistory:
         out += [f"slow drift {self.drift:+.0%}"] if self.drifting else []
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> NodeHistoryJson:
         return {
             "node": self.node,
             "sweeps": [
@@ -109,7 +150,7 @@ def history(node: str, seen: list[SweepSeen]) -> NodeHistory:
     return NodeHistory(node, tuple(seen), sum(bad) >= 2, changes >= 2, drift)
 
 
-def link_history(sweeps: list[tuple[str, dict[str, Any]]]) -> dict[Pair, LinkSeen]:
+def link_history(sweeps: Sequence[tuple[str, FleetVerdictJson]]) -> dict[Pair, LinkSeen]:
     """Per link, the newest of `sweeps` ((run id, stored verdict), oldest first) that
     measured it; `when` is the sweep's place in the list."""
     out: dict[Pair, LinkSeen] = {}
@@ -135,7 +176,7 @@ class LinkCoverage:
     def total(self) -> int:
         return self.nodes * (self.nodes - 1) // 2
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> LinkCoverageJson:
         return {
             "nodes": self.nodes,
             "links_total": self.total,
@@ -158,7 +199,7 @@ MODEL_SWEEPS = 30  # past sweeps the fabric model reads (0.5 ** (30 / HALF_LIFE)
 
 
 def past_jobs(
-    verdicts: list[dict[str, Any]], skus: Mapping[str, str] | None = None
+    verdicts: Sequence[FleetVerdictJson], skus: Mapping[str, str] | None = None
 ) -> tuple[Obs, ...]:
     """The timed and failed jobs of stored sweeps (oldest first) as the model reads them,
     each aged by how many sweeps ago it ran (the newest: 1)."""
@@ -198,8 +239,12 @@ class JobLate:
     first_step: int | None  # where the step logs gave steps
     last_step: int | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> JobLateJson:
+        return JobLateJson(
+            job=self.job, run_id=self.run_id, rank=self.rank, lateness_ms=self.lateness_ms,
+            start_s=self.start_s, end_s=self.end_s, first_step=self.first_step,
+            last_step=self.last_step,
+        )  # fmt: skip
 
     def text(self) -> str:
         """The window in a line: steps where the logs gave them, and its wall-clock span."""
@@ -250,7 +295,8 @@ def _culprit_nodes(run: RunRecord) -> dict[int, str]:
     return {c["rank"]: c["node"] for s in steps for c in s.get("culprits", ()) if c.get("node")}
 
 
-def _job_late(run: RunRecord, w: dict[str, Any], r: dict[str, Any]) -> JobLate:
+def _job_late(run: RunRecord, w: Mapping[str, Any], r: Mapping[str, Any]) -> JobLate:
+    """One late rank `r` of a lateness window `w`, as the run's summary stores them."""
     return JobLate(
         job=run.labels["job"], run_id=run.run_id, rank=r["rank"],
         lateness_ms=r["lateness_s"] * 1e3, start_s=w["start_s"], end_s=w["end_s"],

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from fleetval.fleet.effects import HUBER, Z_HEALTHY, Effect, Fit, Obs, pair
 from fleetval.fleet.settings import SweepSettings
@@ -97,9 +98,18 @@ class Level:
     tolerance: float
     count: int
 
-    def to_dict(self) -> dict[str, object]:
-        return {"phase": self.phase.value, "sku": self.sku, "median_gbps": self.median,
-                "noise": self.noise, "tolerance": self.tolerance, "jobs": self.count}  # fmt: skip
+    def to_dict(self) -> LevelJson:
+        return LevelJson(phase=self.phase.value, sku=self.sku, median_gbps=self.median,
+                         noise=self.noise, tolerance=self.tolerance, jobs=self.count)  # fmt: skip
+
+
+class LevelJson(TypedDict):
+    phase: str
+    sku: str
+    median_gbps: float
+    noise: float
+    tolerance: float
+    jobs: int
 
 
 @dataclass(frozen=True)

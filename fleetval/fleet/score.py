@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Sequence
-from typing import Any
 
 from fleetval.fleet.judge import HwNote, Measurement, Planned
+from fleetval.store.records import JsonObject, StoredRow
 from fleetval.store.schema import GPU_METRIC, NODE_HW_METRIC
 from fleetval.vocab import Collective, Status
 
 REPEATS = 4  # a job's calls of one size, cut into this many runs of consecutive calls
 
 
-def _speed(r: dict[str, Any]) -> float | None:
+def _speed(r: StoredRow) -> float | None:
     """busbw (algbw where busbw is 0; else 1/time) at the best throughput of REPEATS runs of
     consecutive calls: a throttled or slow node is slow in every run, a healthy one that a
     passing load slowed is fast in one of them.
@@ -37,7 +37,7 @@ def _speed(r: dict[str, Any]) -> float | None:
     return 1e6 / (median / scale) if median else None
 
 
-def score_rows(rows: Sequence[dict[str, Any]]) -> tuple[float | None, dict[int, float], str]:
+def score_rows(rows: Sequence[StoredRow]) -> tuple[float | None, dict[int, float], str]:
     """(score, speed per size, what failed). A failed row fails the job; a job with nothing
     to score (no timed rows, or one rank's collectives: no peer, no link) has score None
     and no failure. Hardware rows are no failure here: `hardware_notes` carries them.
@@ -66,7 +66,7 @@ def score_rows(rows: Sequence[dict[str, Any]]) -> tuple[float | None, dict[int, 
 
 
 def measurement(
-    p: Planned, rows: Sequence[dict[str, Any]], failed: Sequence[tuple[str, str]]
+    p: Planned, rows: Sequence[StoredRow], failed: Sequence[tuple[str, str]]
 ) -> Measurement:
     """A job's measurement from its rows and its failed steps (step, message).
 
@@ -81,17 +81,17 @@ def measurement(
     return Measurement(p, *score_rows(rows), hardware=hw)
 
 
-def _hardware_only(step: str, rows: Sequence[dict[str, Any]]) -> bool:
+def _hardware_only(step: str, rows: Sequence[StoredRow]) -> bool:
     fails = [r for r in rows if r.get("step") == step and r["status"] == Status.FAIL.value]
     return bool(fails) and all(is_hardware(r) for r in fails)
 
 
-def is_hardware(r: dict[str, Any]) -> bool:
+def is_hardware(r: StoredRow) -> bool:
     """A row of the health check's GPU hardware reading (a node's action, or one GPU's)."""
     return r.get("metric") in (GPU_METRIC, NODE_HW_METRIC)
 
 
-def hardware_notes(rows: Sequence[dict[str, Any]]) -> dict[str, HwNote]:
+def hardware_notes(rows: Sequence[StoredRow]) -> dict[str, HwNote]:
     """Per node, what its hardware rows found (warn or fail): the node row's action, said
     with the GPU finding that set it. Nodes whose hardware found nothing are left out."""
     out = {}
@@ -109,12 +109,12 @@ def hardware_notes(rows: Sequence[dict[str, Any]]) -> dict[str, HwNote]:
 _FOUND = (Status.WARN.value, Status.FAIL.value)
 
 
-def _details(r: dict[str, Any]) -> dict[str, Any]:
+def _details(r: StoredRow) -> JsonObject:
     d = r.get("details") or {}
     return json.loads(d) if isinstance(d, str) else dict(d)
 
 
-def _finding(gpus: Sequence[dict[str, Any]], action: str) -> str:
+def _finding(gpus: Sequence[StoredRow], action: str) -> str:
     """The first finding that calls for the node's action, in words: "Xid 79 (GPU has fallen
     off the bus) on GPU 3 (0000:1b:00)"; "" where none does (a kernel event with no GPU)."""
     for r in gpus:

@@ -11,8 +11,8 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 from fleetval.fleet.coverage import NO_FABRIC, Fabric
 from fleetval.fleet.effects import Q_SUSPECT
@@ -21,6 +21,7 @@ from fleetval.fleet.judge import (
     HwNote,
     Judged,
     Level,
+    LevelJson,
     Measurement,
     Pair,
     Planned,
@@ -33,9 +34,73 @@ from fleetval.fleet.judge import (
 from fleetval.fleet.planner import first_round, next_round
 from fleetval.fleet.settings import SweepSettings
 from fleetval.text import human_bytes
-from fleetval.vocab import NodeState, SweepPhase
+from fleetval.vocab import LinkState, NodeState, SweepPhase
 
 MeasureRound = Callable[[list[Planned]], list[Measurement]]
+
+
+# The stored forms (a sweep run's summary, `FleetVerdict.to_dict`): what reports, the
+# sweep history and the sign-off read back
+class NodeVerdictJson(TypedDict):
+    node: str
+    state: str
+    confidence: str
+    reason: str
+    evidence: list[str]
+    alone_gbps: float | None
+    pair_gbps: float | None
+    hardware: str
+    hardware_action: str
+
+
+class LinkVerdictJson(TypedDict):
+    nodes: list[str]
+    confirmed: bool
+    evidence: list[str]
+
+
+class TrunkVerdictJson(TypedDict):
+    groups: list[str]
+    level: str
+    confirmed: bool
+    evidence: list[str]
+
+
+class LinkMeasuredJson(TypedDict):
+    nodes: list[str]
+    verdict: str
+    gbps: float | None
+    jobs: int
+
+
+class TrialJson(TypedDict):
+    round: int
+    phase: str
+    nodes: list[str]
+    why: str
+    score_gbps: float | None
+    failed: bool
+    slow: bool
+    judged: str
+
+
+class FleetVerdictJson(TypedDict):
+    flagged: bool
+    nodes: list[NodeVerdictJson]
+    links: list[LinkVerdictJson]
+    trunks: list[TrunkVerdictJson]
+    coverage: list[LinkMeasuredJson]
+    topology: dict[str, dict[str, str]]
+    drain: list[str]
+    findings: list[str]
+    notes: list[str]
+    rounds: int
+    jobs: int
+    breaker: bool
+    drain_limit: int
+    references: list[LevelJson]
+    levels: dict[str, float]
+    trials: list[TrialJson]
 
 
 @dataclass(frozen=True)
@@ -50,8 +115,12 @@ class NodeVerdict:
     hardware: str = ""  # what its GPUs said in its last job with a hardware finding
     hardware_action: str = ""  # and the action for it (detect.hardware.Action's value)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "state": self.state.value, "evidence": list(self.evidence)}
+    def to_dict(self) -> NodeVerdictJson:
+        return NodeVerdictJson(
+            node=self.node, state=self.state.value, confidence=self.confidence,
+            reason=self.reason, evidence=list(self.evidence), alone_gbps=self.alone_gbps,
+            pair_gbps=self.pair_gbps, hardware=self.hardware, hardware_action=self.hardware_action,
+        )  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NodeVerdict:
@@ -70,12 +139,10 @@ class LinkVerdict:
     )
     evidence: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nodes": list(self.nodes),
-            "confirmed": self.confirmed,
-            "evidence": list(self.evidence),
-        }
+    def to_dict(self) -> LinkVerdictJson:
+        return LinkVerdictJson(
+            nodes=list(self.nodes), confirmed=self.confirmed, evidence=list(self.evidence)
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LinkVerdict:
@@ -94,13 +161,11 @@ class TrunkVerdict:
     )
     evidence: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "groups": list(self.groups),
-            "level": self.level,
-            "confirmed": self.confirmed,
-            "evidence": list(self.evidence),
-        }
+    def to_dict(self) -> TrunkVerdictJson:
+        return TrunkVerdictJson(
+            groups=list(self.groups), level=self.level, confirmed=self.confirmed,
+            evidence=list(self.evidence),
+        )  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrunkVerdict:
@@ -117,25 +182,26 @@ class LinkMeasured:
     """A link this sweep measured: its last job's verdict (what `sweep-history` covers)."""
 
     nodes: Pair
-    verdict: str  # fast, slow, unclear, failed
+    verdict: LinkState
     gbps: float | None
     jobs: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"nodes": list(self.nodes), "verdict": self.verdict, "gbps": self.gbps,
-                "jobs": self.jobs}  # fmt: skip
+    def to_dict(self) -> LinkMeasuredJson:
+        return LinkMeasuredJson(
+            nodes=list(self.nodes), verdict=self.verdict.value, gbps=self.gbps, jobs=self.jobs
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LinkMeasured:
         a, b = d["nodes"]
-        return cls((a, b), d["verdict"], d.get("gbps"), d.get("jobs", 1))
+        return cls((a, b), LinkState(d["verdict"]), d.get("gbps"), d.get("jobs", 1))
 
 
-def link_verdict(j: Judged) -> str:
-    """fast, slow, unclear or failed: the job against its round's level and load."""
+def link_verdict(j: Judged) -> LinkState:
+    """The job against its round's level and load."""
     if j.m.failed:
-        return "failed"
-    return "slow" if j.slow else "unclear" if j.unclear else "fast"
+        return LinkState.FAILED
+    return LinkState.SLOW if j.slow else LinkState.UNCLEAR if j.unclear else LinkState.FAST
 
 
 @dataclass(frozen=True)
@@ -205,7 +271,7 @@ class FleetVerdict:
             out.setdefault(level_key(r.phase, r.sku), r.median)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> FleetVerdictJson:
         return {
             "flagged": self.flagged,
             "nodes": [n.to_dict() for n in self.nodes],
@@ -245,7 +311,7 @@ class FleetVerdict:
         )
 
 
-def _trial(j: Judged) -> dict[str, Any]:
+def _trial(j: Judged) -> TrialJson:
     job = j.m.job
     return {
         "round": job.round,

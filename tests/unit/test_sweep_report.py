@@ -20,7 +20,7 @@ from fleetval.signoff.gates import GateName, Waiver
 from fleetval.store.dataset import Store
 from fleetval.store.records import Run as RunRecord
 from fleetval.testing.sweeps import NODES, SWEEPS, write_sweep
-from fleetval.vocab import GateStatus
+from fleetval.vocab import GateStatus, LinkState
 
 runner = CliRunner()
 
@@ -262,9 +262,9 @@ def test_the_service_report_takes_the_same_window(sweeps):
 def test_sweep_history_shows_link_coverage_measured_when_and_last_verdict(tmp_path):
     store = Store(tmp_path)
     ok = {n: ("healthy", 10.0) for n in NODES}
-    first = (LinkMeasured(("node-0", "node-1"), "fast", 10.0, 1),
-             LinkMeasured(("node-2", "node-3"), "slow", 4.0, 2))  # fmt: skip
-    second = (LinkMeasured(("node-0", "node-1"), "unclear", 8.0, 1),)
+    first = (LinkMeasured(("node-0", "node-1"), LinkState.FAST, 10.0, 1),
+             LinkMeasured(("node-2", "node-3"), LinkState.SLOW, 4.0, 2))  # fmt: skip
+    second = (LinkMeasured(("node-0", "node-1"), LinkState.UNCLEAR, 8.0, 1),)
     ids = [write_sweep(store, 0, ok, coverage=first), write_sweep(store, 1, ok, coverage=second)]
     data = ["--data", str(store.root)]
     res = runner.invoke(app, ["sweep-history", "--json", *data])
