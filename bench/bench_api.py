@@ -30,9 +30,8 @@ import time
 from pathlib import Path
 
 import httpx
-from _common import wait_ready
 
-from fleetval.testing.net import free_port
+from fleetval.testing.serve import executor_up, start_serve
 
 SUITE = {
     "name": "bench-tiny",
@@ -122,27 +121,6 @@ def pct(values: list[float], q: float) -> float:
 # -- the service -----------------------------------------------------------------------
 
 
-def start_server(data: Path, port: int) -> subprocess.Popen:
-    log = (data / "server.log").open("ab")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fleetval.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--data",
-            str(data),
-            "--no-access-log",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    wait_ready(f"http://127.0.0.1:{port}", proc, lambda r: r.json()["executor"], 120)
-    return proc
-
-
 def submit_and_follow(client: httpx.Client, suite: dict) -> dict[str, float]:
     """Seconds from the POST to: 201, step_start (first collective next), first progress, end."""
     t0 = time.perf_counter()
@@ -170,10 +148,10 @@ def main() -> None:
     args = ap.parse_args()
     data = Path(tempfile.mkdtemp(prefix="fleetval-bench-api-"))
     token = cli("token", "create", "--scope", "admin", "--data", str(data)).stdout.strip()
-    port = free_port()
-    proc = start_server(data, port)
+    serving = start_serve(data, "--no-access-log", ready=executor_up, timeout_s=120)
+    port = serving.port
     client = httpx.Client(
-        base_url=f"http://127.0.0.1:{port}",
+        base_url=serving.url,
         headers={"Authorization": f"Bearer {token}"},
         timeout=60,
     )
@@ -213,8 +191,7 @@ def main() -> None:
         busy = _latencies(client, run_path, args.seconds / 2)
         busy_status = client.get(f"/v1/runs/{busy_id}").json()["status"]
     finally:
-        proc.terminate()
-        proc.wait(60)
+        serving.stop()
     _report(args, warm, cli_s, rps_run, lat_run, rps_health, idle, busy, busy_status)
     _report_pairs(pairs)
 

@@ -27,10 +27,9 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from _common import wait_ready
-
 from fleetval.api.db import Scope, ServiceDB, now
 from fleetval.testing.foreign import BASE, write_foreign_store
+from fleetval.testing.serve import Serving, index_ready, serve_argv, spawn
 
 FLOOR = 120  # the "empty" store: enough runs for full pages (a page of 50 is 50 runs)
 THREADS = 1  # wrk threads: one drives thousands of requests a second and leaves the server a core
@@ -69,9 +68,10 @@ def wrk(url: str, token: str, seconds: float, conns: int) -> float:
     return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 
 
-def serve(data: Path, port: int, h11: bool = False) -> subprocess.Popen:
-    """`fleetval serve`; with `h11`, the same app under uvicorn's pure-Python HTTP parser and
-    asyncio's loop (what uvicorn runs without its [standard] extras): the peer."""
+def serve(data: Path, h11: bool = False) -> Serving:
+    """`fleetval serve` on a free port, once its run index is built (the figures are of
+    reads, not of a build); with `h11`, the same app under uvicorn's pure-Python HTTP parser
+    and asyncio's loop (what uvicorn runs without its [standard] extras): the peer."""
     if h11:
         env = {
             **os.environ,
@@ -79,15 +79,12 @@ def serve(data: Path, port: int, h11: bool = False) -> subprocess.Popen:
             "FLEETVAL_EXECUTOR": "0",
             "FLEETVAL_SCHEDULER": "0",
         }
-        cmd = "-m uvicorn fleetval.api.app:app_from_env --factory --http h11 --loop asyncio"
+        app = "fleetval.api.app:app_from_env --factory --http h11 --loop asyncio"
+        serving = spawn([sys.executable, "-m", "uvicorn", *app.split(), "--no-access-log"], env=env)
     else:
-        env, cmd = None, f"-m fleetval.cli serve --data {data} --no-executor"
-    cmd = [sys.executable, *cmd.split(), "--port", str(port), "--no-access-log"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # NOTE: ready once the run index is built: the figures are of reads, not of a build
-    ready = lambda r: r.status_code == 200 and r.json()["index"] == "ready"  # noqa: E731
-    wait_ready(f"http://127.0.0.1:{port}", proc, ready, 900)
-    return proc
+        serving = spawn(serve_argv(data, "--no-executor", "--no-access-log"))
+    serving.wait_ready(index_ready, 900)
+    return serving
 
 
 ROUTES = {
@@ -128,25 +125,23 @@ def main() -> None:
         t0 = time.perf_counter()
         token, run_id = make_store(data, n)
         made = time.perf_counter() - t0
-        port = 18700 + i
         t0 = time.perf_counter()
-        servers.append((n, made, port, serve(data, port), token, run_id))
+        servers.append((n, made, serve(data), token, run_id))
         indexed[n] = time.perf_counter() - t0
         if i == 0 and args.peer:
-            peer = (f"{n} h11", made, 18799, serve(data, 18799, h11=True), token, run_id)
+            peer = (f"{n} h11", made, serve(data, h11=True), token, run_id)
     servers += [peer] if args.peer else []
     samples: dict[tuple[int, str], list[float]] = {}
     try:
         for _ in range(args.rounds):
             for key, path in routes.items():
-                for n, _, port, _, token, run_id in servers:
-                    url = f"http://127.0.0.1:{port}{path.format(run_id=run_id)}"
+                for n, _, serving, token, run_id in servers:
+                    url = f"{serving.url}{path.format(run_id=run_id)}"
                     rps = wrk(url, token, args.seconds, args.connections)
                     samples.setdefault((n, key), []).append(rps)
     finally:
-        for *_, proc, _, _ in servers:
-            proc.terminate()
-            proc.wait(30)
+        for _, _, serving, _, _ in servers:
+            serving.stop(timeout_s=30)
     fig = {k: statistics.median(v) for k, v in samples.items()}
     empty = servers[0][0]
 

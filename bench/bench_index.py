@@ -29,7 +29,7 @@ import httpx
 
 from fleetval.store.catalog import Catalog
 from fleetval.testing.foreign import write_foreign_store
-from fleetval.testing.net import free_port
+from fleetval.testing.serve import serve_argv, spawn
 
 
 def timed(fn: object) -> tuple[float, float]:
@@ -70,16 +70,13 @@ def served(root: Path, deadline_s: float = 900.0) -> dict[str, float]:
     """`fleetval serve` on a store without `index/`: when /healthz first answered, how many
     answers said "building", the slowest answer, and when the index was ready."""
     shutil.rmtree(root / "index", ignore_errors=True)
-    port = free_port()
-    cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--data", str(root), "--port",
-           str(port), "--no-executor", "--no-scheduler", "--no-access-log"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serving = spawn(serve_argv(root, "--no-executor", "--no-scheduler", "--no-access-log"))
     t0, first, building, slowest = time.perf_counter(), None, 0, 0.0
     try:
         while time.perf_counter() - t0 < deadline_s:
             asked = time.perf_counter()
             try:
-                state = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30).json()["index"]
+                state = httpx.get(f"{serving.url}/healthz", timeout=30).json()["index"]
             except httpx.HTTPError:
                 time.sleep(0.1)
                 continue
@@ -93,8 +90,7 @@ def served(root: Path, deadline_s: float = 900.0) -> dict[str, float]:
             time.sleep(0.1)
         raise SystemExit(f"index not ready after {deadline_s:g}s: {json.dumps(state)}")
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        serving.stop()
 
 
 CASES = {"cold build": cold, "next open": warm, "fleetval runs": command, "service keeper": kept}

@@ -1,5 +1,6 @@
-"""Servers for tests: `fleetval serve` as a subprocess, or the app under uvicorn in a thread;
-the CLI, and the small suites the service tests share."""
+"""Servers for tests: `fleetval serve` as a subprocess (`fleetval.testing.serve`, which the
+benchmarks start it with too) with the tokens and options the service tests give it, or the
+app under uvicorn in a thread; the CLI, and the small suites the service tests share."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ from typing import Any
 
 import httpx
 
-from fleetval.testing.net import free_port
+from fleetval.testing.serve import (  # noqa: F401  (what the service tests import from here)
+    Serving,
+    answers_at_all,
+    answers_ok,
+    executor_up,
+    start_serve,
+)
 
 CPU = {"world_sizes": [2], "gpus_per_rank": 0}
 BARRIER = {
@@ -37,80 +44,6 @@ HANG = {  # rank 1 stops participating: the step runs until cancelled (or its 60
     "faults": [{"kind": "hang", "rank": 1}],
 }
 FINISHED = ("pass", "fail", "unjudged", "cancelled", "error", "interrupted")
-
-
-def answers_ok(r: httpx.Response) -> bool:
-    return r.status_code == 200
-
-
-def answers_at_all(r: httpx.Response) -> bool:
-    """Any answer: for a test of what /healthz says first (while the index builds)."""
-    return True
-
-
-def executor_up(r: httpx.Response) -> bool:
-    return bool(r.json()["executor"])
-
-
-@dataclass
-class Serving:
-    """A `fleetval serve` process on a loopback port, and the /healthz answer that made it
-    ready."""
-
-    proc: subprocess.Popen
-    url: str
-    log: Path
-    health: httpx.Response
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=timeout_s)
-
-
-def start_serve(
-    data: Path,
-    *args: str,
-    ready: Callable[[httpx.Response], bool] = answers_ok,
-    log: Path | None = None,
-    env: dict[str, str] | None = None,
-    timeout_s: float = 90,
-) -> Serving:
-    """`fleetval serve --data DATA ARGS` on a free loopback port, its output in `log`
-    (DATA/server.log unless given), once /healthz answers what `ready` accepts. A process
-    that ends or never gets ready fails the test with its log."""
-    port = free_port()
-    log = log or data / "server.log"
-    cmd = [sys.executable, "-m", "fleetval.cli", "serve", "--port", str(port), "--data", str(data)]
-    env = env if env is not None else {**os.environ, "PYTHONPATH": os.getcwd()}
-    with log.open("ab") as out:  # NOTE: the child keeps its own handle open
-        proc = subprocess.Popen([*cmd, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    return Serving(proc, url, log, _until_ready(proc, url, log, ready, timeout_s))
-
-
-def _until_ready(
-    proc: subprocess.Popen,
-    url: str,
-    log: Path,
-    ready: Callable[[httpx.Response], bool],
-    timeout_s: float,
-) -> httpx.Response:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            r = httpx.get(f"{url}/healthz", timeout=2)
-            if ready(r):
-                return r
-        except (httpx.HTTPError, ValueError):  # not listening yet; a body not yet JSON
-            pass
-        time.sleep(0.2)
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=30)
-    raise AssertionError(
-        f"`fleetval serve` not ready in {timeout_s:g}s:\n{log.read_text()[-5000:]}"
-    )
 
 
 @contextmanager
@@ -151,21 +84,29 @@ def cli(*args: str, data: Path, **kw: Any) -> subprocess.CompletedProcess:
 class Server:
     data: Path
     address: str
-    url: str = ""
-    proc: subprocess.Popen | None = None
     tokens: dict[str, str] | None = None
     args: tuple[str, ...] = ()  # more `fleetval serve` options
+    serving: Serving | None = None
 
     def start(self) -> Server:
         # NOTE: ready once the executor is up (it connects to Ray after the API answers)
-        serving = start_serve(self.data, "--address", self.address, *self.args, ready=executor_up)
-        self.url, self.proc = serving.url, serving.proc
+        self.serving = start_serve(
+            self.data, "--address", self.address, *self.args, ready=executor_up
+        )
         return self
 
+    @property
+    def url(self) -> str:
+        assert self.serving is not None, "not started"
+        return self.serving.url
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.serving.proc if self.serving else None
+
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(timeout=60)
+        if self.serving:
+            self.serving.stop(sig)
 
     def client(self, scope: str = "admin") -> httpx.Client:
         assert self.tokens is not None
@@ -216,21 +157,23 @@ class Replica:
 
     data: Path
     args: tuple[str, ...] = ()  # more `serve` options (--limits FILE, --docs)
-    url: str = ""
-    proc: subprocess.Popen | None = None
+    serving: Serving | None = None
 
     def start(self) -> Replica:
-        serving = start_serve(
+        self.serving = start_serve(
             self.data, "--no-executor", "--no-scheduler", "--no-access-log", *self.args
         )
-        self.url, self.proc = serving.url, serving.proc
         return self
 
+    @property
+    def url(self) -> str:
+        assert self.serving is not None, "not started"
+        return self.serving.url
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.serving.proc if self.serving else None
+
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=20)
+        if self.serving:
+            self.serving.stop(timeout_s=20)
