@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 import torch
 
-from fleetval.checks.base import CheckContext, Heartbeat, RankContext
+from fleetval.checks.base import CheckContext, RankContext
 from fleetval.checks.collectives import rank as coll
 from fleetval.run import flightrec
 from fleetval.run import rank as rank_mod
 from fleetval.run.rank import RankActor
 from fleetval.testing.net import free_port
+from tests.helpers.lone_rank import one_rank_group
 
 pytestmark = [
     pytest.mark.gpu,
@@ -129,15 +130,9 @@ def test_the_fill_is_the_same_on_the_gpu_past_2_to_the_32():
 
 @pytest.fixture
 def nccl_one_rank() -> Iterator[CheckContext]:
-    import torch.distributed as dist
-
     torch.cuda.set_device(0)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                            world_size=1, device_id=torch.device("cuda:0"))  # fmt: skip
-    try:
-        yield CheckContext(ctx(), "bw", (), Heartbeat())
-    finally:
-        dist.destroy_process_group()
+    with one_rank_group(ctx(), "bw", device_id=torch.device("cuda:0")) as one:
+        yield one
 
 
 def test_a_16_gib_bf16_all_reduce_verifies_exactly_within_2_3x_its_buffer(nccl_one_rank):

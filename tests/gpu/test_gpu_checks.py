@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from fleetval.checks.base import CheckContext, Heartbeat, RankContext
+from fleetval.checks.base import CheckContext
 from fleetval.checks.ddp import scaling_efficiency
 from fleetval.checks.ddp.rank import (
     DdpHealthParams,
@@ -23,7 +23,7 @@ from fleetval.checks.ddp.rank import (
 )
 from fleetval.checks.microbench.rank import MicrobenchParams, expectations_for, run_microbench
 from fleetval.store.schema import Row
-from fleetval.testing.net import free_port
+from tests.helpers.lone_rank import lone_rank, one_rank_group
 
 pytestmark = [
     pytest.mark.gpu,
@@ -34,25 +34,11 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def nccl_ctx() -> Iterator[CheckContext]:
     """A one-rank nccl process group on cuda:0 and the context a rank actor would build."""
-    import torch.distributed as dist
-
     device = torch.device("cuda:0")
     torch.cuda.set_device(device)
-    dist.init_process_group(
-        "nccl",
-        init_method=f"tcp://127.0.0.1:{free_port()}",
-        rank=0,
-        world_size=1,
-        timeout=timedelta(seconds=60),
-        device_id=device,
-    )
-    rank = RankContext(run_id="gpu", job=0, rank=0, world_size=1, local_rank=0,
-                       local_world_size=1, node="local", node_rank=0, backend="nccl",
-                       device="cuda:0", device_id=None, seed=0)  # fmt: skip
-    try:
-        yield CheckContext(rank, "gpu", (), Heartbeat())
-    finally:
-        dist.destroy_process_group()
+    rank = lone_rank("nccl", "cuda:0", run_id="gpu", node="local")
+    with one_rank_group(rank, "gpu", timeout=timedelta(seconds=60), device_id=device) as ctx:
+        yield ctx
 
 
 def by_metric(rows: list[Row]) -> dict[tuple[str | None, str | None, int | None], Row]:

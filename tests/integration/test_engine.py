@@ -22,6 +22,17 @@ def suite(steps: list[dict[str, Any]], **extra: Any) -> Any:
     return parse_suite({"name": "t", "placement": placement, "steps": steps, **extra})
 
 
+def one_all_reduce(dtype: str) -> dict[str, Any]:
+    """A step of one all_reduce (sum), once: what a test of where ranks are placed runs."""
+    return {
+        "check": "collectives",
+        "collectives": ["all_reduce"],
+        "ops": ["sum"],
+        "dtypes": [dtype],
+        "repeats": 1,
+    }
+
+
 def rows(store: Store, run_id: str) -> list[dict[str, Any]]:
     return store.results([run_id]).to_pylist()
 
@@ -162,15 +173,7 @@ def test_crash_is_named_and_earlier_results_are_kept(tmp_path, warm_pool):
 def test_strict_spread_places_one_rank_per_node_ordered_by_node(tmp_path, warm_pool):
     store = Store(tmp_path)
     spec = suite(
-        [
-            {
-                "check": "collectives",
-                "collectives": ["all_reduce"],
-                "ops": ["sum"],
-                "dtypes": ["float32"],
-                "repeats": 1,
-            }
-        ],
+        [one_all_reduce("float32")],
         placement={"world_sizes": [3], "strategy": "STRICT_SPREAD"},
     )
     record = run_suite(spec, store, pool=warm_pool)
@@ -254,15 +257,7 @@ def test_pack_and_spread_strategies(tmp_path, strategy, nodes_used, warm_pool):
     """STRICT_PACK: one node. SPREAD is best effort in Ray: more than one node, not always all."""
     store = Store(tmp_path)
     spec = suite(
-        [
-            {
-                "check": "collectives",
-                "collectives": ["all_reduce"],
-                "ops": ["sum"],
-                "dtypes": ["int32"],
-                "repeats": 1,
-            }
-        ],
+        [one_all_reduce("int32")],
         backend="gloo",
         placement={
             "world_sizes": [3 if strategy == "SPREAD" else 2],

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from subprocess import CompletedProcess
 
 import httpx
 import pandas as pd
@@ -50,6 +51,12 @@ BANDWIDTH = {
         },
     ],
 }
+
+
+def submit(server: Server, suite: str, *args: str, scope: str = "submit") -> CompletedProcess:
+    """`fleetval submit SUITE ARGS` to the module's service, with its token of `scope`."""
+    token = server.tokens[scope]
+    return cli("submit", suite, "--server", server.url, "--token", token, *args, data=server.data)
 
 
 @pytest.fixture(scope="module")
@@ -125,20 +132,7 @@ def test_submit_events_results_compare_and_cli(server):
     assert c.put("/v1/baselines/base", json={"runs": [run_id]}).status_code == 200
     suite_file = server.data / "bw.yaml"
     suite_file.write_text(json.dumps(BANDWIDTH))
-    res = cli(
-        "submit",
-        str(suite_file),
-        "--server",
-        server.url,
-        "--token",
-        server.tokens["submit"],
-        "--wait",
-        "--compare",
-        "base",
-        "--label",
-        "rocm=6.2",
-        data=server.data,
-    )
+    res = submit(server, str(suite_file), "--wait", "--compare", "base", "--label", "rocm=6.2")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "pass" in res.stdout and "compare with base" in res.stdout
     second = c.get("/v1/runs", params={"label": "rocm=6.2"}).json()["runs"][0]["run_id"]
@@ -155,39 +149,14 @@ def test_submit_events_results_compare_and_cli(server):
 
 
 def test_submit_cli_exits_2_on_bad_input_and_1_on_failure(server):
-    bad = cli(
-        "submit",
-        "no-such-suite",
-        "--server",
-        server.url,
-        "--token",
-        server.tokens["submit"],
-        data=server.data,
-    )
+    bad = submit(server, "no-such-suite")
     assert bad.returncode == 2 and "no shipped suite" in bad.stderr
-    denied = cli(
-        "submit",
-        "smoke",
-        "--server",
-        server.url,
-        "--token",
-        server.tokens["read"],
-        data=server.data,
-    )
+    denied = submit(server, "smoke", scope="read")
     assert denied.returncode == 2 and "403" in denied.stderr
     failing = {**HANG, "name": "fails", "timeouts": {"step_s": 3}}
     path = server.data / "fails.yaml"
     path.write_text(json.dumps(failing))
-    res = cli(
-        "submit",
-        str(path),
-        "--server",
-        server.url,
-        "--token",
-        server.tokens["submit"],
-        "--wait",
-        data=server.data,
-    )
+    res = submit(server, str(path), "--wait")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "culprit: rank 1" in res.stdout
 

@@ -21,6 +21,7 @@ from fleetval.api.scheduler import Scheduler
 from fleetval.cli import app as cli_app
 from fleetval.store.dataset import Store
 from fleetval.store.records import Run
+from tests.helpers.app import app_client
 from tests.helpers.service import serve_app
 
 TINY = {
@@ -32,16 +33,8 @@ TINY = {
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[tuple[TestClient, dict[str, dict[str, str]]]]:
-    app = create_app(Settings(data_dir=tmp_path, run_executor=False, run_scheduler=False))
-    db = app.state.db
-    tokens = {
-        "alice": db.create_token(Scope.SUBMIT, "alice"),
-        "bob": db.create_token(Scope.SUBMIT, "bob"),
-        "root": db.create_token(Scope.ADMIN, "root"),
-    }
-    headers = {k: {"Authorization": f"Bearer {v}"} for k, v in tokens.items()}
-    with TestClient(app) as client:
-        yield client, headers
+    with app_client(tmp_path, alice=Scope.SUBMIT, bob=Scope.SUBMIT, root=Scope.ADMIN) as served:
+        yield served
 
 
 def with_gates(pattern: str) -> dict:

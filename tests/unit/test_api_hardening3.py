@@ -10,7 +10,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,25 @@ TINY = {
 }
 # Forty optional characters then one that never comes: Python's `re` tries 2^40 ways.
 BACKTRACKS = ".?" * 40 + "!"
+
+
+def at_once(targets: list[Callable[[], None]], *, timeout_s: float = 120) -> None:
+    """Each target in a thread of its own, all started together; back when every one is done
+    (or has had `timeout_s`)."""
+    threads = [threading.Thread(target=t) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s)
+
+
+def assert_429_past_the_limit(
+    statuses: list[tuple[int, str | None]], *, served_at_least: int
+) -> None:
+    """Concurrent requests past a limit: some served, the rest 429, each saying when to retry."""
+    codes = sorted(code for code, _ in statuses)
+    assert set(codes) == {200, 429} and codes.count(200) >= served_at_least, codes
+    assert all(after for code, after in statuses if code == 429)
 
 
 WIDE = "20261101-000200-wide01"  # one step of 64 rows x 100,000 samples (51 MB of doubles)
@@ -312,11 +332,7 @@ def test_concurrent_schedules_never_pass_the_quota_together(tmp_path):
         statuses.append(r.status_code)
 
     try:
-        threads = [threading.Thread(target=create, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        at_once([partial(create, i) for i in range(16)], timeout_s=60)
     finally:
         server.stop()
     assert sorted(statuses) == [201, 201] + [429] * 14, sorted(statuses)
@@ -404,14 +420,8 @@ def test_sample_reads_past_max_sample_reads_are_429(served):
             r = client.get(results, params={"samples": "true", "limit": 10}, headers=h["read"])
         statuses.append((r.status_code, r.headers.get("retry-after")))
 
-    threads = [threading.Thread(target=read) for _ in range(12)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    codes = sorted(code for code, _ in statuses)
-    assert set(codes) == {200, 429} and codes.count(200) >= 4, codes
-    assert all(after for code, after in statuses if code == 429)
+    at_once([read] * 12)
+    assert_429_past_the_limit(statuses, served_at_least=4)
 
 
 # -- 3. attribution needs a window or a run cap; heavy reads have a small pool of their own -
@@ -449,15 +459,8 @@ def test_reports_past_max_heavy_reads_are_429_and_leave_other_routes_free(served
         assert r.status_code == 200
         light.append(time.monotonic() - started)
 
-    threads = [threading.Thread(target=fetch) for _ in range(8)]
-    threads.append(threading.Thread(target=status))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    codes = sorted(code for code, _ in statuses)
-    assert set(codes) == {200, 429} and codes.count(200) >= 2, codes
-    assert all(after for code, after in statuses if code == 429)
+    at_once([*[fetch] * 8, status])
+    assert_429_past_the_limit(statuses, served_at_least=2)
     assert light and light[0] < 5
 
 

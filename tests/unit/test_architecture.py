@@ -144,6 +144,13 @@ def test_the_architecture_doc_shows_the_rules_this_test_enforces() -> None:
     assert tuple(re.findall(r"`([^`]+)`", core_line)) == CORE
 
 
+def python(code: str, *, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """`python -c CODE` in a fresh interpreter at the repository root: what it imports is its own."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s, cwd=ROOT
+    )
+
+
 @pytest.mark.parametrize(
     "modules",
     [
@@ -155,15 +162,8 @@ def test_the_architecture_doc_shows_the_rules_this_test_enforces() -> None:
 )
 def test_the_read_side_imports_neither_torch_nor_ray(modules: str) -> None:
     code = f"import sys, {modules}; print(sorted(m for m in ('torch', 'ray') if m in sys.modules))"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-        cwd=ROOT,
-    )
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    out = python(code, timeout_s=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 # Validating a suite, `fleetval submit`, `fleetval checks` and the API process (which is a Ray driver: its
@@ -203,14 +203,7 @@ print(len(shipped_suites()), submit_side, api_side)
 
 
 def test_validating_submitting_and_serving_import_no_torch_and_a_replica_no_ray() -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", VALIDATE],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        cwd=ROOT,
-    )
+    out = python(VALIDATE, timeout_s=180)
     assert out.returncode == 0, out.stdout + out.stderr
     count, *rest = out.stdout.splitlines()[-1].split()  # the last line: what was imported
     assert int(count) >= 5 and " ".join(rest) == "[] []", out.stdout

@@ -13,10 +13,10 @@ import torch.distributed as dist
 
 from fleetval.checks.bandwidth import rank as bw_rank
 from fleetval.checks.bandwidth.params import BandwidthParams
-from fleetval.checks.base import CheckContext, Heartbeat, RankContext
+from fleetval.checks.base import CheckContext
 from fleetval.checks.collectives import rank as coll
 from fleetval.checks.collectives.params import CollectivesParams
-from fleetval.testing.net import free_port
+from tests.helpers.lone_rank import lone_rank, one_rank_group
 
 GIB = 1 << 30
 M32 = 0xFFFFFFFF
@@ -78,16 +78,8 @@ def test_no_pattern_repeats_past_2_to_the_31_elements():
 
 @pytest.fixture
 def gloo_ctx() -> Iterator[CheckContext]:
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-    )
-    rank = RankContext(run_id="r", job=0, rank=0, world_size=1, local_rank=0,
-                       local_world_size=1, node="n0", node_rank=0, backend="gloo",
-                       device="cpu", device_id=None, seed=0)  # fmt: skip
-    try:
-        yield CheckContext(rank, "s", (), Heartbeat())
-    finally:
-        dist.destroy_process_group()
+    with one_rank_group(lone_rank("gloo", "cpu", run_id="r", node="n0"), "s") as ctx:
+        yield ctx
 
 
 def spy_prepare(monkeypatch, module) -> list[bool]:

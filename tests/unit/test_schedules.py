@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from fleetval.api import Settings, create_app
 from fleetval.api.db import Scope, ServiceDB, Submission
 from fleetval.api.executor import Executor
 from fleetval.api.limits import Limits
@@ -29,6 +28,7 @@ from fleetval.api.schedules import (
 from fleetval.store.dataset import Store
 from fleetval.store.records import RunFilter
 from fleetval.vocab import Catchup
+from tests.helpers.app import app_client
 
 T0 = datetime(2025, 3, 1, 2, 0, 0, tzinfo=UTC)
 EVERY_10S = "* * * * * */10"
@@ -200,16 +200,10 @@ def test_a_firing_refused_by_submit_is_counted_and_the_schedule_moves_on(tmp_pat
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[tuple[TestClient, dict[str, dict[str, str]]]]:
-    app = create_app(Settings(data_dir=tmp_path, run_executor=False, run_scheduler=False))
-    db = app.state.db
-    raw = {
-        "alice": db.create_token(Scope.SUBMIT, "alice"),
-        "bob": db.create_token(Scope.SUBMIT, "bob"),
-        "reader": db.create_token(Scope.READ, "reader"),
-        "root": db.create_token(Scope.ADMIN, "root"),
-    }
-    with TestClient(app) as client:
-        yield client, {k: {"Authorization": f"Bearer {v}"} for k, v in raw.items()}
+    with app_client(
+        tmp_path, alice=Scope.SUBMIT, bob=Scope.SUBMIT, reader=Scope.READ, root=Scope.ADMIN
+    ) as served:
+        yield served
 
 
 def test_rest_scopes_ownership_and_problems(api):
