@@ -92,23 +92,18 @@ def serve(
         run_scheduler=scheduler,
         docs=docs,
     )
+    # NOTE: open event streams would hold a graceful stop until their runs end.
+    server: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "access_log": access_log,
+        "timeout_graceful_shutdown": GRACE_S,
+    }
     if workers == 1:
-        app = create_app(settings)
-        # NOTE: open event streams would hold a graceful stop until their runs end.
-        uvicorn.run(
-            app, host=host, port=port, access_log=access_log, timeout_graceful_shutdown=GRACE_S
-        )
+        uvicorn.run(create_app(settings), **server)
         return
     os.environ.update(settings.to_env())  # each worker builds its own `Settings()` from these
-    uvicorn.run(
-        "fleetval.api.app:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        access_log=access_log,
-        timeout_graceful_shutdown=GRACE_S,
-    )
+    uvicorn.run("fleetval.api.app:app_from_env", factory=True, workers=workers, **server)
 
 
 def parse_duration(text: str) -> float:
