@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -141,42 +142,44 @@ def _amd_smi() -> NodeHardware | None:
     return NodeHardware("amd-smi", readings)
 
 
-def _nvml() -> NodeHardware | None:
+def _from_library(
+    kind: str, module: str, start: str, stop: str, read: Callable[[Any], list[GpuReading]]
+) -> NodeHardware | None:
+    """The readings of a vendor library (an optional extra of fleetval), the library started
+    before them and stopped after; None where it is not installed."""
     try:
-        import pynvml  # nvidia-ml-py: the optional extra fleetval[nvidia]
+        lib = importlib.import_module(module)
     except ImportError:
         return None
-    pynvml.nvmlInit()
+    getattr(lib, start)()
     try:
-        driver = _ask(pynvml, pynvml.nvmlSystemGetDriverVersion)
-        count = pynvml.nvmlDeviceGetCount()
-        readings = [
-            from_nvml(
-                i,
-                {
-                    **_nvml_raw(pynvml, pynvml.nvmlDeviceGetHandleByIndex(i)),
-                    "DriverVersion": driver,
-                },
-            )
-            for i in range(count)
-        ]
+        return NodeHardware(kind, read(lib))
     finally:
-        pynvml.nvmlShutdown()
-    return NodeHardware("nvml", readings)
+        getattr(lib, stop)()
 
 
-def _amdsmi_lib() -> NodeHardware | None:
-    try:
-        import amdsmi as lib  # the optional extra fleetval[amd]
-    except ImportError:
-        return None
-    lib.amdsmi_init()
-    try:
-        handles = lib.amdsmi_get_processor_handles()
-        readings = [amdsmi.from_amdsmi(i, _amdsmi_raw(lib, h)) for i, h in enumerate(handles)]
-    finally:
-        lib.amdsmi_shut_down()
-    return NodeHardware("amdsmi", readings)
+def _nvml() -> NodeHardware | None:  # nvidia-ml-py: the optional extra fleetval[nvidia]
+    return _from_library("nvml", "pynvml", "nvmlInit", "nvmlShutdown", _nvml_readings)
+
+
+def _nvml_readings(pynvml: Any) -> list[GpuReading]:
+    driver = _ask(pynvml, pynvml.nvmlSystemGetDriverVersion)
+    count = pynvml.nvmlDeviceGetCount()
+    return [
+        from_nvml(
+            i, {**_nvml_raw(pynvml, pynvml.nvmlDeviceGetHandleByIndex(i)), "DriverVersion": driver}
+        )
+        for i in range(count)
+    ]
+
+
+def _amdsmi_lib() -> NodeHardware | None:  # the optional extra fleetval[amd]
+    return _from_library("amdsmi", "amdsmi", "amdsmi_init", "amdsmi_shut_down", _amdsmi_readings)
+
+
+def _amdsmi_readings(lib: Any) -> list[GpuReading]:
+    handles = lib.amdsmi_get_processor_handles()
+    return [amdsmi.from_amdsmi(i, _amdsmi_raw(lib, h)) for i, h in enumerate(handles)]
 
 
 def _amdsmi_raw(lib: Any, h: Any) -> AmdsmiAnswers:
