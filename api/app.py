@@ -27,6 +27,7 @@ from fleetval.api.routes.events import StreamSlots
 from fleetval.api.scheduler import Scheduler
 from fleetval.api.schedules import cron_pattern
 from fleetval.api.settings import Settings
+from fleetval.jsontypes import JsonObject
 from fleetval.store.runindex import IndexBuilding
 
 # Statuses only some operations answer with (the rest are added to every operation that
@@ -108,7 +109,7 @@ def _install_errors(app: FastAPI) -> None:
         return problem(409, detail, [field])
 
 
-def publish_inputs(spec: dict[str, Any], limits: Limits) -> dict[str, Any]:
+def publish_inputs(spec: JsonObject, limits: Limits) -> JsonObject:
     """The OpenAPI says what this server accepts: the inline suite's schema, and the cron
     expressions its `min_schedule_interval_s` lets through (a seconds field of one value
     where nothing may fire more than once a minute)."""
@@ -168,7 +169,7 @@ def create_app(settings: Settings) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
 
-    def openapi() -> dict[str, Any]:
+    def openapi() -> JsonObject:
         if app.openapi_schema is None:
             spec = errors.complete_openapi(app, EXTRA_STATUSES)
             app.openapi_schema = publish_inputs(spec, settings.limits)

@@ -4,7 +4,7 @@ without the scope 403."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -43,7 +43,7 @@ def require(scope: Scope) -> Callable[..., Token]:
 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 # What `Credentials` declares in the OpenAPI, for routes that read the header themselves.
-BEARER_DECLARED: dict[str, Any] = {"security": [{"HTTPBearer": []}]}
+BEARER_DECLARED: dict[str, list[dict[str, list[str]]]] = {"security": [{"HTTPBearer": []}]}
 
 
 def bearer(request: Request) -> HTTPAuthorizationCredentials | None:

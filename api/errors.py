@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypedDict
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from fleetval.analysis.baselines import UnknownBaseline
+from fleetval.jsontypes import JsonObject
 from fleetval.run.plan import PlanError
 from fleetval.store.catalog import CorruptFile, RunNotFound, StoreError
 from fleetval.suite import SuiteError
@@ -34,6 +35,14 @@ log = logging.getLogger(__name__)
 
 
 class FieldError(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class FieldErrorJson(TypedDict):
+    """A `FieldError` as a problem's body carries it (built as JSON, never parsed here)."""
+
     loc: list[str | int]
     msg: str
     type: str
@@ -57,7 +66,9 @@ class ApiError(Exception):
     def __init__(self, detail: str, *, loc: list[str | int] | None = None, kind: str = "") -> None:
         super().__init__(detail)
         self.detail = detail
-        self.errors = [{"loc": loc, "msg": detail, "type": kind or self.kind()}] if loc else []
+        self.errors: list[FieldErrorJson] = (
+            [FieldErrorJson(loc=loc, msg=detail, type=kind or self.kind())] if loc else []
+        )
         self.headers: dict[str, str] = {}
 
     @classmethod
@@ -94,7 +105,7 @@ class TooMany(ApiError):
 def problem(
     status: int,
     detail: str,
-    errors: list[dict[str, Any]] | None = None,
+    errors: list[FieldErrorJson] | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     body = {
@@ -119,16 +130,16 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _field_errors(err: RequestValidationError) -> list[dict[str, Any]]:
+def _field_errors(err: RequestValidationError) -> list[FieldErrorJson]:
     return [
         {"loc": list(e.get("loc", [])), "msg": str(e.get("msg", "")), "type": str(e.get("type"))}
         for e in _finite(jsonable_encoder(err.errors()))
     ]
 
 
-def suite_errors(err: SuiteError, kind: str = "invalid_suite") -> list[dict[str, Any]]:
+def suite_errors(err: SuiteError, kind: str = "invalid_suite") -> list[FieldErrorJson]:
     """Suite problems located under body.suite."""
-    out = []
+    out: list[FieldErrorJson] = []
     for line in err.problems:
         path, _, msg = line.partition(": ")
         loc = ["body", "suite", *[p for p in path.split(".") if p != "(suite)"]]
@@ -162,7 +173,7 @@ def public(detail: str, request: Request) -> str:
     return detail
 
 
-def _summary(errors: list[dict[str, Any]]) -> str:
+def _summary(errors: list[FieldErrorJson]) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
 
 
@@ -241,7 +252,7 @@ _DESCRIPTIONS = {
 }
 
 
-def complete_openapi(app: FastAPI, extra: dict[tuple[str, str], tuple[int, ...]]) -> dict[str, Any]:
+def complete_openapi(app: FastAPI, extra: dict[tuple[str, str], tuple[int, ...]]) -> JsonObject:
     """FastAPI's OpenAPI with every status each operation returns, problems as problem+json.
 
     Each operation gets 422 (every one validates something: a header, a path); 401 and 403

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
+from fleetval.jsontypes import JsonObject
 from fleetval.suite import Suite, SuiteError
 
 GIB = 1024**3
@@ -151,14 +151,14 @@ def check_suite(suite: Suite, limits: Limits) -> None:
         raise OverLimit("inline suite", problems)
 
 
-def _over(suite: dict[str, Any], limits: Limits) -> Iterator[tuple[str, float, str, float]]:
+def _over(suite: JsonObject, limits: Limits) -> Iterator[tuple[str, float, str, float]]:
     for path, value, name in _measures(suite):
         ceiling = getattr(limits, name)
         if value > ceiling:
             yield path, value, name, ceiling
 
 
-def _measures(suite: dict[str, Any]) -> Iterator[tuple[str, float, str]]:
+def _measures(suite: JsonObject) -> Iterator[tuple[str, float, str]]:
     """(path, value, limit name) for every limited number in the suite."""
     yield "steps", len(suite["steps"]), "max_steps"
     yield "placement.world_sizes", len(suite["placement"]["world_sizes"]), "max_jobs"
@@ -175,7 +175,7 @@ def _measures(suite: dict[str, Any]) -> Iterator[tuple[str, float, str]]:
         yield from _step_measures(f"steps.{i}", step)
 
 
-def _step_measures(at: str, step: dict[str, Any]) -> Iterator[tuple[str, float, str]]:
+def _step_measures(at: str, step: JsonObject) -> Iterator[tuple[str, float, str]]:
     for key, value in step.items():
         path = f"{at}.{key}"
         if value is None or isinstance(value, bool):

@@ -13,8 +13,9 @@ DDP's replica and loss checks), a version change its effect
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TypedDict
 
+from fleetval.jsontypes import JsonObject
 from fleetval.status import flagged
 from fleetval.vocab import Status
 
@@ -41,7 +42,7 @@ class RowFields(TypedDict):
     message: str
     value: float | None
     unit: str | None
-    details: dict[str, Any]
+    details: JsonObject
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class RowFinding(Finding):
 
     value: float | None = None
     unit: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)  # stored as the row's JSON details
+    details: JsonObject = field(default_factory=dict)  # stored as the row's JSON details
 
     def fields(self) -> RowFields:
         return RowFields(metric=self.code, status=self.status.value, message=self.reason,

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from fleetval.api.db.connection import Connection
+from fleetval.jsontypes import JsonObject
 
 STEP_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
 
@@ -19,7 +20,7 @@ class Counters(Connection):
         """Submissions by status (kept by triggers: one small read)."""
         return {r[0]: r[1] for r in self._query("SELECT status, n FROM status_counts")}
 
-    def _count_steps(self, steps: list[dict[str, Any]]) -> None:
+    def _count_steps(self, steps: list[JsonObject]) -> None:
         for step in steps:
             key, seconds = (step["check"], step["status"]), float(step["seconds"])
             buckets = [str(b) for b in STEP_BUCKETS if seconds <= b] + ["+Inf"]

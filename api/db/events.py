@@ -5,12 +5,34 @@ pruning finished runs with their events."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Required, TypedDict
 
 from fleetval.api.db.connection import now
 from fleetval.api.db.counters import Counters
 from fleetval.api.db.submissions import ACTIVE, Submission, SubmissionQueue
+from fleetval.jsontypes import JsonObject
 from fleetval.vocab import EventKind, QueueStatus
+
+
+class EventJson(TypedDict, total=False):
+    """A run's progress event as the executor records it and the stream sends it: its
+    `kind` (an EventKind value) and, once logged, its `seq`; run_start its `attempt`; a
+    step's events where the run is (`job`, `step`, `index` of `total`, `percent`, `detail`),
+    step_end the step's `outcome` as execution recorded it; run_end the run's `status` and
+    `message`."""
+
+    kind: Required[str]
+    seq: int
+    attempt: int
+    job: int
+    step: str
+    index: int
+    total: int
+    percent: float
+    detail: str
+    outcome: JsonObject
+    status: str
+    message: str
 
 
 class EventLog(SubmissionQueue, Counters):
@@ -19,10 +41,10 @@ class EventLog(SubmissionQueue, Counters):
     def record_event(
         self,
         run_id: str,
-        event: dict[str, Any],
+        event: EventJson,
         *,
-        progress: dict[str, Any] | None = None,
-        steps: list[dict[str, Any]] | None = None,
+        progress: JsonObject | None = None,
+        steps: list[JsonObject] | None = None,
         finish: tuple[str, str] | None = None,
     ) -> int:
         """Append an event (and the run's new progress, or its end: status and message) in
@@ -53,7 +75,7 @@ class EventLog(SubmissionQueue, Counters):
                 raise
         return seq
 
-    def _append(self, run_id: str, event: dict[str, Any]) -> int:
+    def _append(self, run_id: str, event: EventJson) -> int:
         row = self._conn.execute(
             "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?", (run_id,)
         ).fetchone()
@@ -94,11 +116,9 @@ class EventLog(SubmissionQueue, Counters):
                     (QueueStatus.CANCELLED.value, message, now(), run_id, QueueStatus.QUEUED.value),
                 )
                 if cur.rowcount == 1:
-                    end = {
-                        "kind": EventKind.RUN_END,
-                        "status": QueueStatus.CANCELLED.value,
-                        "message": message,
-                    }
+                    end = EventJson(
+                        kind=EventKind.RUN_END, status=QueueStatus.CANCELLED.value, message=message
+                    )
                     self._append(run_id, end)
                 self._conn.execute("COMMIT")
             except BaseException:
@@ -164,7 +184,7 @@ class EventLog(SubmissionQueue, Counters):
                 raise
         return cur.rowcount
 
-    def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+    def events(self, run_id: str, after: int = 0) -> list[EventJson]:
         rows = self._query(
             "SELECT data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq", (run_id, after)
         )

@@ -10,6 +10,7 @@ from typing import Any
 from fleetval.api.db.connection import Connection, now
 from fleetval.api.db.submissions import QuotaExceeded
 from fleetval.api.models import ScheduleOut
+from fleetval.jsontypes import JsonObject
 
 # A stored schedule is the API's model itself (api/models.py): one declaration of its fields.
 Schedule = ScheduleOut
@@ -38,7 +39,7 @@ class ScheduleTable(Connection):
         *,
         name: str,
         cron: str,
-        suite: str | dict[str, Any],
+        suite: str | JsonObject,
         labels: dict[str, str],
         retries: int,
         catchup: str,

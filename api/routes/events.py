@@ -9,7 +9,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import StreamingResponse
@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from fleetval.api import service
 from fleetval.api.auth import authenticate, bearer
 from fleetval.api.db import ServiceDB, Submission, Token
+from fleetval.api.db.events import EventJson
 from fleetval.api.deps import DbDep, ReadToken, StoreDep
 from fleetval.api.errors import TooMany
 from fleetval.api.limits import Limits
@@ -87,13 +88,13 @@ class StreamSlots:
             return len(self._open)
 
 
-def _sse(event: dict[str, Any]) -> str:
+def _sse(event: EventJson) -> str:
     return f"id: {event.get('seq', 0)}\nevent: {event['kind']}\ndata: {json.dumps(event)}\n\n"
 
 
 def _poll(
     db: ServiceDB, run_id: str, after: int, credentials: HTTPAuthorizationCredentials | None
-) -> tuple[list[dict[str, Any]], Submission | None, str]:
+) -> tuple[list[EventJson], Submission | None, str]:
     """One look, in one thread-pool hop: the new events, the submission, and why the
     caller may not read any more ("" while its token is valid)."""
     try:

@@ -18,7 +18,6 @@ results but no runs/ record was cut off; it is listed as `incomplete`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +33,7 @@ from fleetval.store.catalog import check_name as _check_name
 from fleetval.store.catalog import default_data_dir as default_data_dir
 from fleetval.store.catalog import new_run_id as new_run_id
 from fleetval.store.parquet import parquet_options, read_parquet, table_rows, write_bounded
-from fleetval.store.records import Run
+from fleetval.store.records import Run, StoredRow
 from fleetval.store.schema import (
     GPUS_SCHEMA,
     LATENESS_SCHEMA,
@@ -95,7 +94,7 @@ class Store(Catalog):
             _write_table(gpus, self.root / "gpus" / run_id / f"{part}.parquet")
         return path
 
-    def write_nodes(self, run_id: str, nodes: list[dict[str, Any]]) -> Path:
+    def write_nodes(self, run_id: str, nodes: list[StoredRow]) -> Path:
         recs = [{**n, "run_id": run_id} for n in nodes]
         table = pa.Table.from_pylist(recs, schema=NODES_SCHEMA)
         return self._write_indexed("nodes", run_id, table)
@@ -140,7 +139,7 @@ class Store(Catalog):
             files, RESULTS_SCHEMA, columns=columns, dictionary=dictionary, having=having
         )
 
-    def job_results(self, run_id: str, job: int) -> list[dict[str, Any]]:
+    def job_results(self, run_id: str, job: int) -> list[StoredRow]:
         """The result rows of one job of a run (its parts are named job<N>-<step>)."""
         folder = self.root / "results" / _check_name("run", run_id)
         files = sorted(folder.glob(f"job{job}-*.parquet"))

@@ -9,16 +9,25 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fleetval.store.base import CorruptFile
+from fleetval.store.records import StoredRow
 
 
-def parquet_options(schema: pa.Schema) -> dict[str, Any]:
+class ParquetOptions(TypedDict):
+    """`pyarrow.parquet.write_table`'s options the store writes with."""
+
+    compression: str
+    use_dictionary: list[str]
+    use_byte_stream_split: list[str]
+
+
+def parquet_options(schema: pa.Schema) -> ParquetOptions:
     """How the store encodes a table: dictionaries for strings only; floats (and float
     lists, the per-iteration samples) byte-stream-split, which zstd then compresses and
     which decodes ~40% faster than the default for timing data."""
@@ -30,7 +39,9 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
             floats.append(f"{f.name}.list.element")
         elif pa.types.is_string(f.type):
             strings.append(f.name)
-    return {"compression": "zstd", "use_dictionary": strings, "use_byte_stream_split": floats}
+    return ParquetOptions(
+        compression="zstd", use_dictionary=strings, use_byte_stream_split=floats
+    )
 
 
 def write_bounded(
@@ -126,7 +137,7 @@ def _row_groups_having(pf: pq.ParquetFile, column: str) -> list[int]:
     return out
 
 
-def table_rows(table: pa.Table) -> list[dict[str, Any]]:
+def table_rows(table: pa.Table) -> list[StoredRow]:
     """Rows as dicts; timestamps converted here, since pyarrow imports pandas (~0.4 s) to
     convert a zoned timestamp column."""
     stamps = [f.name for f in table.schema if pa.types.is_timestamp(f.type)]

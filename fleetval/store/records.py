@@ -15,14 +15,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleetval.jsontypes import JsonObject as JsonObject  # where the store's readers take it
 from fleetval.metrics import MetricDecl
 from fleetval.vocab import RunStatus
 
-# The true boundaries of a run's data, named where they cross: a JSON object one part writes
-# and another reads back (a fault as the suite declared it, a run's summary, a step's verdict,
-# a progress event), and a table's row as Arrow reads it back (`parquet.table_rows`) and its
-# catalog entry holds it, typed by the table's Arrow schema (store/schema.py).
-JsonObject = dict[str, Any]
+# A table's row as Arrow reads it back (`parquet.table_rows`) and its catalog entry holds it,
+# typed by the table's Arrow schema (store/schema.py): the other true boundary of a run's
+# data, beside the JSON objects one part writes and another reads back (`JsonObject`: a fault
+# as the suite declared it, a run's summary, a step's verdict, a progress event).
 StoredRow = dict[str, Any]
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -10,13 +10,15 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
+
+from fleetval.jsontypes import JsonObject
 
 # What a node runs and is: environment columns of NODES_SCHEMA (defined in the catalog,
 # which filters on them without pyarrow).
 from fleetval.store.base import ENV_COLUMNS as ENV_COLUMNS  # one definition, pyarrow-free
+from fleetval.store.records import StoredRow
 from fleetval.vocab import Status
 
 SCHEMA_VERSION = 3  # 2: summaries/ table; runs.metrics (declarations of the checks run)
@@ -54,9 +56,9 @@ class Row:
     status: str = Status.INFO.value  # nothing is PASS unless a check judged it
     message: str = ""
     samples_us: tuple[float, ...] = ()  # per-iteration times, so statistics are possible later
-    details: dict[str, Any] = field(default_factory=dict)  # check-specific, stored as JSON
+    details: JsonObject = field(default_factory=dict)  # check-specific, stored as JSON
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> StoredRow:
         rec = dataclasses.asdict(self)
         rec["samples_us"] = list(self.samples_us)
         rec["details"] = json.dumps(self.details, sort_keys=True, default=str)

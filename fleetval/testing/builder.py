@@ -20,13 +20,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run
+from fleetval.store.records import Run, StoredRow
 from fleetval.store.schema import Row
 
 
@@ -42,7 +41,7 @@ class SyntheticRun:
 
     record: Run
     results: Mapping[str, Sequence[Row] | pa.Table] = field(default_factory=dict)
-    nodes: list[dict[str, Any]] | None = None
+    nodes: list[StoredRow] | None = None
 
 
 def build_store(
@@ -166,6 +165,6 @@ def _write_foreign(root: Path, runs: list[SyntheticRun]) -> None:
             pq.write_table(table, root / "results" / run.record.run_id / f"{part}.parquet")
 
 
-def _foreign_record(record: Run) -> dict[str, Any]:
+def _foreign_record(record: Run) -> StoredRow:
     rec = record.to_record()
     return {name: rec[name] for name in FOREIGN_RUNS.names}

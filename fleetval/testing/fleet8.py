@@ -23,9 +23,11 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import yaml
+
+from fleetval.jsontypes import JsonObject
 
 DEADLINE_S = float(os.environ.get("FLEET8_DEADLINE_S", "1500"))
 # Rank actors' start-up deadlines (placement, rendezvous): the suite's 60 s unless set; a
@@ -41,7 +43,30 @@ QUIET_NODE = {"include_log_monitor": False}
 DELAY_MS = 25
 
 
-def suite(faults: list[dict[str, Any]] | None = None, **sweep: Any) -> dict[str, Any]:
+class ScenarioJson(TypedDict, total=False):
+    """What a scenario prints (one JSON line): the `fleetval sweep` command's exit status and
+    output, the stored verdict and each run's ranks as the runs' summaries hold them, the
+    sign-off's gate statuses ("" its verdict) and sweep history as its JSON report says them,
+    the last run's seconds; and what the scenario planted (`slow` nodes, a slow `link`, the
+    `throttled` node and what its throttler said)."""
+
+    scenario: Required[str]
+    exit_code: Required[int]
+    output: Required[str]
+    verdict: Required[JsonObject | None]
+    ranks: Required[list[JsonObject | None]]
+    run_id: Required[str]
+    run_ids: Required[list[str]]
+    signoff: Required[dict[str, str]]
+    history: Required[list[JsonObject]]
+    seconds: Required[float | None]
+    slow: list[str]
+    link: list[str]
+    throttled: str
+    throttler: str
+
+
+def suite(faults: list[JsonObject] | None = None, **sweep: Any) -> JsonObject:
     """The shipped `sweep` suite with faults, and sweep settings for an 8-node fleet."""
     from fleetval.suite import load_suite
 
@@ -65,7 +90,7 @@ def suite(faults: list[dict[str, Any]] | None = None, **sweep: Any) -> dict[str,
     return spec
 
 
-def sweep(cluster: Any, data: Path, name: str, spec: dict[str, Any], *args: str) -> dict[str, Any]:
+def sweep(cluster: Any, data: Path, name: str, spec: JsonObject, *args: str) -> ScenarioJson:
     from typer.testing import CliRunner
 
     from fleetval.cli import app
@@ -82,26 +107,26 @@ def sweep(cluster: Any, data: Path, name: str, spec: dict[str, Any], *args: str)
     runs = [r for r in Store(data).runs() if r.run_id not in before]  # several: --repeat
     run = Store(data).latest_run()
     report = json.loads(render(build_signoff(Store(data), run.run_id), "json"))
-    return {
-        "scenario": name,
-        "exit_code": res.exit_code,
-        "output": res.output,
-        "verdict": run.summary.get("sweep"),
-        "ranks": [r.summary.get("ranks") for r in runs],
-        "run_id": run.run_id,
-        "run_ids": [r.run_id for r in runs],
-        "signoff": {g["gate"]: g["status"] for g in report["gates"]} | {"": report["verdict"]},
-        "history": report["sweep"]["history"]["runs"],
-        "seconds": (run.finished_at - run.started_at).total_seconds() if run.finished_at else None,
-    }
+    return ScenarioJson(
+        scenario=name,
+        exit_code=res.exit_code,
+        output=res.output,
+        verdict=run.summary.get("sweep"),
+        ranks=[r.summary.get("ranks") for r in runs],
+        run_id=run.run_id,
+        run_ids=[r.run_id for r in runs],
+        signoff={g["gate"]: g["status"] for g in report["gates"]} | {"": report["verdict"]},
+        history=report["sweep"]["history"]["runs"],
+        seconds=(run.finished_at - run.started_at).total_seconds() if run.finished_at else None,
+    )
 
 
-def clean(cluster: Any, data: Path) -> dict[str, Any]:
+def clean(cluster: Any, data: Path) -> ScenarioJson:
     """Two clean sweeps back to back, on one set of warm ranks (`--repeat`)."""
     return sweep(cluster, data, "clean", suite(), "--repeat", "2")
 
 
-def two_slow(cluster: Any, data: Path) -> dict[str, Any]:
+def two_slow(cluster: Any, data: Path) -> ScenarioJson:
     # NOTE: the two slow nodes on different pairs of tonight's first matching (planned from
     # the store's history, as the sweep will): each slow pair then holds one slow node and
     # one good one, which re-pairing must tell apart.
@@ -128,7 +153,7 @@ def _first_pairs(data: Path) -> list[tuple[str, str]]:
     return first_pairs(NODES, SweepSettings(), Fabric(racks, seen))
 
 
-def slow_link(cluster: Any, data: Path) -> dict[str, Any]:
+def slow_link(cluster: Any, data: Path) -> ScenarioJson:
     # NOTE: on a pair across the racks that tonight's sweep measures first, of two nodes no
     # stored sweep drained: a node slow last night with a slow link tonight is the harder
     # case (its history and the link's one job agree; it ends suspect, exit 5), not this one
@@ -154,7 +179,7 @@ def _drained(data: Path) -> set[str]:
     return {n["node"] for r in runs for n in r.summary["sweep"]["nodes"] if n["state"] == "drain"}
 
 
-def throttled(cluster: Any, data: Path) -> dict[str, Any]:
+def throttled(cluster: Any, data: Path) -> ScenarioJson:
     """node-4's rank processes stopped 38 ms of every 40 ms by a process fleetval knows nothing of."""
     import ray
 
@@ -173,7 +198,7 @@ def throttled(cluster: Any, data: Path) -> dict[str, Any]:
     return out | {"throttled": node, "throttler": said.strip().replace(node_id, node)}
 
 
-def slow_trunk(cluster: Any, data: Path) -> dict[str, Any]:
+def slow_trunk(cluster: Any, data: Path) -> ScenarioJson:
     """Every job across the two racks slow (a `between` fault), every job inside fast."""
     fault = {"kind": "delay", "between": ["rack-a", "rack-b"], "ms": DELAY_MS}
     # NOTE: on the shared store: after the other scenarios' sweeps the least-measured links

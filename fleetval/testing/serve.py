@@ -21,14 +21,13 @@ from types import TracebackType
 
 import httpx
 
-import fleetval
 from fleetval.testing.net import free_port
 
 Ready = Callable[[httpx.Response], bool]
 
 # The checkout (or site-packages) this process imported fleetval from: the child imports the
 # same one, whatever its working directory.
-SOURCE_ROOT = str(Path(fleetval.__file__).resolve().parents[1])
+SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def answers_ok(r: httpx.Response) -> bool:

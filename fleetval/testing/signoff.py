@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from fleetval.analysis.baselines import Baselines
+from fleetval.jsontypes import JsonObject
 from fleetval.store.dataset import Store
 from fleetval.store.records import Run
 from fleetval.store.schema import Row
@@ -83,7 +83,7 @@ def write_run(store: Store, run_id: str, rows: list[Row], *, gates: dict | None 
     nodes = [{"node": "gpu-1", "hostname": "gpu-1", "gpu_model": gpu_model,
               "gpu_count": 8 if gpu_model else 0, "nccl_version": nccl,
               "torch_version": "2.13.0"}]  # fmt: skip
-    suite: dict[str, Any] = {"name": "release", "compare": {"threshold_pct": 5}}
+    suite: JsonObject = {"name": "release", "compare": {"threshold_pct": 5}}
     if gates is not None:
         suite["gates"] = gates
     # the runs in the store once this one's results are in (they list it as incomplete)

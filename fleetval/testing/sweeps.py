@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from fleetval.fleet.verdict import (
     FleetVerdict,
@@ -20,6 +19,7 @@ from fleetval.fleet.verdict import (
     NodeVerdict,
     TrunkVerdict,
 )
+from fleetval.jsontypes import JsonObject
 from fleetval.run.outcome import StepOutcome
 from fleetval.store.dataset import Store
 from fleetval.store.records import Run
@@ -48,7 +48,7 @@ def write_sweep(
     *,
     links: tuple[LinkVerdict, ...] = (),
     findings: tuple[str, ...] = (),
-    gates: dict[str, Any] | None = None,
+    gates: JsonObject | None = None,
     trunks: tuple[TrunkVerdict, ...] = (),
     coverage: tuple[LinkMeasured, ...] = (),
     verdict: FleetVerdict | None = None,

@@ -25,14 +25,14 @@ DOC = ROOT / "docs" / "architecture.md"
 # What each part may import of fleetval besides itself: a part is a module or package under
 # `fleetval.` ("fleet.settings" allows that one module of a part); "core" is the first
 # group; imports under `if TYPE_CHECKING:` count too (an annotation is a dependency).
-CORE = ("vocab", "text", "arrays", "metrics", "nodesets", "culprit", "policy", "status",
-        "finding")
+CORE = ("vocab", "text", "arrays", "metrics", "nodesets", "culprit", "policy", "jsontypes",
+        "status", "finding")
 ANYTHING = ("*",)
 ALLOWED: dict[str, tuple[str, ...]] = {
     "vocab": (), "text": (), "arrays": (), "metrics": (), "nodesets": (), "culprit": (),
-    "policy": (),
+    "policy": (), "jsontypes": (),
     "status": ("vocab", "culprit"),
-    "finding": ("vocab", "status"),
+    "finding": ("vocab", "jsontypes", "status"),
     "formats": ("core",),
     "store": ("core",),
     "detect": ("core", "formats", "store"),
