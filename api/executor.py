@@ -30,7 +30,7 @@ from fleetval.api.supervised import Supervised
 from fleetval.run.life import RunLife, StopReason  # NOTE: torch- and ray-free, as the app is
 from fleetval.store.base import create_private_file
 from fleetval.store.dataset import Store, StoreError, new_run_id
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.suite import parse_suite
 from fleetval.vocab import EventKind, RunStatus
 
@@ -364,7 +364,7 @@ class Executor(Supervised):
         suite = json.loads(sub.suite_json)
         self.store.write_schema_note()
         self.store.write_run(
-            RunRecord(
+            Run(
                 run_id=sub.run_id,
                 suite=sub.suite,
                 status=QueueStatus.INTERRUPTED.value,

@@ -10,7 +10,9 @@ fleetval imports this package.
 - `rayprocs`: a running job's rank processes, and faults made to them from outside
   (SIGSTOP, a throttle); `throttle`, the same as a script an operator would run;
 - `fleet8`: fleet sweep scenarios on a simulated 8-node Ray fleet in two racks;
-- `net`: a free loopback port for a server.
+- `net`: a free loopback port for a server;
+- `serve`: `fleetval serve` (or another server command) on a free loopback port, ready once
+  /healthz answers as awaited, stopped cleanly.
 
 Nothing here is imported by this module: torch and ray load only where a helper needs them.
 """

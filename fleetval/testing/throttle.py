@@ -1,7 +1,7 @@
 """A throttle made outside fleetval: stop every rank process on one node for STOP_MS of
 each PERIOD_MS (SIGSTOP / SIGCONT), as a noisy neighbour or a throttled CPU would.
 
-    python tests/integration/throttle.py RAY_NODE_ID STOP_MS PERIOD_MS
+    python -m fleetval.testing.throttle RAY_NODE_ID STOP_MS PERIOD_MS
 
 It knows the node by its Ray node id only, and finds that node's rank processes the way an
 operator would, in /proc: the `ray::RankActor` children of the raylet started with that

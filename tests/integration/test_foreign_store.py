@@ -1,5 +1,5 @@
 """A store fleetval did not write or index (issue 24): 5,000 runs in the documented layout,
-written straight with pyarrow (tests/foreignstore.py), opened by `fleetval runs`,
+written straight with pyarrow (`fleetval.testing.foreign`), opened by `fleetval runs`,
 `fleetval compare` and a real `fleetval serve` (uvicorn on loopback). Each test starts
 without `index/`, the way such a store arrives. Before the run index read the files
 directly, each of these ended in RecursionError (one stack frame per unindexed run).

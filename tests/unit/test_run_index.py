@@ -1,7 +1,7 @@
 """The run index is a cache of the store's files (issue 24): built from them without going
 back through the catalog, it follows them when runs are deleted, repairs a write that
 failed, and removes the temp files of killed writers. Stores here are written straight
-with pyarrow in the documented layout (tests/foreignstore.py), without `index/`."""
+with pyarrow in the documented layout (`fleetval.testing.foreign`), without `index/`."""
 
 from __future__ import annotations
 
