@@ -105,6 +105,11 @@ def bad_input_exits() -> Iterator[None]:
         raise typer.Exit(Exit.BAD_INPUT) from err
 
 
+def command_group(help: str) -> typer.Typer:
+    """A command with subcommands (`fleetval baseline set`): called bare, it prints its help."""
+    return typer.Typer(help=help, no_args_is_help=True)
+
+
 def choices(name: str, values: Iterable[str]) -> type[StrEnum]:
     """A CLI choice type over a library registry's names: typer lists them in --help and
     rejects others (exit 2), and the library stays the one place that names them."""

@@ -24,6 +24,7 @@ from fleetval.cli.common import (
     JsonOpt,
     bad_input_exits,
     choices,
+    command_group,
     console,
     open_catalog,
     open_store,
@@ -187,9 +188,8 @@ def trend(
     raise typer.Exit(report.worst_exit_code)
 
 
-baseline_app = typer.Typer(
-    help="Named baselines: a selection of runs (ids, or filters resolved when compared).",
-    no_args_is_help=True,
+baseline_app = command_group(
+    "Named baselines: a selection of runs (ids, or filters resolved when compared)."
 )
 
 

@@ -11,13 +11,12 @@ from typing import Annotated
 import typer
 
 from fleetval.cli.client import ServerOpt, ServiceClient, TokenOpt, suite_body
-from fleetval.cli.common import JsonOpt, bad_input_exits, console
+from fleetval.cli.common import JsonOpt, bad_input_exits, command_group, console
 from fleetval.store.catalog import parse_pairs
 from fleetval.vocab import Catchup
 
-schedule_app = typer.Typer(
-    help="Named cron schedules the service fires (each firing is a submission).",
-    no_args_is_help=True,
+schedule_app = command_group(
+    "Named cron schedules the service fires (each firing is a submission)."
 )
 
 

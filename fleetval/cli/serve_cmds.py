@@ -21,6 +21,7 @@ from fleetval.cli.common import (
     DataOpt,
     Exit,
     bad_input_exits,
+    command_group,
     console,
     err_console,
 )
@@ -31,7 +32,7 @@ from fleetval.vocab import EventKind
 
 GRACE_S = 10  # a stopping server waits this long for open requests (event streams)
 
-token_app = typer.Typer(help="API tokens for the service.", no_args_is_help=True)
+token_app = command_group("API tokens for the service.")
 
 
 def serve(
