@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from fleetval.analysis.baselines import Baselines
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.testing.bandwidth import COLLECTIVES, DTYPES, bandwidth_table
 from fleetval.testing.builder import SyntheticRun, build_store
 
@@ -76,7 +76,7 @@ def generate(root: Path, runs: int, nodes: int, iters: int) -> tuple[Store, str,
         rows += len(table)
         env = {"gpu_model": "MI300X", "driver_version": "6.8.5", "rccl_version": "2.20.5"}
         env["rocm_version"] = "6.2.0" if last else "6.1.3"
-        record = RunRecord(run_id=run_id, suite="nightly", status="pass", started_at=started)
+        record = Run(run_id=run_id, suite="nightly", status="pass", started_at=started)
         nodes_of = [{"node": f"node-{j}", **env} for j in range(nodes)]
         # the rows (then their summary), the nodes, the record: through the store's writer
         build_store(store, [SyntheticRun(record, {"bandwidth": table}, nodes_of)])

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from fleetval.status import usable_as_baseline
 from fleetval.store.catalog import ENV_COLUMNS, Catalog, atomic_write
-from fleetval.store.records import SAFE_NAME, JsonObject
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import SAFE_NAME, JsonObject, Run
 
 # Environment columns of the nodes table a filter may name. A run matches a filter on
 # one of these when EVERY node of the run matches: a baseline should be homogeneous.
@@ -157,7 +156,7 @@ class Baselines:
 
 
 def resolve(
-    store: Catalog, baseline: Baseline, *, runs: list[RunRecord] | None = None
+    store: Catalog, baseline: Baseline, *, runs: list[Run] | None = None
 ) -> ResolvedBaseline:
     """The runs a baseline stands for now; every run id must exist and filters must match."""
     if baseline.run_ids:
@@ -186,7 +185,7 @@ def resolve(
 def select_runs(
     store: Catalog,
     where: dict[str, str],
-    runs: list[RunRecord] | None = None,
+    runs: list[Run] | None = None,
     *,
     include_faulty: bool = False,
 ) -> list[str]:
@@ -218,7 +217,7 @@ def select_runs(
     return out
 
 
-def _run_matches(run: RunRecord, key: str, pattern: str) -> bool:
+def _run_matches(run: Run, key: str, pattern: str) -> bool:
     value = getattr(run, key) if key in RUN_COLUMNS else run.labels.get(key)
     return value is not None and fnmatchcase(str(value), pattern)
 

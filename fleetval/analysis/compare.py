@@ -48,8 +48,7 @@ from fleetval.arrays import arrow, dict_codes, group_rows, np_col, segment_media
 from fleetval.metrics import Direction, MetricDecl, infer, merge
 from fleetval.status import passes_for_compare, usable_as_baseline
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
-from fleetval.store.records import RunFilter
+from fleetval.store.records import Run, RunFilter
 from fleetval.store.schema import DICT_COLS, ENV_COLUMNS
 from fleetval.text import human_bytes
 from fleetval.vocab import Verdict
@@ -162,7 +161,7 @@ class Comparison:
 
 
 def _settings(
-    records: dict[str, RunRecord], candidates: list[str], threshold_pct: float | None
+    records: dict[str, Run], candidates: list[str], threshold_pct: float | None
 ) -> CompareSettings:
     """The candidate suite's `compare:` section; an explicit threshold replaces all of it."""
     settings = CompareSettings()
@@ -179,7 +178,7 @@ def _settings(
     return settings
 
 
-def declarations(records: list[RunRecord]) -> dict[str, MetricDecl]:
+def declarations(records: list[Run]) -> dict[str, MetricDecl]:
     """Metric declarations recorded with the runs (newest first wins)."""
     return merge(m for r in reversed(records) for m in r.metrics)
 
@@ -587,7 +586,7 @@ _DEVICE_COLS = ["check", "metric", "unit", "value", "dtype", "size_bytes", "worl
 
 def run_outliers(
     store: Store,
-    record: RunRecord,
+    record: Run,
     settings: CompareSettings,
     decls: dict[str, MetricDecl],
     models: pa.Table,
@@ -702,7 +701,7 @@ def compare_runs(
 
 
 def history_runs(
-    store: Store, candidates: list[RunRecord], baseline: list[str], settings: CompareSettings
+    store: Store, candidates: list[Run], baseline: list[str], settings: CompareSettings
 ) -> list[str]:
     """Up to `settings.history_runs` runs of the candidates' suite(s) started before them,
     oldest first: completed, without injected faults, and not in the baseline. The baseline

@@ -26,8 +26,7 @@ from fleetval.text import human_bytes
 from fleetval.vocab import Status
 
 if TYPE_CHECKING:
-    from fleetval.store.records import Run as RunRecord
-    from fleetval.store.records import StoredRow
+    from fleetval.store.records import Run, StoredRow
 
 
 class StepSpec(BaseModel):
@@ -72,7 +71,7 @@ class GateInputs:
     """What every gate evaluator reads: the stored run, its rows and nodes (the sign-off adds
     the comparison for its own gates: `fleetval.signoff.gates.RunInputs`)."""
 
-    record: RunRecord
+    record: Run
     rows: list[StoredRow]
     nodes: list[StoredRow]
 

@@ -15,7 +15,7 @@ from fleetval.store.catalog import parse_pairs
 
 if TYPE_CHECKING:
     from fleetval.store.dataset import Store
-    from fleetval.store.records import Run as RunRecord
+    from fleetval.store.records import Run
 
 
 def ingest(
@@ -62,7 +62,7 @@ def ingest(
 
 def _ingest(
     store: Store, files: list[Path], labels: dict[str, str], suite: str | None, job: str | None
-) -> list[RunRecord]:
+) -> list[Run]:
     """Everything read and judged first, then written: a bad file stops it all."""
     from fleetval.formats.ingest import IngestError
     from fleetval.run.imported import read_inputs, store_results, world_label

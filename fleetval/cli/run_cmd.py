@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from fleetval.run.execute import Event
     from fleetval.signoff.judged import StepJudged
     from fleetval.store.dataset import Store
-    from fleetval.store.records import Run as RunRecord
+    from fleetval.store.records import Run
 
 STATUS_STYLE: dict[str, str] = {
     Status.PASS: "green",
@@ -84,7 +84,7 @@ def run(
     raise typer.Exit(EXIT_INTERRUPTED if interrupted else exit_status(record.status, strict=strict))
 
 
-def _judged(store: Store, record: RunRecord) -> list[StepJudged]:
+def _judged(store: Store, record: Run) -> list[StepJudged]:
     from fleetval.signoff.judged import judged_steps
 
     return judged_steps(store, record)
@@ -102,7 +102,7 @@ def print_judged(judged: list[StepJudged]) -> None:
             console.print(f"    {line}", highlight=False)
 
 
-def _run_with_progress(spec, store, address, labels, cancel) -> RunRecord:
+def _run_with_progress(spec, store, address, labels, cancel) -> Run:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -140,7 +140,7 @@ def _run_with_progress(spec, store, address, labels, cancel) -> RunRecord:
         )
 
 
-def print_summary(record: RunRecord) -> None:
+def print_summary(record: Run) -> None:
     print_steps(record.run_id, record.suite, record.summary.get("steps", []))
     style = STATUS_STYLE.get(record.status, "bold")  # NOTE: cancelled, error: no colour of theirs
     console.print(f"run [bold]{record.run_id}[/bold]: [{style}]{record.status}[/{style}]")

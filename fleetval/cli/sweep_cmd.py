@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from fleetval.detect.hardware import WatchItem
     from fleetval.fleet.history import JobLate, LinkCoverage, NodeHistory
     from fleetval.fleet.verdict import FleetVerdict
-    from fleetval.store.records import Run as RunRecord
+    from fleetval.store.records import Run
 
 
 Format = choices("SweepFormat", (OutputFormat.TABLE, OutputFormat.JSON))
@@ -234,7 +234,7 @@ def _late_in_jobs(
         typer.echo(line)
 
 
-def _plot(runs: list[RunRecord], path: str, links: bool) -> None:
+def _plot(runs: list[Run], path: str, links: bool) -> None:
     """The newest sweep's link matrix to `path` (bad input: exit 2, nothing written)."""
     from fleetval.fleet.verdict import FleetVerdict
     from fleetval.reports.plots import save_link_matrix

@@ -35,8 +35,7 @@ from fleetval.signoff.gates import (
 from fleetval.signoff.sweep import SWEEPS_SHOWN
 from fleetval.signoff.views import Views, build_views
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
-from fleetval.store.records import StoredRow
+from fleetval.store.records import Run, StoredRow
 from fleetval.vocab import GateStatus
 
 _EVIDENCE_CAP = 200  # per gate: a fleet can fail thousands of rows; the count says the rest
@@ -62,7 +61,7 @@ class GateResult:
 class Signoff:
     """A run judged for release: the verdict first, then each gate and what a report shows."""
 
-    run: RunRecord
+    run: Run
     verdict: GateStatus  # PASS when every gate is PASS or WAIVED
     gates: tuple[GateResult, ...]
     baseline: str | None
@@ -140,7 +139,7 @@ def _compare(
         return None, f"cannot compare with {baseline!r}: {err}"
 
 
-def _gates(record: RunRecord, declared: Gates | None) -> Gates:
+def _gates(record: Run, declared: Gates | None) -> Gates:
     """The suite's gates, else the defaults; a sweep's verdict is always a gate to pass."""
     if not is_sweep(record.summary):
         return declared or DEFAULT_GATES

@@ -27,8 +27,7 @@ from fleetval.metrics import Direction, MetricDecl
 from fleetval.signoff.stragglers import JobStragglers
 from fleetval.store.catalog import new_run_id
 from fleetval.store.dataset import Store
-from fleetval.store.records import JsonObject, StoredRow
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import JsonObject, Run, StoredRow
 from fleetval.store.schema import Row
 from fleetval.vocab import CulpritReason, Status
 
@@ -62,7 +61,7 @@ def store_job(
     source: str,
     labels: dict[str, str] | None = None,
     suite: str | None = None,
-) -> RunRecord:
+) -> Run:
     """A judged job as one stored run labelled `job=<job>`: results, nodes, then the run
     record (a crash in between leaves no run listed with half its rows)."""
     run_id = new_run_id()
@@ -80,7 +79,7 @@ def store_job(
     if hosts := sorted(set(report.hosts.values())):
         store.write_nodes(run_id, [_node(h, job, source) for h in hosts])
     steps = [_step(report, name, rows) for name, rows in parts.items() if rows]
-    record = RunRecord(
+    record = Run(
         run_id=run_id,
         suite=suite or SUITE,
         status=status.run_status(s["status"] for s in steps).value,

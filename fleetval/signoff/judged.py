@@ -17,8 +17,7 @@ from fleetval.checks import CHECKS
 from fleetval.checks.spec import FigureContext, gpu_label, worst_rows
 from fleetval.signoff.gates import gates_from_suite_json
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
-from fleetval.store.records import StoredRow
+from fleetval.store.records import Run, StoredRow
 from fleetval.vocab import CULPRIT_METRIC, Status
 
 _COLUMNS = [
@@ -54,7 +53,7 @@ class StepJudgedJSON(TypedDict):
     figures: list[str]
 
 
-def judged_steps(store: Store, record: RunRecord) -> list[StepJudged]:
+def judged_steps(store: Store, record: Run) -> list[StepJudged]:
     """Every step of a stored run, with what it judged against what."""
     rows = store.results([record.run_id], columns=_COLUMNS).to_pylist()
     models = {n["node"]: gpu_label(n) for n in store.nodes([record.run_id]).to_pylist()}

@@ -19,8 +19,7 @@ from fleetval.fleet.topology import LEVELS
 from fleetval.fleet.verdict import FleetVerdict, LinkMeasured
 from fleetval.signoff.gates import is_sweep
 from fleetval.store.catalog import Catalog
-from fleetval.store.records import JsonObject
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import JsonObject, Run
 from fleetval.vocab import LinkState, NodeState
 
 SWEEPS_SHOWN = 10  # `fleetval report --sweeps`
@@ -181,7 +180,7 @@ class SweepViewJSON(TypedDict):
     matrix: LinkMatrixJSON | None
 
 
-def sweep_view(catalog: Catalog, record: RunRecord, last: int = SWEEPS_SHOWN) -> SweepView | None:
+def sweep_view(catalog: Catalog, record: Run, last: int = SWEEPS_SHOWN) -> SweepView | None:
     """The sweep section of `record`'s report, None when the run is not a sweep."""
     if not is_sweep(record.summary):
         return None
@@ -201,7 +200,7 @@ def sweep_view(catalog: Catalog, record: RunRecord, last: int = SWEEPS_SHOWN) ->
     )
 
 
-def link_matrix(v: FleetVerdict, stored: JsonObject, earlier: list[RunRecord]) -> LinkMatrix | None:
+def link_matrix(v: FleetVerdict, stored: JsonObject, earlier: list[Run]) -> LinkMatrix | None:
     """The reported sweep's links as a matrix, rows grouped by the coarsest topology level;
     each cell's change against the median of the `earlier` sweeps' measurements of it."""
     if not v.coverage:

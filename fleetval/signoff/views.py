@@ -29,8 +29,7 @@ from fleetval.nodesets import SHOWN, EnvSummary, compress, group_env, natural
 from fleetval.signoff.sweep import SWEEPS_SHOWN, SweepView, sweep_view
 from fleetval.status import severity
 from fleetval.store.dataset import Store
-from fleetval.store.records import JsonObject, StoredRow
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import JsonObject, Run, StoredRow
 from fleetval.store.schema import ENV_COLUMNS, GPU_METRIC
 from fleetval.vocab import CULPRIT_METRIC, Status
 
@@ -393,7 +392,7 @@ def _node_actions(rows: list[StoredRow]) -> dict[str, tuple[str, ...]]:
 
 
 def _incidents(
-    record: RunRecord, rows: list[StoredRow], comparison: Comparison | None
+    record: Run, rows: list[StoredRow], comparison: Comparison | None
 ) -> tuple[Incident, ...]:
     out = [
         Incident(kind=c["reason"], step=s["step"], rank=c["rank"], node=c["node"],
@@ -428,7 +427,7 @@ def scaling_points(rows: list[StoredRow]) -> tuple[ScalingView, ...]:
 
 def build_views(
     store: Store,
-    record: RunRecord,
+    record: Run,
     rows: list[StoredRow],
     nodes: list[StoredRow],
     comparison: Comparison | None,

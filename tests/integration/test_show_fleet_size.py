@@ -22,7 +22,7 @@ from fleetval.cli.app import app
 from fleetval.metrics import BUSBW, CORRECT, LATENCY
 from fleetval.nodesets import SHOWN
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 from fleetval.testing.bandwidth import bandwidth_table
 
@@ -58,9 +58,9 @@ def fleet_store(root: Path, n: int) -> tuple[str, list[int]]:
     step = {"job": 0, "world_size": n, "step": "bandwidth", "check": "bandwidth",
             "status": "warn", "seconds": 1.0, "message": "late ranks", "culprits": culprits}  # fmt: skip
     t = datetime(2026, 1, 1, tzinfo=UTC)
-    store.write_run(RunRecord(run_id=run_id, suite="nightly", status="warn", started_at=t,
-                              finished_at=t, summary={"steps": [step]},
-                              metrics=[BUSBW, LATENCY, CORRECT]))  # fmt: skip
+    store.write_run(Run(run_id=run_id, suite="nightly", status="warn", started_at=t,
+                        finished_at=t, summary={"steps": [step]},
+                        metrics=[BUSBW, LATENCY, CORRECT]))  # fmt: skip
     return run_id, slow
 
 

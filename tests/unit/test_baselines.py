@@ -10,7 +10,7 @@ import pytest
 
 from fleetval.analysis.baselines import BaselineError, Baselines, UnknownBaseline
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 
 
@@ -25,9 +25,7 @@ def _run(
         [{"node": f"n{j}", "gpu_model": m, "rocm_version": rocm} for j, m in enumerate(models)],
     )
     store.write_run(
-        RunRecord(
-            run_id=run_id, suite="smoke", status="pass", started_at=started, labels=labels or {}
-        )
+        Run(run_id=run_id, suite="smoke", status="pass", started_at=started, labels=labels or {})
     )
     return run_id
 

@@ -12,7 +12,7 @@ import pytest
 from fleetval.analysis.baselines import Baselines, UnknownBaseline
 from fleetval.analysis.compare import CompareError, compare_runs, fleet_outliers
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 from fleetval.vocab import CULPRIT_METRIC, Verdict
 
@@ -60,7 +60,7 @@ class Fleet:
         fingerprint = {"gpu_model": "MI300X", "rocm_version": "6.1.2", "driver_version": "6.7.0"}
         self.store.write_nodes(run_id, [{"node": n, **fingerprint, **(env or {})} for n in nodes])
         self.store.write_run(
-            RunRecord(
+            Run(
                 run_id=run_id, suite="bandwidth", status="pass", started_at=started,
                 finished_at=started, labels=labels or {}, suite_json=suite_json,
             )

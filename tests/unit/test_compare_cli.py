@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from fleetval.cli import compare_cmds, inspect_cmds
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 
 # NOTE: a local app with just these commands, so the test does not depend on the others.
@@ -53,7 +53,7 @@ def _write(
     store.write_results(run_id, "bandwidth", rows)
     store.write_nodes(run_id, [{"node": "node-0", "gpu_model": gpu, "gpu_count": 8 if gpu else 0,
                                 "rocm_version": rocm}])  # fmt: skip
-    store.write_run(RunRecord(run_id=run_id, suite="bw", status="pass", started_at=started))
+    store.write_run(Run(run_id=run_id, suite="bw", status="pass", started_at=started))
     return run_id
 
 

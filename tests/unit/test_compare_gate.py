@@ -126,13 +126,13 @@ def test_the_late_rank_is_named_not_the_ranks_that_waited(tmp_path: Path) -> Non
     """The late rank measures the SHORTEST own time; lateness points at it."""
     from datetime import UTC, datetime
 
-    from fleetval.store.records import Run as RunRecord
+    from fleetval.store.records import Run
 
     store = Store(tmp_path)
     for run_id, late in (("r-late", 2), ("r-clean", None)):
         _late_rank_run(store, run_id, late)
         store.write_run(
-            RunRecord(run_id=run_id, suite="smoke", status="pass", started_at=datetime.now(UTC))
+            Run(run_id=run_id, suite="smoke", status="pass", started_at=datetime.now(UTC))
         )
     (o,) = fleet_outliers(store, "r-late")
     assert o.kind == "late_rank" and o.rank == 2 and o.unit == "rank 2 (node-1)"
@@ -157,7 +157,7 @@ def test_a_declared_direction_beats_the_unit(tmp_path: Path) -> None:
     decl = MetricDecl(name="tokens", unit="", direction=Direction.HIGHER, shared=True)
     from datetime import UTC, datetime, timedelta
 
-    from fleetval.store.records import Run as RunRecord
+    from fleetval.store.records import Run
 
     ids = []
     for i, level in enumerate([100, 101, 99, 100, 100.5, 70]):
@@ -167,7 +167,7 @@ def test_a_declared_direction_beats_the_unit(tmp_path: Path) -> None:
         store.write_results(run_id, "s", rows)
         started = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=i)
         store.write_run(
-            RunRecord(run_id=run_id, suite="x", status="pass", started_at=started, metrics=[decl])
+            Run(run_id=run_id, suite="x", status="pass", started_at=started, metrics=[decl])
         )
         ids.append(run_id)
     assert store.run("r0").metrics == [decl]

@@ -26,7 +26,7 @@ from fleetval.fleet.settings import Floor, SweepSettings
 from fleetval.fleet.simulate import SimFleet, planted, racked
 from fleetval.fleet.topology import Topology, TopologyError
 from fleetval.fleet.verdict import BaselineLevels, FleetVerdict, run_rounds
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.vocab import NodeState, SweepPhase
 
 EIGHT = [f"node-{i}" for i in range(8)]
@@ -198,11 +198,11 @@ def test_drain_formats_are_ready_to_paste():
         drain_lines(v, "ansible")
 
 
-def _run(i: int, states: dict[str, tuple[str, float]]) -> RunRecord:
+def _run(i: int, states: dict[str, tuple[str, float]]) -> Run:
     nodes = [
         {"node": n, "state": s, "pair_gbps": g, "alone_gbps": None} for n, (s, g) in states.items()
     ]
-    return RunRecord(
+    return Run(
         run_id=f"r{i}",
         suite="sweep",
         status="x",

@@ -18,7 +18,7 @@ from fleetval.nodesets import SHOWN
 from fleetval.reports import build_signoff, render
 from fleetval.signoff.evaluate import Signoff
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 
 HW = Path(__file__).resolve().parents[1] / "data" / "hw"
@@ -48,8 +48,8 @@ def _run(root: Path) -> Store:
     store.write_results(RUN, "job0-health", rows)
     store.write_nodes(RUN, [{"node": f"node-{j}", "hostname": f"node-{j}"} for j in range(NODES)])
     at = datetime(2026, 1, 1, tzinfo=UTC)
-    store.write_run(RunRecord(run_id=RUN, suite="health", status="fail", started_at=at,
-                              finished_at=at, summary={"steps": []}))  # fmt: skip
+    store.write_run(Run(run_id=RUN, suite="health", status="fail", started_at=at,
+                        finished_at=at, summary={"steps": []}))  # fmt: skip
     return store
 
 

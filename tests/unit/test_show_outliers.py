@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from fleetval.cli import app
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 
 
@@ -22,9 +22,7 @@ def test_show_flags_the_slow_gpu_of_a_run(tmp_path):
     ]  # fmt: skip
     store.write_results("r1", "job0-microbench", rows)
     store.write_nodes("r1", [{"node": n, "gpu_model": "NVIDIA H100 80GB HBM3"} for n in nodes])
-    store.write_run(
-        RunRecord(run_id="r1", suite="health", status="pass", started_at=datetime.now(UTC))
-    )
+    store.write_run(Run(run_id="r1", suite="health", status="pass", started_at=datetime.now(UTC)))
     res = CliRunner().invoke(app, ["show", "r1", "--data", str(tmp_path)])
     assert res.exit_code == 0, res.output
     flagged = [line for line in res.output.splitlines() if line.startswith("outlier")]

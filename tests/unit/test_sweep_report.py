@@ -18,7 +18,7 @@ from fleetval.fleet.verdict import LinkMeasured, LinkVerdict
 from fleetval.reports import build_signoff, render
 from fleetval.signoff.gates import GateName, Waiver
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.testing.sweeps import NODES, SWEEPS, write_sweep
 from fleetval.vocab import GateStatus, LinkState
 
@@ -200,9 +200,9 @@ def test_declared_gates_of_a_sweep_suite_still_judge_its_verdict(tmp_path):
 def test_a_run_that_is_not_a_sweep_has_no_sweep_section(tmp_path):
     store = Store(tmp_path)
     started = datetime(2026, 1, 1, tzinfo=UTC)
-    store.write_run(RunRecord(run_id="20260101-000000-aaaaaa", suite="release", status="pass",
-                              started_at=started, suite_json='{"name": "release"}',
-                              summary={"steps": []}))  # fmt: skip
+    store.write_run(Run(run_id="20260101-000000-aaaaaa", suite="release", status="pass",
+                        started_at=started, suite_json='{"name": "release"}',
+                        summary={"steps": []}))  # fmt: skip
     write_sweep(store, 1, SWEEPS[0])  # a sweep in the same store is not this run's
     s = build_signoff(store, "20260101-000000-aaaaaa")
     assert s.views.sweep is None and GateName.SWEEP not in {g.gate for g in s.gates}

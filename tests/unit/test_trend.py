@@ -11,7 +11,7 @@ import pytest
 
 from fleetval.analysis.trend import change_points, find_trends
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 
 STEP_AT = 37
@@ -52,7 +52,7 @@ def _nightly(
         ]
         store.write_nodes(run_id, nodes)
         store.write_run(
-            RunRecord(
+            Run(
                 run_id=run_id,
                 suite="nightly",
                 status="pass",
