@@ -21,7 +21,7 @@ from fleetval.fleet.coverage import LinkSeen, Pair
 from fleetval.fleet.effects import Obs
 from fleetval.fleet.verdict import FleetVerdictJson
 from fleetval.store.catalog import Catalog
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.vocab import NodeState, SweepPhase
 
 DRIFT = 0.10  # the newer sweeps' median this much below the older ones': drifting
@@ -109,7 +109,7 @@ class NodeHistory:
         }
 
 
-def sweep_runs(catalog: Catalog, last: int, *, until: str | None = None) -> list[RunRecord]:
+def sweep_runs(catalog: Catalog, last: int, *, until: str | None = None) -> list[Run]:
     """The newest `last` runs that are sweeps (their summary holds a verdict), oldest first;
     with `until`, none newer than that run (a report of an old sweep shows its past only)."""
     runs = catalog.runs()  # oldest first: run ids sort by time
@@ -118,7 +118,7 @@ def sweep_runs(catalog: Catalog, last: int, *, until: str | None = None) -> list
     return [r for r in runs if "sweep" in r.summary][-last:]
 
 
-def node_histories(runs: list[RunRecord], node: str | None = None) -> list[NodeHistory]:
+def node_histories(runs: list[Run], node: str | None = None) -> list[NodeHistory]:
     """Per node (or the one named), its state and score in each of `runs`."""
     seen: dict[str, list[SweepSeen]] = {}
     for run in runs:
@@ -161,7 +161,7 @@ def link_history(sweeps: Sequence[tuple[str, FleetVerdictJson]]) -> dict[Pair, L
     return out
 
 
-def stored_links(runs: list[RunRecord]) -> dict[Pair, LinkSeen]:
+def stored_links(runs: list[Run]) -> dict[Pair, LinkSeen]:
     return link_history([(r.run_id, r.summary["sweep"]) for r in runs])
 
 
@@ -188,7 +188,7 @@ class LinkCoverage:
         }
 
 
-def link_coverage(runs: list[RunRecord]) -> LinkCoverage:
+def link_coverage(runs: list[Run]) -> LinkCoverage:
     """Per link of the nodes these sweeps judged, the newest of them that measured it."""
     names = {n["node"] for r in runs for n in r.summary["sweep"].get("nodes", [])}
     seen = stored_links(runs)
@@ -219,7 +219,7 @@ def past_jobs(
     return tuple(out)
 
 
-def stored_jobs(runs: list[RunRecord]) -> tuple[Obs, ...]:
+def stored_jobs(runs: list[Run]) -> tuple[Obs, ...]:
     return past_jobs([r.summary["sweep"] for r in runs])
 
 
@@ -260,7 +260,7 @@ def _utc(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
-def job_runs(catalog: Catalog, sweeps: list[RunRecord], until: str | None) -> list[RunRecord]:
+def job_runs(catalog: Catalog, sweeps: list[Run], until: str | None) -> list[Run]:
     """Stored training jobs in the window of `sweeps`: from the oldest sweep shown to `until`
     (default: now). NOTE: open at the newest end, as a job ingested after last night's sweep
     is the news an operator wants beside it; none before the window (that past is not shown)."""
@@ -275,7 +275,7 @@ def job_runs(catalog: Catalog, sweeps: list[RunRecord], until: str | None) -> li
     ]  # fmt: skip
 
 
-def late_in_jobs(jobs: list[RunRecord], nodes: set[str]) -> dict[str, list[JobLate]]:
+def late_in_jobs(jobs: list[Run], nodes: set[str]) -> dict[str, list[JobLate]]:
     """Per node of `nodes`, the windows in which a job found a rank on it late (oldest first)."""
     out: dict[str, list[JobLate]] = {}
     for run in jobs:
@@ -288,14 +288,14 @@ def late_in_jobs(jobs: list[RunRecord], nodes: set[str]) -> dict[str, list[JobLa
     return dict(sorted(out.items()))
 
 
-def _culprit_nodes(run: RunRecord) -> dict[int, str]:
+def _culprit_nodes(run: Run) -> dict[int, str]:
     """Rank to node as the run's `late` culprits name it: a rank whose window gives no host
     took it from its dump's folder or the logs when the run was stored."""
     steps = run.summary.get("steps", ())
     return {c["rank"]: c["node"] for s in steps for c in s.get("culprits", ()) if c.get("node")}
 
 
-def _job_late(run: RunRecord, w: Mapping[str, Any], r: Mapping[str, Any]) -> JobLate:
+def _job_late(run: Run, w: Mapping[str, Any], r: Mapping[str, Any]) -> JobLate:
     """One late rank `r` of a lateness window `w`, as the run's summary stores them."""
     return JobLate(
         job=run.labels["job"], run_id=run.run_id, rank=r["rank"],

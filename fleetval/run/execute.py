@@ -33,7 +33,7 @@ from fleetval.run.plan import Job, PlanError, make_plan
 from fleetval.run.pool import RankPool
 from fleetval.run.step import culprit_row, run_step
 from fleetval.store.dataset import Store, new_run_id
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.suite import Suite
 from fleetval.vocab import EventKind, Status
 
@@ -165,10 +165,10 @@ def recording(
     )
     started = datetime.now(UTC)
 
-    def write(outcome: RunOutcome) -> RunRecord:
+    def write(outcome: RunOutcome) -> Run:
         if state.nodes:
             store.write_nodes(state.run_id, list(state.nodes.values()))
-        record = RunRecord(
+        record = Run(
             run_id=state.run_id,
             suite=suite.name,
             status=outcome.status.value,
@@ -229,7 +229,7 @@ def run_suite(
     cancel: threading.Event | None = None,
     pool: RankPool | None = None,
     life: RunLife | None = None,
-) -> RunRecord:
+) -> Run:
     """Plan the suite on the cluster, run every job, store rows, nodes and the run record.
 
     A PlanError (bad input) is raised before anything is written (the life ends `error`).

@@ -19,7 +19,7 @@ from fleetval.formats.jobfiles import LOOKED_FOR, read_job_files
 from fleetval.run.outcome import StepOutcome
 from fleetval.store.catalog import new_run_id
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.store.schema import Row
 
 
@@ -39,7 +39,7 @@ def read_files(
 
 def store_ingested(
     store: Store, ing: Ingested, *, labels: dict[str, str], suite: str | None = None
-) -> RunRecord:
+) -> Run:
     """One parsed file as a stored run: results, nodes, then the run record."""
     run_id = new_run_id()
     started = datetime.now(UTC)
@@ -52,7 +52,7 @@ def store_ingested(
                     f"{ing.tool} {ing.fmt}: {sum(r.check == check for r in rows)} rows", 0.0)
         for check in sorted({r.check for r in rows})
     ]  # fmt: skip
-    record = RunRecord(
+    record = Run(
         run_id=run_id,
         suite=suite or f"ingest-{ing.tool}",
         status=status.run_status(s.status for s in steps).value,
@@ -97,7 +97,7 @@ def ingest_files(
     *,
     labels: dict[str, str] | None = None,
     suite: str | None = None,
-) -> list[RunRecord]:
+) -> list[Run]:
     """Read all files, then store each as a run. `labels["collective"]` and
     `labels["world_size"]` name what a file does not say."""
     labels = dict(labels or {})
@@ -195,6 +195,6 @@ def _results_or_none(
 
 def store_results(
     store: Store, parsed: list[Ingested], *, labels: dict[str, str], suite: str | None = None
-) -> list[RunRecord]:
+) -> list[Run]:
     """Each parsed results file as a run (`read_inputs` read them all first)."""
     return [store_ingested(store, ing, labels=labels, suite=suite) for ing in parsed]

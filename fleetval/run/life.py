@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from fleetval.vocab import QueueStatus, RunStatus
 
 if TYPE_CHECKING:  # NOTE: the record's module is pyarrow-free, but a life needs none of it
-    from fleetval.store.records import Run as RunRecord
+    from fleetval.store.records import Run
 
 
 class RunPhase(StrEnum):
@@ -134,7 +134,7 @@ class RunOutcome:
     status: RunStatus
     message: str = ""
     reason: StopReason | None = None  # set when a stop was asked (even one that came too late)
-    record: RunRecord | None = None  # the stored record, once the engine wrote it
+    record: Run | None = None  # the stored record, once the engine wrote it
 
 
 def failure_message(err: BaseException) -> str:
@@ -211,18 +211,18 @@ class RunLife:
             self._move(RunEvent.START)
 
     def finish(
-        self, status: RunStatus, write: Callable[[RunOutcome], RunRecord] | None = None
+        self, status: RunStatus, write: Callable[[RunOutcome], Run] | None = None
     ) -> RunOutcome:
         """No job is left: the run's status is `status` (judged from its steps)."""
         return self._end(RunEvent.FINISH, status, "", write)
 
-    def stopped(self, write: Callable[[RunOutcome], RunRecord] | None = None) -> RunOutcome:
+    def stopped(self, write: Callable[[RunOutcome], Run] | None = None) -> RunOutcome:
         """The stop took effect: the run is cancelled, its message says why."""
         reason = self._reason or StopReason.REQUEST
         return self._end(RunEvent.STOPPED, RunStatus.CANCELLED, STOPPED_MESSAGES[reason], write)
 
     def fail(
-        self, err: BaseException, write: Callable[[RunOutcome], RunRecord] | None = None
+        self, err: BaseException, write: Callable[[RunOutcome], Run] | None = None
     ) -> RunOutcome:
         return self._end(RunEvent.FAIL, RunStatus.ERROR, failure_message(err), write)
 
@@ -231,7 +231,7 @@ class RunLife:
         event: RunEvent,
         status: RunStatus,
         message: str,
-        write: Callable[[RunOutcome], RunRecord] | None,
+        write: Callable[[RunOutcome], Run] | None,
     ) -> RunOutcome:
         """Write the run's record from the outcome the event gives (`write`: the engine's),
         then move to the terminal state. A write that raises moves nothing: the run has not

@@ -36,7 +36,7 @@ from fleetval.run.plan import ClusterShape, Job, PlanError, eligible_nodes, node
 from fleetval.run.plan import resolve_gpus_per_rank as gpus_per_rank
 from fleetval.run.pool import NodePool
 from fleetval.store.dataset import Store
-from fleetval.store.records import Run as RunRecord
+from fleetval.store.records import Run
 from fleetval.suite import Suite
 from fleetval.vocab import Status, SweepPhase
 
@@ -49,7 +49,7 @@ def sweep(
     baseline: str | None = None,
     labels: dict[str, str] | None = None,
     cancel: threading.Event | None = None,
-) -> tuple[RunRecord, FleetVerdict | None]:
+) -> tuple[Run, FleetVerdict | None]:
     """Sweep the fleet as one stored run; bad input (PlanError, BaselineError) before it starts.
     Setting `cancel` stops it within a poll: the verdict is then None, the run `cancelled`."""
     levels = baseline_levels(store, baseline) if baseline else None
