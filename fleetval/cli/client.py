@@ -29,6 +29,9 @@ REQUEST_TIMEOUT_S = 30  # one request (not a followed run: that has the command'
 STREAM_TIMEOUT_S = 60  # the event stream's read timeout (the service sends keep-alives)
 RECONNECTS = 5  # the event stream is resumed (Last-Event-ID) this often before giving up
 
+SuiteArg = Annotated[
+    str, typer.Argument(help="A shipped suite name, or a local YAML file (sent inline)")
+]
 ServerOpt = Annotated[str, typer.Option("--server", envvar="FLEETVAL_SERVER", help="Service URL")]
 TokenOpt = Annotated[
     str | None,

@@ -83,6 +83,14 @@ AddressOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for tools instead of a table")]
 
 
+LabelOpt = Annotated[list[str], typer.Option("--label", help="KEY=VALUE, repeatable")]
+
+
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="Exit 1 on warnings too (default: warnings exit 0)")
+]
+
+
 def open_catalog(data: Path | None) -> Catalog:
     """The data directory's runs and nodes, listed without pyarrow (runs, baseline ...)."""
     return Catalog(data or default_data_dir())

@@ -14,6 +14,8 @@ from rich.table import Table
 from fleetval.cli.common import (
     AddressOpt,
     DataOpt,
+    LabelOpt,
+    StrictOpt,
     bad_input_exits,
     console,
     open_store,
@@ -45,11 +47,9 @@ def run(
     ],
     address: AddressOpt = None,
     data: DataOpt = None,
-    label: Annotated[list[str], typer.Option("--label", help="KEY=VALUE, repeatable")] = [],  # noqa: B006
+    label: LabelOpt = [],  # noqa: B006
     as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON")] = False,
-    strict: Annotated[
-        bool, typer.Option("--strict", help="Exit 1 on warnings too (default: warnings exit 0)")
-    ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """Run a validation suite and store its results (exit 0 pass or warn, 1 fail, 2 bad input,
     5 nothing judged)."""

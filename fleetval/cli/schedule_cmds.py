@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from fleetval.cli.client import ServerOpt, ServiceClient, TokenOpt, suite_body
-from fleetval.cli.common import JsonOpt, bad_input_exits, command_group, console
+from fleetval.cli.client import ServerOpt, ServiceClient, SuiteArg, TokenOpt, suite_body
+from fleetval.cli.common import JsonOpt, LabelOpt, bad_input_exits, command_group, console
 from fleetval.store.catalog import parse_pairs
 from fleetval.vocab import Catchup
 
@@ -23,9 +23,7 @@ schedule_app = command_group(
 @schedule_app.command("add")
 def add(
     name: Annotated[str, typer.Argument(help="The schedule's name")],
-    suite: Annotated[
-        str, typer.Argument(help="A shipped suite name, or a local YAML file (sent inline)")
-    ],
+    suite: SuiteArg,
     cron: Annotated[
         str,
         typer.Option(
@@ -35,7 +33,7 @@ def add(
     ],
     server: ServerOpt,
     token: TokenOpt = None,
-    label: Annotated[list[str], typer.Option("--label", help="KEY=VALUE, repeatable")] = [],  # noqa: B006
+    label: LabelOpt = [],  # noqa: B006
     catchup: Annotated[
         Catchup, typer.Option("--catchup", help="Firings missed while the service was down")
     ] = Catchup.ONCE,

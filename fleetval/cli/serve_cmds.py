@@ -15,11 +15,13 @@ from typing import Annotated, Any
 
 import typer
 
-from fleetval.cli.client import ServerOpt, ServiceClient, TokenOpt, suite_body
+from fleetval.cli.client import ServerOpt, ServiceClient, SuiteArg, TokenOpt, suite_body
 from fleetval.cli.common import (
     AddressOpt,
     DataOpt,
     Exit,
+    LabelOpt,
+    StrictOpt,
     bad_input_exits,
     command_group,
     console,
@@ -234,9 +236,7 @@ def _print_summary(run: dict[str, Any]) -> None:
 
 
 def submit(
-    suite: Annotated[
-        str, typer.Argument(help="A shipped suite name, or a local YAML file (sent inline)")
-    ],
+    suite: SuiteArg,
     server: ServerOpt,
     token: TokenOpt = None,
     wait: Annotated[
@@ -246,7 +246,7 @@ def submit(
         str | None,
         typer.Option("--submission-id", help="Idempotency key: a retry returns the same run"),
     ] = None,
-    label: Annotated[list[str], typer.Option("--label", help="KEY=VALUE, repeatable")] = [],  # noqa: B006
+    label: LabelOpt = [],  # noqa: B006
     compare: Annotated[
         str | None,
         typer.Option("--compare", help="Then compare with this baseline; a regression exits 1"),
@@ -257,9 +257,7 @@ def submit(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for the run to end")
     ] = 6 * 3600,
-    strict: Annotated[
-        bool, typer.Option("--strict", help="Exit 1 on warnings too (default: warnings exit 0)")
-    ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """Submit a suite to a service (what CI calls). Exit 0 pass, 1 fail, 2 bad input."""
     with bad_input_exits(), ServiceClient(server, token) as client:
