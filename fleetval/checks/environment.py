@@ -28,7 +28,9 @@ TOOL_TIMEOUT_S = 5.0
 NVIDIA_QUERY = "index,name,uuid,pci.bus_id,driver_version,memory.total"
 # Env vars worth keeping with the fingerprint: device visibility and collective tuning.
 ENV_PREFIXES = ("NCCL_", "RCCL_", "HSA_", "MIOPEN_", "TORCH_NCCL_", "FI_", "UCX_")
-ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+# The variables CPU math libraries size their thread pools by (a rank sets them: run.ranksettings)
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", *THREAD_VARS)
 
 FINGERPRINT_KEYS = FINGERPRINT_COLUMNS
 
@@ -411,6 +413,12 @@ def _relevant_env() -> dict[str, str]:
     }
 
 
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def _ray_version() -> str | None:
     try:
         return importlib.metadata.version("ray")
@@ -485,6 +493,9 @@ def _extra(tool: GpuTool, torch_info: TorchInfo, gpus: list[GpuId], lscpu: Lscpu
             # The priority this process (a rank) ran at: Ray's default for workers is 15, at
             # which any normal-priority process on the host takes the CPU first.
             "niceness": os.nice(0),
+            # ... its intra-op threads and the CPUs it could run on (run.ranksettings).
+            "threads": _guarded(_torch_threads, None),
+            "cpus_allowed": format_cpulist(os.sched_getaffinity(0)),
         },
         sort_keys=True,
         default=str,

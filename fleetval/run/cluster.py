@@ -12,13 +12,9 @@ import ray
 from ray._private import ray_constants
 
 from fleetval.run.plan import NODE_LABEL, ClusterShape, NodeShape
+from fleetval.run.ranksettings import RANK_NICENESS
 
 LOOPBACK = "127.0.0.1"
-# NOTE: Ray starts its workers at nice 15 by default, and the ranks are the measurement: at 15
-# any normal-priority process on the host comes first. 4 CPU ranks on 2 cores beside 3 busy
-# processes took 81.5 s to start, 8.5 s at nice 0 (bench/bench_rank_priority.py). The deploy
-# recipes set the same (RAY_worker_niceness=0); each node's fingerprint records what ran.
-RANK_NICENESS = 0
 # The embedded instance offers more logical CPUs than the machine has cores (ranks mostly wait
 # on I/O: smoke's 4 ranks on 2 cores), but not without end: each rank is a process that takes
 # seconds of CPU to start, and 64 ranks on 2 cores did not all start within a placement
@@ -69,6 +65,9 @@ def connect(address: str | None, min_cpus: float = 0) -> None:
             dashboard_host=LOOPBACK,
             logging_level=logging.WARNING,
             log_to_driver=False,
+            # NOTE: an increment on the raylet's own niceness (the driver's); each rank then
+            # sets the absolute one itself (run.ranksettings), so Ray's start of a worker is
+            # quick and a rank runs alike whoever started Ray.
             _system_config={"worker_niceness": RANK_NICENESS},
         )
 

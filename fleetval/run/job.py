@@ -37,6 +37,7 @@ from fleetval.run.life import RunLife
 from fleetval.run.outcome import Culprit, Event, EventSink, StepOutcome
 from fleetval.run.plan import NODE_LABEL, Job
 from fleetval.run.rank import Placed, RankActor
+from fleetval.run.ranksettings import rank_settings
 from fleetval.suite import Suite
 from fleetval.text import short
 from fleetval.vocab import CulpritReason
@@ -222,7 +223,7 @@ def start_ranks(
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 pg, placement_group_bundle_index=i
             ),
-        ).remote(job.gpus_per_rank)
+        ).remote(job.gpus_per_rank, rank_settings(job))
         for i in range(job.world_size)
     ]
     try:
@@ -420,8 +421,10 @@ def fingerprint_nodes(ranks: list[RankHandle], state: RunState, timeout_s: float
 
 
 def warn_low_priority(node: str, fingerprint: dict[str, Any]) -> bool:
-    """Warn (and say so) when a node's ranks ran below normal priority: a cluster started without
-    RAY_worker_niceness=0 (docs/deploy.md), whose ranks yield to every other process on it."""
+    """Warn (and say so) when a node's ranks ran below normal priority: started niced (a cluster
+    started without RAY_worker_niceness=0, docs/deploy.md) where a process may not raise its
+    own priority (no CAP_SYS_NICE), so `ranksettings.apply` could not: they yield to every
+    other process on it."""
     try:
         nice = json.loads(fingerprint.get("extra") or "{}").get("niceness")
     except (ValueError, AttributeError):
@@ -430,7 +433,8 @@ def warn_low_priority(node: str, fingerprint: dict[str, Any]) -> bool:
         return False
     log.warning(
         "node %s: ranks run at nice %d, behind every other process on it (start-up and timings "
-        "measure that load): start Ray there with RAY_worker_niceness=0",
+        "measure that load), and may not raise their own priority there: start Ray there with "
+        "RAY_worker_niceness=0",
         node,
         nice,
     )
@@ -494,6 +498,7 @@ def rendezvous(
     t = suite.timeouts
     master = ranks[0].placed.node_ip
     env = rank_env(run_id, job, master)
+    settings = rank_settings(job)  # the same for every rank, however the run was submitted
     for attempt in range(t.port_retries):
         ((kind, port),) = gather(
             [ranks[0].actor.free_port.remote()], time.monotonic() + t.rendezvous_s, tick=tick
@@ -503,7 +508,9 @@ def rendezvous(
                 CulpritReason.NOT_JOINED, _failure_text(kind, port, "give a port")
             )
             raise JobAborted(f"process group not formed: {_names((culprit,))}", (culprit,))
-        refs = [r.actor.join.remote(r.ctx, master, port, t.collective, env) for r in ranks]
+        refs = [
+            r.actor.join.remote(r.ctx, master, port, t.collective, env, settings) for r in ranks
+        ]
         answers = gather(refs, time.monotonic() + t.rendezvous_s, grace_s=t.join_grace_s, tick=tick)
         if all(kind == "ok" for kind, _ in answers):
             return

@@ -24,6 +24,8 @@ from fleetval.checks.base import ActiveFault, CheckContext, Heartbeat, Progress,
 from fleetval.checks.spec import StepSpec
 from fleetval.run import flightrec
 from fleetval.run.plan import NODE_LABEL
+from fleetval.run.ranksettings import RankSettings
+from fleetval.run.ranksettings import apply as apply_settings
 from fleetval.store.schema import Row
 
 if TYPE_CHECKING:
@@ -229,7 +231,7 @@ class RankActor:
     """One rank of one job; lives as long as the job's placement group (or, pooled, as long
     as the pool keeps the group: reset between jobs)."""
 
-    def __init__(self, gpus_per_rank: float) -> None:
+    def __init__(self, gpus_per_rank: float, settings: RankSettings | None = None) -> None:
         self._heartbeat = Heartbeat()
         self._ctx: RankContext | None = None
         self._wants_gpu = gpus_per_rank > 0
@@ -247,6 +249,8 @@ class RankActor:
 
         # before torch first touches the GPU runtime, which reads the variables once
         hip_visibility(os.environ, rocm=bool(getattr(torch.version, "hip", None)))
+        if settings is not None:  # from its start: the node's fingerprint is taken before join
+            apply_settings(settings)
 
     def describe(self) -> Placed:
         """Where this actor runs and which device it binds; raises if its GPU is unusable."""
@@ -287,8 +291,18 @@ class RankActor:
             return s.getsockname()[1]
 
     def join(
-        self, ctx: RankContext, master: str, port: int, timeout_s: float, env: dict[str, str]
+        self,
+        ctx: RankContext,
+        master: str,
+        port: int,
+        timeout_s: float,
+        env: dict[str, str],
+        settings: RankSettings | None = None,
     ) -> None:
+        """Join the job's process group, this process first put at the job's `settings`
+        (priority, threads, CPUs: not what the process that started Ray happened to have)."""
+        if settings is not None:  # again: a pooled rank's threads and env since its start
+            apply_settings(settings)
         self._set_env(env)
         for var in ("TORCH_FR_DUMP_TEMP_FILE", "NCCL_DEBUG_FILE"):
             if env.get(var):  # NCCL and the recorder write there, but never make the folder
