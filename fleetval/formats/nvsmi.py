@@ -433,6 +433,21 @@ def _cells(line: str) -> list[str]:
 _CSV_RECOVERY = {"reset": "GPU Reset", "reboot": "Node Reboot"}
 
 
+# the reading's counts and link figures: the --query-gpu field each is read from
+_CSV_COUNTS = {
+    "ecc_volatile_corrected": "ecc.errors.corrected.volatile.total",
+    "ecc_volatile_uncorrected": "ecc.errors.uncorrected.volatile.total",
+    "ecc_aggregate_corrected": "ecc.errors.corrected.aggregate.total",
+    "ecc_aggregate_uncorrected": "ecc.errors.uncorrected.aggregate.total",
+    "retired_sbe": "retired_pages.single_bit_ecc.count",
+    "retired_dbe": "retired_pages.double_bit.count",
+    "pcie_gen": "pcie.link.gen.current",
+    "pcie_gen_max": "pcie.link.gen.max",
+    "pcie_width": "pcie.link.width.current",
+    "pcie_width_max": "pcie.link.width.max",
+}
+
+
 # one CSV row: field name -> cell (None for N/A)
 _CsvRow: TypeAlias = dict[str, str | None]
 
@@ -452,17 +467,8 @@ def _from_csv(r: _CsvRow) -> GpuReading:
         vbios=r.get("vbios_version"),
         driver_version=r.get("driver_version"),
         ecc_enabled=yes(r.get("ecc.mode.current")),
-        ecc_volatile_corrected=integer(r.get("ecc.errors.corrected.volatile.total")),
-        ecc_volatile_uncorrected=integer(r.get("ecc.errors.uncorrected.volatile.total")),
-        ecc_aggregate_corrected=integer(r.get("ecc.errors.corrected.aggregate.total")),
-        ecc_aggregate_uncorrected=integer(r.get("ecc.errors.uncorrected.aggregate.total")),
-        retired_sbe=integer(r.get("retired_pages.single_bit_ecc.count")),
-        retired_dbe=integer(r.get("retired_pages.double_bit.count")),
+        **{field: integer(r.get(column)) for field, column in _CSV_COUNTS.items()},
         retired_pending=yes(r.get("retired_pages.pending")),
-        pcie_gen=integer(r.get("pcie.link.gen.current")),
-        pcie_gen_max=integer(r.get("pcie.link.gen.max")),
-        pcie_width=integer(r.get("pcie.link.width.current")),
-        pcie_width_max=integer(r.get("pcie.link.width.max")),
         perf_state=r.get("pstate"),
         clock_reasons=[_XML_REASONS.get(x, x) for x in reasons] if has_reasons else None,
         sm_clock_mhz=number(r.get("clocks.sm") or r.get("clocks.current.sm")),
