@@ -2,8 +2,8 @@
 
 A check is one package under `fleetval/checks/`: `__init__.py` declares the plug-in (this
 module's `CheckPlugin`: what it proves, its parameter model from `params.py`, its metrics,
-its sign-off gate, the incidents it raises, how `show` presents it) and names its rank-side
-module, `rank.py`, which holds the `run` every rank executes (torch). Only a rank running a
+its sign-off gate, the incidents it raises, how `show` presents it); its rank-side module,
+`rank.py` beside `params.py`, holds `run_<name>`, the run every rank executes (torch). Only a rank running a
 step imports `rank.py`: suite validation, the read side (store, analysis, sign-off, reports,
 `show`), `submit` and the API need only the declarations, so they never import torch.
 """
