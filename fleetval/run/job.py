@@ -44,7 +44,7 @@ from fleetval.vocab import CulpritReason
 
 if TYPE_CHECKING:  # NOTE: the store imports pyarrow, which a job's own work does not need
     from fleetval.store.dataset import Store
-    from fleetval.store.records import Run as RunRecord
+    from fleetval.store.records import Run
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class RunState:
     summary: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def record(self) -> RunRecord | None:
+    def record(self) -> Run | None:
         """The run's stored record, once it has ended (its life's outcome)."""
         outcome = self.life.outcome
         return outcome.record if outcome is not None else None
