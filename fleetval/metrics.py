@@ -1,7 +1,7 @@
 """Metric declarations: what a check's numbers mean, declared by the check that makes them.
 
 Torch-free, so the store-reading side (compare, trend) can read them. The run writer
-records the declarations of the checks a run used with the run (`RunRecord.metrics`), and
+records the declarations of the checks a run used with the run (`Run.metrics`), and
 compare takes every metric's unit and direction from there: a new check's metric has a
 direction without touching compare.
 """
