@@ -242,6 +242,8 @@ class RankActor:
         # as the process: its passes over them took ~7% of a rank's start, and every full pass
         # of the rank's life would scan them again. Frozen, none of them is scanned.
         gc.disable()
+        if settings is not None:  # from its start (torch's import too), not from join on
+            apply_settings(settings)
         import torch
 
         gc.freeze()
@@ -249,8 +251,6 @@ class RankActor:
 
         # before torch first touches the GPU runtime, which reads the variables once
         hip_visibility(os.environ, rocm=bool(getattr(torch.version, "hip", None)))
-        if settings is not None:  # from its start: the node's fingerprint is taken before join
-            apply_settings(settings)
 
     def describe(self) -> Placed:
         """Where this actor runs and which device it binds; raises if its GPU is unusable."""

@@ -66,11 +66,11 @@ def node_cpus() -> set[int]:
 def apply(settings: RankSettings) -> None:
     """Put this process (each of its threads) at `settings`, whatever it inherited.
 
+    Priority, CPUs and variables first, then torch: a rank applies them as it starts, so that
+    importing torch (most of its start) runs at them, and threads made later inherit them.
     A niceness below the inherited one needs privilege (CAP_SYS_NICE, or RLIMIT_NICE): without
     it the rank keeps what it has, and the fingerprint says so (`warn_low_priority`).
     """
-    import torch  # NOTE: only in a rank's process
-
     for tid in _threads():
         try:
             os.setpriority(os.PRIO_PROCESS, tid, settings.niceness)
@@ -82,7 +82,9 @@ def apply(settings: RankSettings) -> None:
             os.sched_setaffinity(tid, node_cpus())
         except (OSError, ValueError):  # ended meanwhile; a cpuset that excludes them all
             continue
-    for var in THREAD_VARS:
+    for var in THREAD_VARS:  # NOTE: before torch loads: its OpenMP reads them once, then
         os.environ[var] = str(settings.threads)
+    import torch  # NOTE: only in a rank's process
+
     if torch.get_num_threads() != settings.threads:
         torch.set_num_threads(settings.threads)
