@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from fleetval.cli.client import ServerOpt, ServiceClient, SuiteArg, TokenOpt, suite_body
 from fleetval.cli.common import (
@@ -230,9 +231,10 @@ def _follow(client: ServiceClient, run_id: str, timeout_s: float) -> None:
 
 def _print_summary(run: dict[str, Any]) -> None:
     print_steps(run["run_id"], run["suite"], run["steps"])
-    style = STATUS_STYLE.get(run["status"], "")
+    # NOTE: a status with no style, or a message with brackets, is text, not markup
+    status = Text(run["status"], style=STATUS_STYLE.get(run["status"], ""))
     message = f" {run['message']}" if run.get("message") else ""
-    console.print(f"run [bold]{run['run_id']}[/bold]: [{style}]{run['status']}[/{style}]{message}")
+    console.print(Text.assemble(f"run {run['run_id']}: ", status, message))
 
 
 def submit(

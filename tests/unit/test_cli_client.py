@@ -87,3 +87,14 @@ def test_an_unreachable_service_is_exit_2_naming_it():
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     code, _, err = fleetval("schedule", "list", "--server", url, "--token", "fv_x")
     assert code == 2 and url in err, err
+
+
+def test_a_run_summary_prints_brackets_and_unstyled_statuses_as_text(capsys) -> None:
+    """`submit --wait` ends with the run's status and message: a message with `[/]` in it
+    (a Ray authentication error) and a status without a style are printed as they are."""
+    from fleetval.cli.serve_cmds import _print_summary
+
+    for status, message in (("error", "driver [/] refused: [red]token[/red]"), ("new", "")):
+        _print_summary({"run_id": "r1", "suite": "s", "steps": [], "status": status,
+                        "message": message})  # fmt: skip
+        assert f"run r1: {status} {message}".rstrip() in capsys.readouterr().out
