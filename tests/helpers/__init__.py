@@ -1,1 +1,1 @@
-"""Helpers the test modules share (imported as `tests.helpers.<module>`, like tests/storegen.py)."""
+"""Helpers the test modules share (imported as `tests.helpers.<module>`; synthetic stores and fleets are `fleetval.testing`)."""

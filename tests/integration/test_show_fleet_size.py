@@ -1,5 +1,5 @@
 """`fleetval show` and the sign-off report at fleet size, on an 80-column console: a generated
-store (tests/storegen.py's bandwidth rows, a per-device metric with planted slow nodes, culprits
+store (`fleetval.testing.bandwidth`'s rows, a per-device metric with planted slow nodes, culprits
 in the run summary) of 16 and of 1,024 nodes. The environment reads as groups of identical
 nodes with only what differs; every listing that grows with the fleet is cut with "and N more";
 `--json` holds everything."""

@@ -1,4 +1,4 @@
-"""Attribution on simulated rollout histories (tests/attrgen.py): each scenario a test, a few seeds.
+"""Attribution on simulated rollout histories (`fleetval.testing.rollouts`): each scenario a test, a few seeds.
 
 The figures over many seeds, and at 1,024 nodes x 90 nights, are bench/bench_attribute.py's.
 """

@@ -1,5 +1,5 @@
 """`fleetval attribute` and POST /v1/attribute over a store written by fleetval's own writer
-(simulated nightly runs from tests/attrgen.py, each night a run with a 2-rank job per node)."""
+(simulated nightly runs from `fleetval.testing.rollouts`, each night a run with a 2-rank job per node)."""
 
 from __future__ import annotations
 
