@@ -20,7 +20,7 @@ then candidates compared through `compare_runs` exactly as `fleetval compare` do
 
 --identities sweeps family sizes at --designs (5+1, 5+5, 7+7): per size and design, seeded
 repeats of one family of alike identities (log run values normal with sd --value-sd, the
-bandwidth recipe (`fleetval.testing.bandwidth`)'s 2.23%) judged by the statistics compare runs (`statistics.moderated`,
+bandwidth recipe's 2.23%) judged by the statistics compare runs (`statistics.moderated`,
 `t_test`, `bh_adjust`, `verdicts`; vectorized, repeats are families of one call). It
 prints the false alarms on clean data, the power at the drops the known-variance
 Neyman-Pearson test finds 50% and 90% of the time, that bound (analytic, beside each
