@@ -80,8 +80,23 @@ def cli(*args: str, data: Path, **kw: Any) -> subprocess.CompletedProcess:
     )
 
 
+class _Served:
+    """A `fleetval serve` this test started: its URL and process once started."""
+
+    serving: Serving | None
+
+    @property
+    def url(self) -> str:
+        assert self.serving is not None, "not started"
+        return self.serving.url
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.serving.proc if self.serving else None
+
+
 @dataclass
-class Server:
+class Server(_Served):
     data: Path
     address: str
     tokens: dict[str, str] | None = None
@@ -94,15 +109,6 @@ class Server:
             self.data, "--address", self.address, *self.args, ready=executor_up
         )
         return self
-
-    @property
-    def url(self) -> str:
-        assert self.serving is not None, "not started"
-        return self.serving.url
-
-    @property
-    def proc(self) -> subprocess.Popen[bytes] | None:
-        return self.serving.proc if self.serving else None
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.serving:
@@ -151,7 +157,7 @@ def _poll(
 
 
 @dataclass
-class Replica:
+class Replica(_Served):
     """`fleetval serve --no-executor --no-scheduler` on a free loopback port: the read side
     of the service, no Ray."""
 
@@ -164,15 +170,6 @@ class Replica:
             self.data, "--no-executor", "--no-scheduler", "--no-access-log", *self.args
         )
         return self
-
-    @property
-    def url(self) -> str:
-        assert self.serving is not None, "not started"
-        return self.serving.url
-
-    @property
-    def proc(self) -> subprocess.Popen[bytes] | None:
-        return self.serving.proc if self.serving else None
 
     def stop(self) -> None:
         if self.serving:
