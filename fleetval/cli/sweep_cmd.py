@@ -136,12 +136,13 @@ def _show(v: FleetVerdict, run_id: str, drain: list[str], drain_format: str) -> 
     if drain:
         typer.echo(f"drain list ({drain_format}):")
         typer.echo("\n".join(drain))
-    if not v.flagged and not v.unjudged:
+    if v.exit_code == 0:
         typer.echo(f"fleet healthy: {len(v.nodes)} nodes judged in {v.rounds} rounds")
     elif not v.flagged:
         typer.echo(
-            f"nothing flagged, {len(v.unjudged)} of {len(v.nodes)} nodes not judged in "
-            f"{v.rounds} rounds (exit 5): their reasons are above"
+            f"nothing flagged, {len(v.unjudged)} of {len(v.nodes)} nodes and "
+            f"{len(v.unproven)} links or trunks estimated slow not judged in {v.rounds} "
+            "rounds (exit 5): their reasons are above"
         )
 
 

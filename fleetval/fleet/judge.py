@@ -223,9 +223,7 @@ def assess(
     for e in f.of_kind("link"):
         x, y = e.key
         jobs = [line(j) for j in a.links.get((x, y), [])]
-        # NOTE: a link flagged on past sweeps' jobs alone is measured again tonight (it may
-        # have been fixed) before it is said again
-        if e.flagged and e.tonight and x not in a.bad and y not in a.bad:
+        if e.flagged and x not in a.bad and y not in a.bad:
             a.bad_links[(x, y)] = [e.text(), *jobs]
         elif suspect(e, f) and x in a.good and y in a.good:
             # NOTE: while an end is itself in doubt, its re-pair with a proven-good node
@@ -284,13 +282,12 @@ def _node(a: Assessment, n: str, settings: SweepSettings, *, measured_alone: boo
     f = a.fit
     own, net = f.effect("node", (n,)), f.effect("nic", (n,))
     flagged = [e for e in (own, net) if e is not None and e.flagged]
-    if flagged and max(e.tonight for e in flagged) >= 2:
-        a.bad[n] = [e.text() for e in flagged] + a.evidence.get(n, [])
+    if flagged:  # NOTE: on two of tonight's jobs or more (`model`): once is measured again
+        # NOTE: the two are one test: only the one estimated slow is what it said
+        slow = sorted((e for e in flagged if e.estimate < f.threshold), key=lambda e: e.estimate)
+        a.bad[n] = [e.text() for e in slow] + a.evidence.get(n, [])
         return
-    # NOTE: flagged on past sweeps' jobs and one of tonight's (slow last night, and in the
-    # one pair it was in tonight) is measured again before it is drained, as a suspect is:
-    # that pair's link may be what is slow tonight (slow in the past is no proof it still is)
-    if flagged or (own is not None and suspect(own, f)):
+    if own is not None and suspect(own, f):
         (a.pending_alone if measured_alone else a.pending_pair).add(n)
         return
     if net is not None and suspect(net, f):

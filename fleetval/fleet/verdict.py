@@ -243,10 +243,15 @@ class FleetVerdict:
         return [n for n in self.nodes if n.state not in (NodeState.HEALTHY, NodeState.DRAIN)]
 
     @property
+    def unproven(self) -> list[LinkVerdict | TrunkVerdict]:
+        """Links and trunks estimated slow but not proven: not judged either way."""
+        return [x for x in (*self.links, *self.trunks) if not x.confirmed]
+
+    @property
     def exit_code(self) -> int:
         """0 every node judged healthy, 1 something flagged, 5 nothing flagged but some
-        nodes not judged (`fleetval.status`'s vocabulary of exits)."""
-        return 1 if self.flagged else 5 if self.unjudged else 0
+        nodes, links or trunks not judged (`fleetval.status`'s vocabulary of exits)."""
+        return 1 if self.flagged else 5 if self.unjudged or self.unproven else 0
 
     @property
     def bad_trunks(self) -> list[TrunkVerdict]:

@@ -79,3 +79,18 @@ def test_alone_controls_are_those_measured_alone_least_not_the_same_waiting_node
     assert len(controls) == 2 and not set(controls) & a.pending_pair, jobs
     repaired = {n for j in jobs if j.why.startswith("re-pair") for n in j.nodes}
     assert a.pending_pair <= repaired, jobs
+
+
+def test_a_link_or_trunk_still_unproven_at_the_end_keeps_the_sweep_from_exit_0() -> None:
+    """Every node healthy but a link (or a trunk) estimated slow and not proven: exit 5, not
+    0 (it was not judged either way), and not 1 (nothing was proven)."""
+    from fleetval.fleet.verdict import FleetVerdict, LinkVerdict, NodeVerdict, TrunkVerdict
+
+    nodes = tuple(NodeVerdict(n, NodeState.HEALTHY, "high", "fine") for n in ("node-1", "node-2"))
+    assert FleetVerdict(nodes=nodes).exit_code == 0
+    link = LinkVerdict(("node-1", "node-2"), False, ("link node-1 <-> node-2: 40% ...",))
+    assert FleetVerdict(nodes=nodes, links=(link,)).exit_code == 5
+    trunk = TrunkVerdict(("rack-a", "rack-b"), "rack", False, ("trunk ...",))
+    assert FleetVerdict(nodes=nodes, trunks=(trunk,)).exit_code == 5
+    proven = LinkVerdict(link.nodes, True, link.evidence)
+    assert FleetVerdict(nodes=nodes, links=(proven, link)).exit_code == 1
