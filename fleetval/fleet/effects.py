@@ -54,6 +54,7 @@ class Effect:
     se: float  # conditional standard error (the other effects at their estimates)
     jobs: int  # jobs it rests on (all sweeps)
     tonight: int  # of those, tonight's
+    past: float = 0.0  # a link's reading on the past sweeps' jobs (with its change since)
     z: float = 0.0  # evidence that it is slower than the tolerance (0: not a candidate)
     p: float = 1.0
     q: float = 1.0  # p adjusted for every effect tested (Benjamini-Hochberg)

@@ -524,12 +524,15 @@ def _tested(
     tonight_counts = d.X.T @ tonight.astype(float)
     effects: dict[tuple[str, Key], Effect] = {}
     tests: dict[Key, list[int]] = {}  # one test per node (its two effects), link, trunk
+    changes = {key: float(theta[k]) for k, (kind, key) in enumerate(d.cols)
+               if kind == "link" + PAST}  # fmt: skip
     for k, (kind, key) in enumerate(d.cols):
         if kind in ("level", "load") or kind.endswith(PAST):
             continue
         se = sigma / math.sqrt(h[k]) if h[k] > 0 else math.inf
+        past = float(theta[k]) + (changes.get(key, 0.0) if kind == "link" else 0.0)
         effects[(kind, key)] = Effect(
-            kind, key, float(theta[k]), se, int(counts[k]), int(tonight_counts[k])
+            kind, key, float(theta[k]), se, int(counts[k]), int(tonight_counts[k]), past=past
         )
         # NOTE: a node's own and network effects are one test: where its alone jobs time
         # nothing the two explain the same jobs, and either makes it a node to drain
