@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from fleetval.fleet.effects import HUBER, Z_HEALTHY, Effect, Fit, Obs, pair
+from fleetval.fleet.effects import HUBER, Z_HEALTHY, Effect, Fit, Obs, pair, trunk_keys
 from fleetval.fleet.settings import SweepSettings
 from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 from fleetval.vocab import SweepPhase
@@ -148,6 +148,9 @@ class Assessment:
     # pairs of good nodes with a job the fit leaves unexplained: measured again where free
     odd_links: dict[Pair, list[str]] = field(default_factory=dict)
     trunks: dict[tuple[str, str, str], Trunk] = field(default_factory=dict)
+    # pairs of groups not estimated slow whose crossings tonight bound them no better than
+    # `max_tolerance`: crossed again beside jobs inside
+    open_trunks: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     evidence: dict[str, list[str]] = field(default_factory=dict)  # node -> every job it was in
     paired: dict[str, set[str]] = field(default_factory=dict)  # partners measured with
     links: dict[Pair, list[Judged]] = field(default_factory=dict)  # every pair job, by link
@@ -260,7 +263,28 @@ def assess(
             crossing = [line(j) for p, js in a.links.items() if _crosses(p, e.key, topology)
                         for j in js]  # fmt: skip
             a.trunks[(level, ga, gb)] = Trunk(level, ga, gb, e, (e.text(), *crossing))
+    _open_trunks(a, settings, topology)
     return a
+
+
+def _open_trunks(a: Assessment, settings: SweepSettings, topology: Topology) -> None:
+    """The pairs of groups whose crossings tonight leave them unbounded: no effect of a job
+    is slower than the job, so a trunk is no slower than the mean of its fastest crossings
+    (less the noise over the root of how many, as a node's bound); where that is worse than
+    `max_tolerance`, what is open is measured. NOTE: a round of three slow crossings and one
+    fast job inside was read as a slow round (its load), the trunk at 0, and it was never
+    crossed again: the sweep ended with every node judged."""
+    f = a.fit
+    crossed: dict[tuple[str, ...], list[float]] = {}
+    for o, d in zip(f.obs, f.deficits, strict=True):
+        if o.age == 0 and not o.failed and len(o.nodes) == 2:
+            for key in trunk_keys(*o.nodes, topology):
+                crossed.setdefault(key, []).append(d)
+    for key, ds in crossed.items():
+        within = 1 - math.exp(min(0.0, _bound(ds, f.sigma)))
+        if key not in a.trunks and within > settings.max_tolerance:
+            level, ga, gb = key
+            a.open_trunks[(level, ga, gb)] = [f"{level} {ga} <-> {gb}: within {within:.0%} only"]
 
 
 def _far_slower(a: Assessment, n: str, f: Fit) -> int:

@@ -79,6 +79,8 @@ def next_round(
     for t in a.trunks.values():
         if not t.confirmed:  # estimated slow, not proven: crossed again beside jobs inside
             jobs += _trunk_check(t.level, t.a, t.b, a, busy, rnd, topo)
+    for level, ga, gb in sorted(a.open_trunks):  # its crossings bound it too loosely
+        jobs += _trunk_check(level, ga, gb, a, busy, rnd, topo)
     waiting = [n for n in nodes if n in a.pending_pair and n not in busy]
     controls = _alone_controls(waiting, a, busy, rnd, topo)
     jobs += controls

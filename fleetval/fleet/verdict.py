@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from fleetval.fleet.coverage import NO_FABRIC, Fabric
-from fleetval.fleet.effects import Q_SUSPECT
+from fleetval.fleet.effects import Q_SUSPECT, Effect
 from fleetval.fleet.judge import (
     Assessment,
     HwNote,
@@ -390,9 +390,15 @@ def verdict(
     hardware = _hardware(judged)
     verdicts = [_with_hardware(v, hardware.get(v.node)) for v in verdicts]
     links = [LinkVerdict(p, True, tuple(e)) for p, e in sorted(a.bad_links.items())]
+    # NOTE: what is still unproven is said (and keeps the sweep from exit 0) only while a
+    # fault is at least as likely as not, as for a node (`_node`): past that it is what the
+    # noise makes the slowest of everything tested (1 clean sweep of 12 at 1,024 nodes and
+    # 30% noise ended with such a link)
     pending = {**a.odd_links, **a.pending_links}
-    links += [LinkVerdict(p, False, tuple(e)) for p, e in sorted(pending.items())]
-    trunks = [TrunkVerdict.of(t) for _, t in sorted(a.trunks.items())]
+    links += [LinkVerdict(p, False, tuple(e)) for p, e in sorted(pending.items())
+              if _likely(a.fit.effect("link", p))]  # fmt: skip
+    trunks = [TrunkVerdict.of(t) for _, t in sorted(a.trunks.items())
+              if t.confirmed or _likely(t.effect)]  # fmt: skip
     coverage = [
         LinkMeasured(p, link_verdict(js[-1]), js[-1].m.score, len(js))
         for p, js in sorted(a.links.items())
@@ -411,6 +417,11 @@ def verdict(
         trunks=tuple(sorted(trunks, key=lambda t: not t.confirmed)),
         coverage=tuple(coverage),
     )
+
+
+def _likely(e: Effect | None) -> bool:
+    """A slow estimate at least as likely a fault as not over everything tested."""
+    return e is not None and e.q <= Q_SUSPECT
 
 
 def _held(v: NodeVerdict) -> NodeVerdict:
