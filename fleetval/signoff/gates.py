@@ -125,11 +125,17 @@ def _sweep(inp: GateInputs, _: object) -> Outcome:
         return Outcome(False, f"the sweep flagged: {', '.join(said)}", evidence)
     if not v.nodes:
         return Outcome(None, "the sweep judged no node", [])
-    if v.unjudged:  # NOTE: nothing flagged, but not every node judged: not a pass
+    if v.unjudged or v.unproven:  # NOTE: nothing flagged, but not all judged: not a pass
+        open_ = [plural(len(v.unjudged), "node")] if v.unjudged else []
+        open_ += [f"{len(v.unproven)} estimated slow link(s) or trunk(s)"] if v.unproven else []
+        unproven = [
+            Evidence(ok=False, text=f"estimated slow, not proven: {x.evidence[0]}")
+            for x in v.unproven
+        ]
         return Outcome(
             None,
-            f"{plural(len(v.unjudged), 'node')} not judged (nothing flagged)",
-            [_node_evidence(n) for n in v.unjudged],
+            f"{' and '.join(open_)} not judged (nothing flagged)",
+            [_node_evidence(n) for n in v.unjudged] + unproven,
         )
     text = f"{plural(len(v.nodes), 'node')} healthy in {v.rounds} rounds ({v.jobs} jobs)"
     return Outcome(True, text, [Evidence(ok=True, text=text)])

@@ -186,6 +186,19 @@ def test_a_flagged_sweep_never_signs_off_and_a_clean_one_does(tmp_path):
     assert waived.verdict == GateStatus.PASS  # fmt: skip
 
 
+def test_a_sweep_that_left_a_link_estimated_slow_and_unproven_does_not_sign_off(tmp_path):
+    store = Store(tmp_path)
+    link = LinkVerdict(("node-0", "node-1"), False, ("link node-0 <-> node-1: 13%, z 2.4",))
+    run = write_sweep(store, 0, {n: ("healthy", 10.0) for n in NODES}, links=(link,))
+    s = build_signoff(store, run)
+    gate = next(g for g in s.gates if g.gate == GateName.SWEEP)
+    assert s.verdict != GateStatus.PASS and gate.status != GateStatus.PASS
+    assert gate.summary.endswith("1 estimated slow link(s) or trunk(s) not judged (nothing flagged)")
+    assert [e.text for e in gate.failing] == [
+        "estimated slow, not proven: link node-0 <-> node-1: 13%, z 2.4"
+    ]
+
+
 def test_declared_gates_of_a_sweep_suite_still_judge_its_verdict(tmp_path):
     store = Store(tmp_path)
     run = write_sweep(store, 0, {**{n: ("healthy", 10.0) for n in NODES},
