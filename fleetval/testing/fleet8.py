@@ -164,9 +164,11 @@ def slow_link(cluster: Any, data: Path) -> ScenarioJson:
         for p in [*_first_pairs(data), *every]
         if RACKS[p[0]] != RACKS[p[1]] and not set(p) & drained
     )
-    out = sweep(
-        cluster, data, "slow_link", suite([{"kind": "delay", "node": a, "peer": b, "ms": DELAY_MS}])
-    )
+    # NOTE: 12 rounds, not the shipped 8: where a loaded box reads 36% noise, the link's ends
+    # take most of 8 rounds to be proven good, and only then is the link measured again
+    # (a test run under two other test workers ended with it estimated slow, exit 5)
+    fault = {"kind": "delay", "node": a, "peer": b, "ms": DELAY_MS}
+    out = sweep(cluster, data, "slow_link", suite([fault], max_rounds=12))
     return out | {"link": [a, b]}
 
 

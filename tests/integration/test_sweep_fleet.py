@@ -110,7 +110,8 @@ def test_two_slow_nodes_one_in_each_half_are_both_named(scenarios):
 def test_a_slow_link_between_two_good_nodes_is_named(scenarios):
     doc = scenarios["slow_link"]
     a, b = doc["link"]
-    assert doc["exit_code"] == 1, doc["output"]
+    ends = [t for t in (doc["verdict"] or {}).get("trials", []) if {a, b} & set(t["nodes"])]
+    assert doc["exit_code"] == 1, doc["output"] + "\n" + "\n".join(map(str, ends))
     assert named(doc) == [], doc["output"]  # both nodes are healthy: the link is the finding
     links = doc["verdict"]["links"]
     assert [(x["nodes"], x["confirmed"]) for x in links] == [([a, b], True)], doc["output"]
