@@ -201,9 +201,10 @@ def _one_control(
     x = max(refs, key=lambda n: spare[where(n)])
     spare[where(x)] -= 1
     fast = {n for p, js in a.links.items() if x in p and any(j.fast for j in js) for n in p}
+    slow = _slow_links(a)
     y = max(
         (n for n in refs if n != x),
-        key=lambda n: (where(n) == where(x), spare[where(n)], n in fast),
+        key=lambda n: (pair(x, n) not in slow, where(n) == where(x), spare[where(n)], n in fast),
     )
     refs[:] = [n for n in refs if n not in (x, y)]
     return [Planned(rnd, SweepPhase.PAIR, pair(x, y), "control")]
@@ -482,16 +483,35 @@ def _controls(
     by_group: dict[tuple[str, ...], list[str]] = {}
     for n in sorted((g for g in idle if g not in busy), key=where):
         by_group.setdefault(where(n), []).append(n)
+    slow = _slow_links(a)  # NOTE: a control on a link known slow is no control
     inside = [
         (g not in crossed or g in fast, i > 0, p)
         for g, ns in by_group.items()
         for i, p in enumerate(_pairs_unseen(ns, seen))
+        if pair(*p) not in slow
     ]
     inside.sort(key=lambda t: t[:2])
     paired = {n for *_, p in inside for n in p}
     odd = [n for ns in by_group.values() for n in ns if n not in paired]
-    pairs = [*(p for *_, p in inside), *zip(odd[::2], odd[1::2], strict=False)][:most]
+    pairs = [*(p for *_, p in inside), *_pair_up(odd, slow)][:most]
     return [Planned(rnd, SweepPhase.PAIR, pair(x, y), "control") for x, y in pairs]
+
+
+def _slow_links(a: Assessment) -> set[Pair]:
+    """Links flagged or estimated slow so far."""
+    return {*a.bad_links, *a.pending_links, *a.recheck_links, *a.odd_links}
+
+
+def _pair_up(nodes: list[str], avoid: Collection[Pair]) -> list[Pair]:
+    """`nodes` two by two in order, each with the next one not on a link in `avoid`."""
+    left, out = list(nodes), []
+    while len(left) >= 2:
+        x = left.pop(0)
+        y = next((y for y in left if pair(x, y) not in avoid), None)
+        if y is not None:
+            left.remove(y)
+            out.append((x, y))
+    return out
 
 
 def _first_matching(

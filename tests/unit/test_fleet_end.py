@@ -94,3 +94,15 @@ def test_a_link_or_trunk_still_unproven_at_the_end_keeps_the_sweep_from_exit_0()
     assert FleetVerdict(nodes=nodes, trunks=(trunk,)).exit_code == 5
     proven = LinkVerdict(link.nodes, True, link.evidence)
     assert FleetVerdict(nodes=nodes, links=(proven, link)).exit_code == 1
+
+
+def test_controls_are_never_paired_on_a_link_known_slow() -> None:
+    """Idle good nodes paired up as a round's controls skip a link flagged or estimated slow
+    (a sweep once took a flagged link as a control, and it read as the round's level)."""
+    from fleetval.fleet.planner import _pair_up
+
+    assert _pair_up(["node-1", "node-7", "node-3", "node-6"], {("node-1", "node-7")}) == [
+        ("node-1", "node-3"),
+        ("node-7", "node-6"),
+    ]
+    assert _pair_up(["node-1", "node-7"], {("node-1", "node-7")}) == []
