@@ -144,13 +144,13 @@ class Assessment:
     bad_links: dict[Pair, list[str]] = field(default_factory=dict)
     pending_links: dict[Pair, list[str]] = field(default_factory=dict)
     # links slow in past sweeps, none of tonight's jobs on them yet: measured again where free
-    recheck_links: dict[Pair, list[str]] = field(default_factory=dict)
+    recheck_links: set[Pair] = field(default_factory=set)
     # pairs of good nodes with a job the fit leaves unexplained: measured again where free
     odd_links: dict[Pair, list[str]] = field(default_factory=dict)
     trunks: dict[tuple[str, str, str], Trunk] = field(default_factory=dict)
     # pairs of groups not estimated slow whose crossings tonight bound them no better than
     # `max_tolerance`: crossed again beside jobs inside
-    open_trunks: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
+    open_trunks: set[tuple[str, ...]] = field(default_factory=set)
     evidence: dict[str, list[str]] = field(default_factory=dict)  # node -> every job it was in
     paired: dict[str, set[str]] = field(default_factory=dict)  # partners measured with
     links: dict[Pair, list[Judged]] = field(default_factory=dict)  # every pair job, by link
@@ -239,7 +239,7 @@ def assess(
             # change since then as well as on the link: the one costs what the other does.
             # Measured again, or the coverage comes back to it only sweeps later (a 5x link
             # measured in one sweep of seven, and never named)
-            a.recheck_links[(x, y)] = [f"link {x} <-> {y} slow in past sweeps ({math.exp(e.past):.0%} of the level)"]
+            a.recheck_links.add((x, y))
     # NOTE: a job of two good nodes the fit leaves unexplained (its link fast in past sweeps,
     # slow tonight once: the change is not worth its price on one job) is measured again,
     # once: a second job says whether the link or the first job was at fault. Only the one
@@ -283,8 +283,7 @@ def _open_trunks(a: Assessment, settings: SweepSettings, topology: Topology) -> 
     for key, ds in crossed.items():
         within = 1 - math.exp(min(0.0, _bound(ds, f.sigma)))
         if key not in a.trunks and within > settings.max_tolerance:
-            level, ga, gb = key
-            a.open_trunks[(level, ga, gb)] = [f"{level} {ga} <-> {gb}: within {within:.0%} only"]
+            a.open_trunks.add(key)
 
 
 def _far_slower(a: Assessment, n: str, f: Fit) -> int:

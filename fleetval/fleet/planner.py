@@ -66,7 +66,7 @@ def next_round(
     topo = fabric.topology
     jobs = [Planned(rnd, SweepPhase.ALONE, (n,), "alone again") for n in sorted(a.pending_alone)]
     busy = set(a.pending_alone)
-    for x, y in sorted({**a.recheck_links, **a.pending_links}):
+    for x, y in sorted(a.recheck_links | a.pending_links.keys()):
         if x in busy or y in busy:
             continue
         if len(a.links.get((x, y), ())) >= 2:
