@@ -144,6 +144,9 @@ class LinkVerdict:
             nodes=list(self.nodes), confirmed=self.confirmed, evidence=list(self.evidence)
         )
 
+    def subject(self) -> str:
+        return f"link {' <-> '.join(self.nodes)}"
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LinkVerdict:
         a, b = d["nodes"]
@@ -166,6 +169,9 @@ class TrunkVerdict:
             groups=list(self.groups), level=self.level, confirmed=self.confirmed,
             evidence=list(self.evidence),
         )  # fmt: skip
+
+    def subject(self) -> str:
+        return f"trunk {self.level} {' <-> '.join(self.groups)}"
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrunkVerdict:

@@ -216,10 +216,7 @@ def _verdict_outcome(v: FleetVerdict) -> StepOutcome:
     lines += [f"slow link {' <-> '.join(link.nodes)}" for link in v.bad_links]
     lines += [f"slow trunk {t.level} {' <-> '.join(t.groups)}" for t in v.bad_trunks]
     lines += list(v.findings)
-    lines += [f"link {' <-> '.join(x.nodes)} estimated slow, not proven"
-              for x in v.links if not x.confirmed]  # fmt: skip
-    lines += [f"trunk {t.level} {' <-> '.join(t.groups)} estimated slow, not proven"
-              for t in v.trunks if not t.confirmed]  # fmt: skip
+    lines += [f"{x.subject()} estimated slow, not proven" for x in v.unproven]
     status = {1: Status.FAIL, 5: Status.UNJUDGED, 0: Status.PASS}[v.exit_code].value
     message = "; ".join(lines) or f"fleet healthy: {len(v.nodes)} nodes in {v.rounds} rounds"
     return StepOutcome(-1, 0, "verdict", "sweep", status, message, 0.0)
