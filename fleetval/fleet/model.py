@@ -56,6 +56,7 @@ PRIOR_JOBS = 4  # ... counted as this many jobs
 # at most this many of tonight's jobs and of all sweeps' jobs
 EXACT_TONIGHT, EXACT_ROWS = 256, 4000
 PAST = "@past"  # an effect's change since the past sweeps (on their jobs): fitted, not tested
+COMPOSE_STEPS = 6  # linearizations of the slow parts' sum in time, at most, per fit
 
 
 @dataclass
@@ -67,11 +68,13 @@ class _Block:
     most: int
     X: sp.csc_matrix
     XT: sp.csr_matrix
+    XT2: sp.csr_matrix  # XT's entries squared (a job's weight on an effect may be below 1)
 
 
 def _block(X: sp.csc_matrix, kind: str, idx: np.ndarray, most: int) -> _Block:
     Xb = X[:, idx]
-    return _Block(kind, idx, most, Xb, Xb.T.tocsr())
+    XT = Xb.T.tocsr()
+    return _Block(kind, idx, most, Xb, XT, XT.multiply(XT).tocsr())
 
 
 @dataclass
@@ -86,11 +89,21 @@ class _Shift:
     most: int
     X: sp.csc_matrix  # the base columns on tonight's jobs only
     XT: sp.csr_matrix
+    XT2: sp.csr_matrix  # XT's entries squared
+
+
+def _shift_of(base: np.ndarray, past: np.ndarray, most: int, Xt: sp.csc_matrix) -> _Shift:
+    XT = Xt.T.tocsr()
+    return _Shift(base, past, most, Xt, XT, XT.multiply(XT).tocsr())
 
 
 @dataclass
 class _Design:
-    """The sparse design: rows are jobs, columns levels, loads, then effects."""
+    """The sparse design: rows are jobs, columns levels, loads, then effects.
+
+    `X` is the model linearized where the effects stand (`_composed`): a job's weight on each
+    of its effects and an `offset`; `X0` is which effects each job holds (all weights 1:
+    the model where no effect is slow)."""
 
     X: sp.csc_matrix
     Xr: sp.csr_matrix
@@ -100,11 +113,32 @@ class _Design:
     cols: list[tuple[str, Key]]  # ("level", ...), ("load", ...), then effects
     blocks: list[_Block]
     shifts: list[_Shift] = dataclasses.field(default_factory=list)
+    offset: np.ndarray | None = None  # per job (None: 0)
+    X0: sp.csc_matrix | None = None  # None: X
+    tonight: sp.dia_matrix | None = None  # tonight's jobs (to build the shifts again)
 
     @cached_property
     def effect(self) -> np.ndarray:
         """Per column: an effect (not a level or a load)."""
         return np.array([c[0] not in ("level", "load") for c in self.cols])
+
+    @cached_property
+    def held(self) -> sp.csc_matrix:
+        """Which effects each job holds (every weight 1)."""
+        return self.X if self.X0 is None else self.X0
+
+    @cached_property
+    def component(self) -> np.ndarray:
+        """Per column: the effect it is part of (its own index; a change since the past
+        sweeps: its effect's; a level or a load: -1)."""
+        index = {c: k for k, c in enumerate(self.cols)}
+        out = np.full(len(self.cols), -1)
+        for k, (kind, key) in enumerate(self.cols):
+            if kind.endswith(PAST):
+                out[k] = index[(kind[: -len(PAST)], key)]
+            elif kind not in ("level", "load"):
+                out[k] = k
+        return out
 
 
 def _design(obs: Sequence[Obs], topology: Topology) -> _Design:
@@ -180,7 +214,9 @@ def _design(obs: Sequence[Obs], topology: Topology) -> _Design:
     y = np.array([math.log(o.score) if o.score and o.score > 0 else 0.0 for o in obs])
     failed = np.array([o.failed or not (o.score and o.score > 0) for o in obs])
     w0 = np.array([o.weight for o in obs])
-    return _Design(X, X.tocsr(), y, failed, w0, names, blocks, [x for x in shifts if x])
+    return _Design(
+        X, X.tocsr(), y, failed, w0, names, blocks, [x for x in shifts if x], tonight=tonight
+    )
 
 
 _SHIFTED = ("node", "nic", "link", "trunk")
@@ -200,15 +236,67 @@ def _shift(
         return None
     Xt = (tonight @ X[:, base]).tocsc()
     past = np.array([q for _, q in pairs if q is not None], dtype=int)
-    return _Shift(base, past, b.most, Xt, Xt.T.tocsr())
+    return _shift_of(base, past, b.most, Xt)
 
 
 def _targets(d: _Design, theta: np.ndarray) -> np.ndarray:
-    """Each job's log-bandwidth; a failed job's is its level's plus `FAILED`."""
+    """Each job's log-bandwidth less the linearized model's offset; a failed job's is its
+    level's plus `FAILED`."""
+    y = d.y if d.offset is None else d.y - d.offset
     if not d.failed.any():
-        return d.y
+        return y
     lev = d.Xr[:, : _n_level(d)] @ theta[: _n_level(d)]
-    return np.where(d.failed, lev + FAILED, d.y)
+    return np.where(d.failed, lev + FAILED, y)
+
+
+def _composed(d: _Design, theta: np.ndarray) -> _Design:
+    """The design linearized where the effects `theta` stand: a job's slow parts add up in
+    time, not in log-bandwidth. A part at effect v takes exp(-v) of a healthy part's time,
+    so a job of parts v_k runs at 1 / (1 + sum(exp(-v_k) - 1)) of its level: a slow node
+    (21x) across a slow trunk (11x) is 31x, not 231x, as delays that add per call show
+    (and a bottleneck, the slowest part alone, is closer to that than to the product). With
+    one slow part at most this is the sum of the effects, unchanged.
+
+    Linearized at `theta`: each part's weight is exp(-v_k) / (its job's total), and the
+    offset is the rest; `d` itself where no job has two slow parts and none had."""
+    X0 = d.held
+    C = X0.tocoo()
+    comp = d.component[C.col]
+    part = comp >= 0
+    rows, cols, comp = C.row[part], C.col[part], comp[part]
+    change = _change_of(d)[comp]
+    past_row = np.asarray(d.tonight.diagonal() == 0)[rows] if d.tonight is not None else False
+    # NOTE: a part's total on a past job is its effect and its change since; both columns
+    # carry the same weight, so each part is counted once (its base column) in the sum
+    total = theta[comp] + np.where(past_row & (change >= 0), theta[np.maximum(change, 0)], 0.0)
+    per = np.exp(-np.minimum(total, 0.0))
+    own = cols == comp
+    slow_parts = np.bincount(rows[own], weights=(per[own] > 1.0), minlength=X0.shape[0])
+    if d.X0 is None and not np.any(slow_parts >= 2):
+        return d
+    extra = np.bincount(rows[own], weights=per[own] - 1.0, minlength=X0.shape[0])
+    total_time = 1.0 + extra
+    weight = per / total_time[rows]
+    linear = np.bincount(rows, weights=weight * theta[cols], minlength=X0.shape[0])
+    offset = -np.log(total_time) - linear
+    data = np.ones(C.nnz)
+    data[np.nonzero(part)[0]] = weight
+    X = sp.csc_matrix((data, (C.row, C.col)), shape=X0.shape)
+    blocks = [_block(X, b.kind, b.idx, b.most) for b in d.blocks]
+    shifts = [_shift_of(x.base, x.past, x.most, (d.tonight @ X[:, x.base]).tocsc())
+              for x in d.shifts]  # fmt: skip
+    return dataclasses.replace(
+        d, X=X, Xr=X.tocsr(), blocks=blocks, shifts=shifts, offset=offset, X0=X0
+    )
+
+
+def _change_of(d: _Design) -> np.ndarray:
+    """Per column: its change since the past sweeps' column (-1: none)."""
+    out = np.full(len(d.cols), -1)
+    for k, c in enumerate(d.component):
+        if c >= 0 and c != k:
+            out[c] = k
+    return out
 
 
 def _n_level(d: _Design) -> int:
@@ -302,7 +390,7 @@ def _active(d: _Design, theta: np.ndarray, held: np.ndarray) -> tuple[list[_Bloc
         keep = ~held[x.base] & ~held[x.past] & (moving[x.base] | moving[x.past])
         if keep.any():
             Xt = x.X[:, np.nonzero(keep)[0]]
-            shifts.append(_Shift(x.base[keep], x.past[keep], x.most, Xt, Xt.T.tocsr()))
+            shifts.append(_shift_of(x.base[keep], x.past[keep], x.most, Xt))
     return blocks, shifts
 
 
@@ -324,7 +412,7 @@ def _pass(
     for b in blocks:
         kind, idx, most, Xb = b.kind, b.idx, b.most, b.X
         wk = w * ok_level if kind == "level" else w
-        h = b.XT @ wk
+        h = b.XT2 @ wk
         g = b.XT @ (wk * r)
         old = theta[idx]
         live = h > 0
@@ -373,7 +461,7 @@ def _shifted(
     least of the no move, the two kinks and the two smooth minima (a + c < 0, either sign
     of b - c)."""
     a, b = theta[x.base], theta[x.past]
-    h = x.most * (x.XT @ w)
+    h = x.most * (x.XT2 @ w)
     g = x.XT @ (w * r)
     l1, l2 = lam[x.base], lam[x.past]
     live = (h > 0) & ~held[x.base] & ~held[x.past]
@@ -448,14 +536,30 @@ def fit(obs: Sequence[Obs], settings: SweepSettings, topology: Topology = NO_TOP
     theta = _start(d)
     sigma = SIGMA_PRIOR
     for _ in range(8):  # the noise and the fit, each from the other, until they agree
-        theta = _descend(d, theta, sigma)
+        d, theta = _settled(d, theta, sigma)
         new = _noise(d, theta, sigma, tonight)
         if abs(new - sigma) < 0.02 * sigma:
             sigma = new
             break
         sigma = new
-    theta = _descend(d, theta, sigma)
+    d, theta = _settled(d, theta, sigma)
     return _tested(d, theta, sigma, threshold, settings, list(obs), tonight)
+
+
+def _settled(d: _Design, theta: np.ndarray, sigma: float) -> tuple[_Design, np.ndarray]:
+    """The fit at a given noise, its linearization (`_composed`) redone where the effects
+    moved, until the jobs' weights hold (Gauss-Newton)."""
+    theta = _descend(d, theta, sigma)
+    for _ in range(COMPOSE_STEPS):
+        new = _composed(d, theta)
+        if new is d or (
+            new.X.nnz == d.X.nnz and np.allclose(new.X.data, d.X.data, atol=1e-3)
+            and d.offset is not None and np.allclose(new.offset, d.offset, atol=1e-3)
+        ):  # fmt: skip
+            return new, theta
+        d = new
+        theta = _descend(d, theta, sigma)
+    return d, theta
 
 
 def _noise(d: _Design, theta: np.ndarray, sigma: float, tonight: np.ndarray) -> float:
@@ -519,9 +623,9 @@ def _tested(
 ) -> Fit:
     r = _targets(d, theta) - d.Xr @ theta
     w = d.w0 * _huber_w(r, sigma)
-    h = d.X.T @ w
-    counts = np.diff(d.X.indptr)
-    tonight_counts = d.X.T @ tonight.astype(float)
+    h = d.X.multiply(d.X).T @ w
+    counts = np.diff(d.held.indptr)
+    tonight_counts = d.held.T @ tonight.astype(float)
     effects: dict[tuple[str, Key], Effect] = {}
     tests: dict[Key, list[int]] = {}  # one test per node (its two effects), link, trunk
     changes = {key: float(theta[k]) for k, (kind, key) in enumerate(d.cols)
@@ -551,7 +655,7 @@ def _tested(
         # others, and a past job of the same link slow with a node since fixed, each within the
         # noise, flagged the link beside the trunk; with one of tonight's jobs it is measured
         # again instead
-        rows = int(np.count_nonzero(np.asarray(d.X[:, ks].sum(axis=1)).ravel() * tonight))
+        rows = int(np.count_nonzero(np.asarray(d.held[:, ks].sum(axis=1)).ravel() * tonight))
         for k in ks:
             e = effects[d.cols[k]]
             effects[d.cols[k]] = dataclasses.replace(

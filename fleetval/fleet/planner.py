@@ -159,10 +159,11 @@ def _alone_controls(
         return []
     most = 2 * CONTROL_JOBS if len(waiting) >= 16 * CONTROL_JOBS else 2
     # NOTE: those measured alone least first, waiting nodes before good ones, and good ones
-    # only where the fleet has more than the waiting need for re-pairs: the same two waiting
-    # nodes taken every round were never re-paired (unjudged at the sweep's end)
+    # only those the waiting's re-pairs and a control pair leave: the same two waiting nodes
+    # taken every round were never re-paired (unjudged at the sweep's end; also where five
+    # good nodes were too few to lend one, a node slow in one pair left unjudged)
     spare = sorted(a.good - busy)
-    spare = spare if len(spare) >= len(waiting) + 2 * most else []
+    spare = spare[: max(0, len(spare) - len(waiting) - 2)]
     alone = {n: len(a.deficits.get(n, {}).get(SweepPhase.ALONE, [])) for n in waiting + spare}
     pool = _spread(waiting, topo) + _spread(spare, topo)
     chosen = sorted(pool, key=alone.__getitem__)[:most]

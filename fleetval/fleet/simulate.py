@@ -8,6 +8,9 @@ slows only its pairs; a bad link slows only the pair of its two nodes.
 A slow trunk (`trunks`, a pair of topology groups) slows every pair job with one node in
 each group, and nothing else.
 
+A job with several slow parts runs at 1 / (1 + sum(1/f - 1)) of the level: their delays add
+in time, as injected per-call delays do on the Ray fleet (not the product of the shares).
+
 A link no job crosses cannot be seen by any tool: a perfect matching measures n/2 of the
 n(n-1)/2 links per round. So `planted(..., bad_links=k)` puts its k bad links on pairs of
 healthy nodes that the first round of pairs measures (`links_pending`); sweeps that plan
@@ -75,11 +78,14 @@ class SimFleet:
     def _one(self, job: Planned) -> Measurement:
         if self.dead & set(job.nodes):
             return Measurement(job, None, detail="rank process died")
-        factor = math.prod(self.compute.get(n, 1.0) for n in job.nodes)
+        parts = [self.compute.get(n, 1.0) for n in job.nodes]
         if job.phase == SweepPhase.PAIR:
-            factor *= math.prod(self.nic.get(n, 1.0) for n in job.nodes)
-            factor *= self.links.get(tuple(sorted(job.nodes)), 1.0)  # type: ignore[arg-type]
-            factor *= self.trunk(job.nodes)
+            parts += [self.nic.get(n, 1.0) for n in job.nodes]
+            parts.append(self.links.get(tuple(sorted(job.nodes)), 1.0))  # type: ignore[arg-type]
+            parts.append(self.trunk(job.nodes))
+        # NOTE: slow parts add in time (a part at share f takes 1/f of a healthy part's
+        # time), as per-call delays do on a real fleet: a slow node across a slow trunk
+        factor = 1 / (1 + sum(1 / f - 1 for f in parts))
         factor *= math.exp(self.rng.gauss(0, self.noise))
         if self.rng.random() < self.disturbed:
             factor *= 1 - self.rng.uniform(0, self.disturbance)
