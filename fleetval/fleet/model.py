@@ -1,10 +1,13 @@
 """One model of the fabric: every timed job explains its log-bandwidth as a level plus effects.
 
     log(score) = level[sweep, phase, sku] + load[sweep, round]
-                 + node[n] for each node in the job            (slow in everything it runs)
-                 + nic[x] + nic[y] + link[x, y]                 (pair jobs: the network)
-                 + trunk[level, group(x), group(y)]             (pair jobs across two groups)
+                 - log(1 + sum over the job's parts of (exp(-effect) - 1))
                  + noise
+    parts:       node[n] for each node in the job            (slow in everything it runs)
+                 nic[x], nic[y], link[x, y]                   (pair jobs: the network)
+                 trunk[level, group(x), group(y)]             (pair jobs across two groups)
+
+A job's slow parts add in time (`_composed`): with one slow part the sum of the effects.
 
 Every job of tonight's sweep and of the fleet's recent sweeps (older ones weighted less,
 `HALF_LIFE`) is fitted at once. Faults only ever slow a job, so every effect is at most 0;

@@ -131,6 +131,40 @@ def test_a_trunk_takes_the_slow_crossings_from_the_links_and_nodes():
     assert all(e.estimate > f.threshold for e in f.effects.values() if e.kind != "trunk")
 
 
+def test_slow_parts_of_one_job_add_in_time_not_in_log_bandwidth():
+    """node-1 20x slow and the trunk 10x: node-1's crossings wait 20 + 10 times a healthy
+    call (29x), not 20 x 10 (200x), as per-call delays on the Ray fleet do. Both effects are
+    read at their size and flagged, nothing else is; a model that multiplied the shares read
+    the crossings far faster than its two effects and shared them out wrongly."""
+    level, trunk_k = 100.0, ("rack", "rack-00", "rack-01")
+
+    def score(nodes: tuple[str, ...]) -> float:
+        slow = 19.0 * ("node-1" in nodes) + 9.0 * (
+            len(nodes) == 2 and RACKS.split(*nodes) is not None
+        )
+        return level / (1 + slow)
+
+    obs = [Obs(SweepPhase.ALONE, (n,), score((n,)) * (1 + 0.01 * i)) for i, n in enumerate(EIGHT)]
+    rounds = [
+        [("node-0", "node-1"), ("node-2", "node-3"), ("node-4", "node-5"), ("node-6", "node-7")],
+        [("node-1", "node-4"), ("node-0", "node-5"), ("node-2", "node-6"), ("node-3", "node-7")],
+        [("node-1", "node-5"), ("node-0", "node-2"), ("node-3", "node-4"), ("node-6", "node-7")],
+        [("node-1", "node-2"), ("node-0", "node-6"), ("node-3", "node-5"), ("node-4", "node-7")],
+    ]
+    for r, pairs in enumerate(rounds, 2):
+        obs += [Obs(SweepPhase.PAIR, p, score(p) * (1 + 0.01 * i), round=r)
+                for i, p in enumerate(pairs)]  # fmt: skip
+    f = fit(obs, SweepSettings(), RACKS)
+    flagged = {(e.kind, e.key) for e in f.effects.values() if e.flagged}
+    assert ("trunk", trunk_k) in flagged
+    assert {k for k in flagged if k[0] != "trunk"} <= {("node", ("node-1",)), ("nic", ("node-1",))}
+    node_1 = sum(e.estimate for k, e in f.effects.items() if k[1] == ("node-1",))
+    assert math.exp(node_1) == pytest.approx(0.05, rel=0.15)
+    assert f.effects[("trunk", trunk_k)].ratio == pytest.approx(0.1, rel=0.15)
+    others = [e for e in f.effects.values() if e.key not in (("node-1",), trunk_k)]
+    assert all(e.estimate > f.threshold for e in others)
+
+
 def test_the_noise_is_the_residuals_spread_and_each_round_has_its_own_load():
     """Round 3 runs at a third of round 2's speed (the box got busy): no effect for it."""
     f = SimFleet(list(EIGHT), topology=RACKS, seed=3, noise=0.1, disturbed=0.0)
