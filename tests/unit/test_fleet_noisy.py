@@ -25,15 +25,18 @@ def sweep(seed: int, fabric: Fabric | None = None, **faults: object) -> FleetVer
     return run_rounds(EIGHT, f.measure, SETTINGS, fabric=fabric or Fabric(RACKS))
 
 
-def test_a_slow_link_drains_neither_end_and_is_named_wherever_measured():
+def test_a_slow_link_of_round_2_is_measured_that_sweep_named_and_neither_end_drained():
     """Seeds 8 and 13 read the noise as 15% from 16 jobs and drained an end at z 3.4 (left
-    it suspect): each z is now read against Student's t at the noise's degrees of freedom."""
+    it suspect): each z is now read against Student's t at the noise's degrees of freedom.
+    Seeds 15 and 28 measured an end alone again, which broke round 2's pair, and the link
+    was not measured that sweep (exit 0): a link of tonight's matching no job measured is
+    measured once its ends are proven good."""
     link = next(p for p in first_pairs(EIGHT, SETTINGS, Fabric(RACKS)) if not RACKS.same(*p))
-    for seed in (0, 8, 13):
+    for seed in (0, 8, 13, 15, 28):
         v = sweep(seed, links={link: 0.05})
         assert not v.drain, (seed, [n.to_dict() for n in v.drain])
-        if any(tuple(sorted(j.nodes)) == link for j in v.trials):
-            assert [(x.nodes, x.confirmed) for x in v.links] == [(link, True)], seed
+        assert any(tuple(sorted(j.nodes)) == link for j in v.trials), seed
+        assert [(x.nodes, x.confirmed) for x in v.links] == [(link, True)], seed
 
 
 def test_a_slow_trunk_is_named_when_nodes_measured_alone_again_break_the_matching():
