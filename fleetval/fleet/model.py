@@ -119,6 +119,7 @@ class _Design:
     offset: np.ndarray | None = None  # per job (None: 0)
     X0: sp.csc_matrix | None = None  # None: X
     tonight: sp.dia_matrix | None = None  # tonight's jobs (to build the shifts again)
+    parts: tuple[np.ndarray, np.ndarray] | None = None  # `_parts(cols)`
 
     @cached_property
     def effect(self) -> np.ndarray:
@@ -130,18 +131,19 @@ class _Design:
         """Which effects each job holds (every weight 1)."""
         return self.X if self.X0 is None else self.X0
 
-    @cached_property
-    def component(self) -> np.ndarray:
-        """Per column: the effect it is part of (its own index; a change since the past
-        sweeps: its effect's; a level or a load: -1)."""
-        index = {c: k for k, c in enumerate(self.cols)}
-        out = np.full(len(self.cols), -1)
-        for k, (kind, key) in enumerate(self.cols):
-            if kind.endswith(PAST):
-                out[k] = index[(kind[: -len(PAST)], key)]
-            elif kind not in ("level", "load"):
-                out[k] = k
-        return out
+
+def _parts(cols: Sequence[tuple[str, Key]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per column: the effect it is part of (its own index; a change since the past sweeps:
+    its effect's; a level or a load: -1), and per effect its change's column (-1: none)."""
+    index = {c: k for k, c in enumerate(cols)}
+    part, change = np.full(len(cols), -1), np.full(len(cols), -1)
+    for k, (kind, key) in enumerate(cols):
+        if kind.endswith(PAST):
+            part[k] = index[(kind[: -len(PAST)], key)]
+            change[part[k]] = k
+        elif kind not in ("level", "load"):
+            part[k] = k
+    return part, change
 
 
 def _design(obs: Sequence[Obs], topology: Topology) -> _Design:
@@ -218,8 +220,9 @@ def _design(obs: Sequence[Obs], topology: Topology) -> _Design:
     failed = np.array([o.failed or not (o.score and o.score > 0) for o in obs])
     w0 = np.array([o.weight for o in obs])
     return _Design(
-        X, X.tocsr(), y, failed, w0, names, blocks, [x for x in shifts if x], tonight=tonight
-    )
+        X, X.tocsr(), y, failed, w0, names, blocks, [x for x in shifts if x],
+        tonight=tonight, parts=_parts(names),
+    )  # fmt: skip
 
 
 _SHIFTED = ("node", "nic", "link", "trunk")
@@ -262,12 +265,12 @@ def _composed(d: _Design, theta: np.ndarray) -> _Design:
 
     Linearized at `theta`: each part's weight is exp(-v_k) / (its job's total), and the
     offset is the rest; `d` itself where no job has two slow parts and none had."""
-    X0 = d.held
+    X0, (of, changes) = d.held, d.parts if d.parts is not None else _parts(d.cols)
     C = X0.tocoo()
-    comp = d.component[C.col]
+    comp = of[C.col]
     part = comp >= 0
     rows, cols, comp = C.row[part], C.col[part], comp[part]
-    change = _change_of(d)[comp]
+    change = changes[comp]
     past_row = np.asarray(d.tonight.diagonal() == 0)[rows] if d.tonight is not None else False
     # NOTE: a part's total on a past job is its effect and its change since; both columns
     # carry the same weight, so each part is counted once (its base column) in the sum
@@ -291,15 +294,6 @@ def _composed(d: _Design, theta: np.ndarray) -> _Design:
     return dataclasses.replace(
         d, X=X, Xr=X.tocsr(), blocks=blocks, shifts=shifts, offset=offset, X0=X0
     )
-
-
-def _change_of(d: _Design) -> np.ndarray:
-    """Per column: its change since the past sweeps' column (-1: none)."""
-    out = np.full(len(d.cols), -1)
-    for k, c in enumerate(d.component):
-        if c >= 0 and c != k:
-            out[c] = k
-    return out
 
 
 def _n_level(d: _Design) -> int:
