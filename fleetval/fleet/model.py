@@ -59,7 +59,8 @@ PRIOR_JOBS = 4  # ... counted as this many jobs
 # at most this many of tonight's jobs and of all sweeps' jobs
 EXACT_TONIGHT, EXACT_ROWS = 256, 4000
 PAST = "@past"  # an effect's change since the past sweeps (on their jobs): fitted, not tested
-COMPOSE_STEPS = 6  # linearizations of the slow parts' sum in time, at most, per fit
+COMPOSE_STEPS = 6  # linearizations of the slow parts' sum in time, at most, per fit ...
+COMPOSE_TOL = 0.1  # ... until the last is within this many noise units of it in every job
 
 
 @dataclass
@@ -255,7 +256,7 @@ def _targets(d: _Design, theta: np.ndarray) -> np.ndarray:
     return np.where(d.failed, lev + FAILED, y)
 
 
-def _composed(d: _Design, theta: np.ndarray) -> _Design:
+def _composed(d: _Design, theta: np.ndarray, tol: float) -> _Design:
     """The design linearized where the effects `theta` stand: a job's slow parts add up in
     time, not in log-bandwidth. A part at effect v takes exp(-v) of a healthy part's time,
     so a job of parts v_k runs at 1 / (1 + sum(exp(-v_k) - 1)) of its level: a slow node
@@ -264,7 +265,9 @@ def _composed(d: _Design, theta: np.ndarray) -> _Design:
     one slow part at most this is the sum of the effects, unchanged.
 
     Linearized at `theta`: each part's weight is exp(-v_k) / (its job's total), and the
-    offset is the rest; `d` itself where no job has two slow parts and none had."""
+    offset is the rest. `d` itself where its own linearization is within `tol` of the model
+    at `theta` in every job (small effects add in time as in log-bandwidth, to second order:
+    two parts at 5% differ by 0.25%)."""
     X0, (of, changes) = d.held, d.parts if d.parts is not None else _parts(d.cols)
     C = X0.tocoo()
     comp = of[C.col]
@@ -275,16 +278,16 @@ def _composed(d: _Design, theta: np.ndarray) -> _Design:
     # NOTE: a part's total on a past job is its effect and its change since; both columns
     # carry the same weight, so each part is counted once (its base column) in the sum
     total = theta[comp] + np.where(past_row & (change >= 0), theta[np.maximum(change, 0)], 0.0)
-    per = np.exp(-np.minimum(total, 0.0))
+    per = np.exp(-total)
     own = cols == comp
-    slow_parts = np.bincount(rows[own], weights=(per[own] > 1.0), minlength=X0.shape[0])
-    if d.X0 is None and not np.any(slow_parts >= 2):
+    n = X0.shape[0]
+    total_time = np.maximum(1.0 + np.bincount(rows[own], weights=per[own] - 1.0, minlength=n), 0.05)
+    exact = -np.log(total_time)
+    now = d.Xr @ np.where(d.effect, theta, 0.0) + (0.0 if d.offset is None else d.offset)
+    if np.max(np.abs(exact - now), initial=0.0) < tol:
         return d
-    extra = np.bincount(rows[own], weights=per[own] - 1.0, minlength=X0.shape[0])
-    total_time = 1.0 + extra
     weight = per / total_time[rows]
-    linear = np.bincount(rows, weights=weight * theta[cols], minlength=X0.shape[0])
-    offset = -np.log(total_time) - linear
+    offset = exact - np.bincount(rows, weights=weight * theta[cols], minlength=n)
     data = np.ones(C.nnz)
     data[np.nonzero(part)[0]] = weight
     X = sp.csc_matrix((data, (C.row, C.col)), shape=X0.shape)
@@ -548,12 +551,9 @@ def _settled(d: _Design, theta: np.ndarray, sigma: float) -> tuple[_Design, np.n
     moved, until the jobs' weights hold (Gauss-Newton)."""
     theta = _descend(d, theta, sigma)
     for _ in range(COMPOSE_STEPS):
-        new = _composed(d, theta)
-        if new is d or (
-            new.X.nnz == d.X.nnz and np.allclose(new.X.data, d.X.data, atol=1e-3)
-            and d.offset is not None and np.allclose(new.offset, d.offset, atol=1e-3)
-        ):  # fmt: skip
-            return new, theta
+        new = _composed(d, theta, COMPOSE_TOL * sigma)
+        if new is d:
+            break
         d = new
         theta = _descend(d, theta, sigma)
     return d, theta
