@@ -81,6 +81,30 @@ def test_alone_controls_are_those_measured_alone_least_not_the_same_waiting_node
     assert a.pending_pair <= repaired, jobs
 
 
+def test_a_small_fleet_lends_the_good_nodes_its_re_pairs_leave_as_alone_controls() -> None:
+    """8 nodes: five good, two waiting, one measured alone again (a seed at 30% noise).
+    Five good nodes were "too few to spare", so the two waiting nodes were the alone
+    controls in every round and never re-paired; a good node the re-pairs and a control pair
+    leave is now a control, and a waiting node is re-paired."""
+    from fleetval.fleet.coverage import Fabric
+    from fleetval.fleet.planner import next_round
+
+    nodes = [f"node-{i}" for i in range(8)]
+    a = Assessment(Fit(0.3, math.log(1 - SETTINGS.tolerance), {}, {}, {}, []))
+    a.pending_alone = {"node-0"}
+    a.pending_pair = {"node-2", "node-5"}
+    a.good = set(nodes) - {"node-0", "node-2", "node-5"}
+    for n in nodes:
+        alone = 4 if n in a.pending_pair else 1
+        a.deficits[n] = {SweepPhase.ALONE: [0.0] * alone, SweepPhase.PAIR: [0.0]}
+    a.paired = {"node-0": {"node-2"}, "node-2": {"node-0"}}
+    jobs = next_round(nodes, a, 6, SweepSettings(seed=0), Fabric())
+    controls = {j.nodes[0] for j in jobs if j.why == "alone control"}
+    assert controls & a.good, jobs
+    repaired = {n for j in jobs if j.why.startswith("re-pair") for n in j.nodes}
+    assert a.pending_pair & repaired, jobs
+
+
 def test_a_link_or_trunk_still_unproven_at_the_end_keeps_the_sweep_from_exit_0() -> None:
     """Every node healthy but a link (or a trunk) estimated slow and not proven: exit 5, not
     0 (it was not judged either way), and not 1 (nothing was proven)."""
