@@ -78,7 +78,13 @@ class _Block:
 def _block(X: sp.csc_matrix, kind: str, idx: np.ndarray, most: int) -> _Block:
     Xb = X[:, idx]
     XT = Xb.T.tocsr()
-    return _Block(kind, idx, most, Xb, XT, XT.multiply(XT).tocsr())
+    return _Block(kind, idx, most, Xb, XT, _squared(XT))
+
+
+def _squared(XT: sp.csr_matrix) -> sp.csr_matrix:
+    """`XT`'s entries squared: `XT` itself where every weight is 1 (no job has two slow
+    parts), which is most blocks of most fits, rebuilt at every pass over the active set."""
+    return XT if np.all(XT.data == 1.0) else XT.multiply(XT).tocsr()
 
 
 @dataclass
@@ -98,7 +104,7 @@ class _Shift:
 
 def _shift_of(base: np.ndarray, past: np.ndarray, most: int, Xt: sp.csc_matrix) -> _Shift:
     XT = Xt.T.tocsr()
-    return _Shift(base, past, most, Xt, XT, XT.multiply(XT).tocsr())
+    return _Shift(base, past, most, Xt, XT, _squared(XT))
 
 
 @dataclass
@@ -268,13 +274,14 @@ def _composed(d: _Design, theta: np.ndarray, tol: float) -> _Design:
     offset is the rest. `d` itself where its own linearization is within `tol` of the model
     at `theta` in every job (small effects add in time as in log-bandwidth, to second order:
     two parts at 5% differ by 0.25%)."""
-    X0, (of, changes) = d.held, d.parts if d.parts is not None else _parts(d.cols)
+    assert d.parts is not None and d.tonight is not None  # a whole design (`_design`)
+    X0, (of, changes) = d.held, d.parts
     C = X0.tocoo()
     comp = of[C.col]
     part = comp >= 0
     rows, cols, comp = C.row[part], C.col[part], comp[part]
     change = changes[comp]
-    past_row = np.asarray(d.tonight.diagonal() == 0)[rows] if d.tonight is not None else False
+    past_row = np.asarray(d.tonight.diagonal() == 0)[rows]
     # NOTE: a part's total on a past job is its effect and its change since; both columns
     # carry the same weight, so each part is counted once (its base column) in the sum
     total = theta[comp] + np.where(past_row & (change >= 0), theta[np.maximum(change, 0)], 0.0)
@@ -547,8 +554,9 @@ def fit(obs: Sequence[Obs], settings: SweepSettings, topology: Topology = NO_TOP
 
 
 def _settled(d: _Design, theta: np.ndarray, sigma: float) -> tuple[_Design, np.ndarray]:
-    """The fit at a given noise, its linearization (`_composed`) redone where the effects
-    moved, until the jobs' weights hold (Gauss-Newton)."""
+    """The fit at a given noise, linearized again where the effects moved (`_composed`,
+    Gauss-Newton) until the linearization is within `COMPOSE_TOL` noise units of the model
+    in every job, or `COMPOSE_STEPS` times."""
     theta = _descend(d, theta, sigma)
     for _ in range(COMPOSE_STEPS):
         new = _composed(d, theta, COMPOSE_TOL * sigma)
