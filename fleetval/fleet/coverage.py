@@ -3,8 +3,8 @@
 A perfect matching measures n/2 of the n(n-1)/2 links. The round-robin ("circle") schedule
 splits all links of n nodes into n-1 perfect matchings (one more node, a bye, when n is
 odd), each link in exactly one. Each sweep takes the matching whose links were measured
-least (never-measured links first, then the oldest), so back-to-back or nightly sweeps
-cover every link within n-1 sweeps, whatever the seed.
+least (never-measured links first, then the one whose stalest link is oldest), so
+back-to-back or nightly sweeps cover every link within n-1 sweeps, whatever the seed.
 
 NOTE: nodes are ordered by a hash of their name, not by name: names follow racks, and the
 circle schedule over rack-ordered nodes would keep most pairs inside a few racks. A hash
@@ -14,6 +14,7 @@ order spreads each matching over many pairs of racks and stays the same as nodes
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +22,6 @@ from fleetval.fleet.effects import Obs, pair
 from fleetval.fleet.topology import NO_TOPOLOGY, Topology
 
 Pair = tuple[str, str]
-NEVER = -1  # no stored sweep measured the link
 
 
 @dataclass(frozen=True)
@@ -67,20 +67,27 @@ def least_measured(
     nodes: Sequence[str], seen: Mapping[Pair, LinkSeen], seed: int = 0
 ) -> list[Pair]:
     """The matching whose links were measured least: most never-measured links, then the
-    oldest newest measurement; ties go to the lowest index after rotating by `seed`."""
+    stalest link (the oldest of its links' newest measurements); ties go to the lowest index
+    after rotating by `seed`.
+
+    NOTE: keyed by its stalest link, not its freshest: crossings and controls measure a link
+    or two of other matchings every sweep, and a matching keyed by its freshest link was put
+    off while its other links aged (after 10 clean sweeps of 8 nodes, 9 to 10+ more sweeps
+    measured every link). Keyed by its stalest, a matching fully measured at sweep t stays
+    ahead of every matching measured later, so each comes up within n-1 sweeps."""
     order, m = circle(nodes)
     if len(order) < 2:
         return []
     where = {n: i for i, n in enumerate(order)}
     measured = [0] * m
-    newest = [NEVER] * m
+    stalest = [sys.maxsize] * m
     for (a, b), s in seen.items():
         if a in where and b in where:
             i, j = sorted((where[a], where[b]))
             r = matching_of(i, j, m)
             measured[r] += 1
-            newest[r] = max(newest[r], s.when)
-    best = min(range(m), key=lambda r: (measured[r], newest[r], (r - seed) % m))
+            stalest[r] = min(stalest[r], s.when)
+    best = min(range(m), key=lambda r: (measured[r], stalest[r], (r - seed) % m))
     return matching(order, best)
 
 

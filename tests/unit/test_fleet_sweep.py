@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from fleetval.fleet.coverage import (
     Fabric,
+    LinkSeen,
     circle,
     covered,
     least_measured,
@@ -322,6 +323,22 @@ def test_back_to_back_sweeps_cover_every_link_of_eight_nodes_in_seven():
     # Without history every sweep measures the same matching first.
     assert first_pairs(EIGHT, LOOSE) == first_pairs(EIGHT, LOOSE, Fabric())
     assert least_measured(EIGHT, link_history(stored[:1])) != least_measured(EIGHT, {})
+
+
+def test_a_matching_is_not_put_off_by_a_link_of_it_other_jobs_measured():
+    """Crossings and controls measure a link or two of other matchings every sweep: here
+    the same one of each. From a store that holds every link, each link is still measured
+    within 7 sweeps, every sweep (the schedule keyed by a matching's freshest link chose the
+    same matching every night, and 18 links were never measured again)."""
+    order, m = circle(EIGHT)
+    seen = {
+        p: LinkSeen(0, "r0", "fast", 1.0) for r in range(m) for p in coverage_matching(order, r)
+    }
+    for when in range(1, 3 * m):
+        others = [coverage_matching(order, r)[0] for r in range(m)]
+        for p in least_measured(EIGHT, seen) + others:
+            seen[p] = LinkSeen(when, f"r{when}", "fast", 1.0)
+        assert min(s.when for s in seen.values()) > when - m
 
 
 def test_a_slow_link_outside_tonights_matching_is_named_within_seven_sweeps():
