@@ -109,6 +109,27 @@ def test_one_wild_job_carries_no_verdict():
     assert slow and all(e.jobs == 1 for e in slow)  # estimated slow, to be measured again
 
 
+def test_a_failed_job_is_its_nodes_not_its_rounds_load():
+    """node-3 fails alone and in both its pairs: its own effect takes the failures, each
+    round's load stays where its healthy jobs put it (a failed job read against its level
+    alone let a level and a load move apart to explain it, and node-3 went unjudged)."""
+    obs = [Obs(SweepPhase.ALONE, (n,), 100.0 * (1 + 0.01 * i)) for i, n in enumerate(EIGHT)]
+    obs[3] = Obs(SweepPhase.ALONE, ("node-3",), None, failed=True)
+    for r, pairs in enumerate(
+        [[("node-0", "node-3"), ("node-1", "node-2"), ("node-4", "node-5"), ("node-6", "node-7")],
+         [("node-2", "node-3"), ("node-0", "node-1"), ("node-4", "node-6"), ("node-5", "node-7")]],
+        2,
+    ):  # fmt: skip
+        obs += [Obs(SweepPhase.PAIR, p, None, failed=True, round=r) if "node-3" in p
+                else Obs(SweepPhase.PAIR, p, 50.0 * (1 + 0.01 * i), round=r)
+                for i, p in enumerate(pairs)]  # fmt: skip
+    f = fit(obs, SweepSettings(), RACKS)
+    assert all(abs(v) < 0.05 for v in f.loads.values()), f.loads
+    node_3 = sum(e.estimate for k, e in f.effects.items() if k[1] == ("node-3",))
+    assert node_3 < math.log(0.05)
+    assert all(e.estimate > f.threshold for k, e in f.effects.items() if k[1] != ("node-3",))
+
+
 def test_a_trunk_takes_the_slow_crossings_from_the_links_and_nodes():
     """Six crossings at 5%, jobs inside both racks fast: one trunk effect, no other."""
     obs = [Obs(SweepPhase.ALONE, (n,), 100.0) for n in EIGHT]
@@ -195,3 +216,22 @@ def test_noise_too_large_to_decide_measures_until_the_budget_then_says_unjudged(
     assert v.rounds <= 4 and v.exit_code == 5 and not v.drain
     words = ("too few jobs", "estimated slow", "no partner")
     assert v.unjudged and all(any(w in n.reason for w in words) for n in v.unjudged)
+
+
+def test_a_small_design_is_fitted_to_the_descents_optimum(monkeypatch: pytest.MonkeyPatch):
+    """L-BFGS-B (a small design) and coordinate descent run to convergence (a large one's
+    solver) reach the same penalized objective on a sweep fitted beside three stored ones."""
+    from fleetval.fleet import model
+
+    stored = _clean_history(3)
+    tonight = fleet(7).measure([Planned(1, SweepPhase.ALONE, (n,)) for n in EIGHT])
+    obs = [Obs(m.job.phase, m.job.nodes, m.score) for m in tonight]
+    obs += past_jobs([v for _, v in stored])
+    d = model._design(obs, RACKS)
+    start, sigma = model._start(d), 0.08
+    lam = model._penalties(d, sigma)
+    quasi = model._descend(d, start, sigma)
+    monkeypatch.setattr(model, "SMALL_COLUMNS", 0)
+    descent = model._descend(d, start, sigma, passes=20_000, tol=1e-10)
+    a, b = model._objective(d, quasi, sigma, lam), model._objective(d, descent, sigma, lam)
+    assert a == pytest.approx(b, rel=1e-5)
