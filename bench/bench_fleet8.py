@@ -4,11 +4,13 @@ rank a node), over seeded repeats: how often each scenario gets the verdict it s
 a fresh store and from a store with 10 earlier sweeps, at each injected delay. The truth of
 each scenario is the fault injected.
 
-    python bench/bench_fleet8.py --repeats 4 --delays 20 5
+    python bench/bench_fleet8.py --repeats 4 --histories 2 --delays 20 5
 
 Every sweep runs through `fleetval.run.sweep.sweep` (what `fleetval sweep` calls) on one
 set of warm ranks (`keep_warm`); a scenario's store is a fresh directory, or a copy of one
-holding 10 clean sweeps of the same fleet. Prints one table row per scenario, store and
+of `--histories` stores of 10 clean sweeps of the same fleet (repeat i takes store i mod
+K; each store's sweeps and repeat i's sweeps have their own `sweep.seed`, so the repeats
+plan other matchings, not one history's order every time). Prints one table row per scenario, store and
 delay: expected verdicts, healthy nodes drained or left suspect, exit codes, seconds.
 """
 
@@ -55,13 +57,14 @@ def scenario_faults(name: str, ms: int) -> tuple[list[dict[str, Any]], dict[str,
 SCENARIOS = ("clean", "two_slow", "slow_trunk", "slow_link", "node_and_trunk")
 
 
-def one(data: Path, name: str, ms: int) -> dict[str, Any]:
+def one(data: Path, name: str, ms: int, seed: int = 0) -> dict[str, Any]:
     from fleetval.run.sweep import sweep
     from fleetval.store.dataset import Store
     from fleetval.suite import Suite
 
     faults, truth = scenario_faults(name, ms)
-    spec = Suite.model_validate(fleet8.suite(faults, max_drain_share=0.25) | {"name": name})
+    spec = fleet8.suite(faults, max_drain_share=0.25, seed=seed) | {"name": name}
+    spec = Suite.model_validate(spec)
     started = time.perf_counter()
     _, v = sweep(spec, Store(data))
     assert v is not None
@@ -90,15 +93,15 @@ def one(data: Path, name: str, ms: int) -> dict[str, Any]:
     }
 
 
-def until_named(data: Path, name: str, ms: int) -> dict[str, Any]:
+def until_named(data: Path, name: str, ms: int, seed: int) -> dict[str, Any]:
     """One sweep; a slow link, up to 7 back to back in the same store (a sweep measures a
     link only where its matching or re-pairs take it: 7 sweeps cover every link of 8
     nodes): its row says in which sweep the link was named."""
     if name != "slow_link":
-        return one(data, name, ms)
+        return one(data, name, ms, seed)
     row: dict[str, Any] = {}
     for night in range(1, 8):
-        row = one(data, name, ms) | {"night": night}
+        row = one(data, name, ms, seed) | {"night": night}
         if row["link_named"] or row["healthy_drained"]:
             break
     return row | {"right": bool(row["link_named"])}
@@ -113,9 +116,10 @@ def table(args: argparse.Namespace, root: Path) -> None:
           "| exit 0/1/5 | s per sweep (median) |\n|---|---|---:|---:|---:|---:|---:|---:|",
           flush=True)  # fmt: skip
     with keep_warm():
-        history = root / "history"
-        for _ in range(10):
-            one(history, "clean", 0)
+        histories = [root / f"history-{h}" for h in range(args.histories)]
+        for h, history in enumerate(histories):
+            for _ in range(10):
+                one(history, "clean", 0, seed=100 + h)
         for ms in args.delays:
             for name in args.scenarios:
                 for store in ("fresh", "history"):
@@ -123,8 +127,8 @@ def table(args: argparse.Namespace, root: Path) -> None:
                     for i in range(args.repeats):
                         data = root / f"{name}-{ms}-{store}-{i}"
                         if store == "history":
-                            shutil.copytree(history, data)
-                        rows.append(until_named(data, name, ms))
+                            shutil.copytree(histories[i % len(histories)], data)
+                        rows.append(until_named(data, name, ms, seed=i))
                         shutil.rmtree(data, ignore_errors=True)
                     print_row(name, store, ms, rows)
 
@@ -146,6 +150,7 @@ def print_row(name: str, store: str, ms: int, rows: list[dict[str, Any]]) -> Non
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--histories", type=int, default=2, help="stores of 10 clean sweeps")
     ap.add_argument("--delays", type=int, nargs="+", default=[20, 5])
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
     args = ap.parse_args()
