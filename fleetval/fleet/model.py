@@ -38,7 +38,6 @@ from statistics import NormalDist
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import Bounds, minimize
 from scipy.stats import t as student
 
 from fleetval.fleet.effects import HUBER, Effect, Fit, Key, Obs, pair, trunk_keys
@@ -62,7 +61,6 @@ EXACT_TONIGHT, EXACT_ROWS = 256, 4000
 PAST = "@past"  # an effect's change since the past sweeps (on their jobs): fitted, not tested
 COMPOSE_STEPS = 6  # linearizations of the slow parts' sum in time, at most, per fit ...
 COMPOSE_TOL = 0.1  # ... until the last is within this many noise units of it in every job
-SMALL_COLUMNS = 2000  # a design of at most this many columns is fitted by L-BFGS-B (`_descend`)
 
 
 @dataclass
@@ -260,7 +258,7 @@ def _targets(d: _Design, theta: np.ndarray) -> np.ndarray:
 
     NOTE: its round's load too: with its level's alone, a level and a load moved apart
     (the level up, the load down by as much) explained a failed job at the loads' small
-    prior, and a dead node was left unjudged."""
+    prior (loads of +-67 in a round with a dead node)."""
     y = d.y if d.offset is None else d.y - d.offset
     if not d.failed.any():
         return y
@@ -359,23 +357,14 @@ def _descend(
     passes: int = 400,
     tol: float = 1e-4,  # log scale: 0.01%, far inside any noise
 ) -> np.ndarray:
-    """The penalized Huber fit at a given noise, effects held at most 0 (at least `floor`),
-    the columns of `fixed` held at their values.
+    """Block coordinate descent (majorize-minimize) of the penalized Huber fit at a given
+    noise: Huber weights refreshed each pass, each block updated exactly or by a separable
+    bound (a row holds at most `most` of its columns), effects held at most 0.
 
-    A small design is solved by L-BFGS-B (`_quasi_newton`), a large one by block
-    coordinate descent (majorize-minimize): Huber weights refreshed each pass, each block
-    updated exactly or by a separable bound (a row holds at most `most` of its columns).
     Passes over every column alternate with passes over the active ones only (levels, loads
     and the effects not at 0 and not held), until a pass over every column moves nothing:
     on a large fleet almost every effect stays 0, and a pass over them all costs ten of the
-    active ones'.
-
-    NOTE: coordinate descent crawls where columns explain nearly the same jobs (a sweep's
-    levels, its loads, its nodes' changes since): beside 10 stored sweeps of 8 nodes it
-    took 100-400 passes a descent and 9 s of a 10.7 s sweep; L-BFGS-B reached the same
-    objective or lower (9% lower where the passes ran out) in a fifth of the time. On 1,024
-    nodes with 48,018 effects, nearly all 0, the descent's active set wins: 2.1 s a fit
-    against 15 s."""
+    active ones'."""
     theta = theta.copy()
     held = np.zeros(len(theta), dtype=bool)
     for k, v in (fixed or {}).items():
@@ -386,8 +375,6 @@ def _descend(
         low[k] = v
         theta[k] = max(theta[k], v)
     lam = _penalties(d, sigma) if lam is None else lam
-    if len(d.cols) <= SMALL_COLUMNS:
-        return _quasi_newton(d, theta, sigma, held, low, lam, passes)
     blocks, shifts, full = d.blocks, d.shifts, True
     for _ in range(passes):
         change = _pass(d, theta, sigma, blocks, shifts, held, low, lam)
@@ -397,63 +384,6 @@ def _descend(
             full = not full
             blocks, shifts = (d.blocks, d.shifts) if full else _active(d, theta, held)
     return theta
-
-
-def _quasi_newton(
-    d: _Design,
-    theta: np.ndarray,
-    sigma: float,
-    held: np.ndarray,
-    low: np.ndarray,
-    lam: np.ndarray,
-    steps: int,
-) -> np.ndarray:
-    """`_descend`'s fit by L-BFGS-B. Its L1 terms made smooth by bounds: an effect is at
-    most 0, so its |v| is -v; a change since the past sweeps (either sign) is split into
-    its rise and its fall, both at least 0."""
-    n = len(theta)
-    past = np.array([c[0].endswith(PAST) for c in d.cols])
-    ps = np.nonzero(past)[0]
-    slow = d.effect & ~past  # at most 0
-    loads = np.array([c[0] == "load" for c in d.cols])
-    z0 = np.concatenate([np.where(past, np.maximum(theta, 0.0), theta), np.maximum(-theta[ps], 0)])
-    lo = np.concatenate([np.where(past, 0.0, low), np.zeros(ps.size)])
-    hi = np.concatenate([np.where(slow, 0.0, np.inf), np.full(ps.size, np.inf)])
-    stay = np.concatenate([held, held[ps]])
-    lo[stay] = hi[stay] = z0[stay]
-    z0 = np.clip(z0, lo, hi)
-    XT = _gradient_rows(d).T.tocsr()
-    prec = sigma * sigma / LOAD_SD**2
-    # the L1 terms per variable: -lam on an effect (at most 0), +lam on a rise or a fall
-    l1 = np.concatenate([np.where(slow, -lam, np.where(past, lam, 0.0)), lam[ps]])
-
-    def theta_of(z: np.ndarray) -> np.ndarray:
-        t = z[:n].copy()
-        t[ps] -= z[n:]
-        return t
-
-    def cost(z: np.ndarray) -> tuple[float, np.ndarray]:
-        t = theta_of(z)
-        r = _targets(d, t) - d.Xr @ t
-        g = XT @ (d.w0 * sigma * np.minimum(-r / sigma, HUBER))  # the loss's slope (`_loss`)
-        g[loads] += prec * t[loads]
-        ridge = 0.5 * prec * float(np.sum(t[loads] ** 2))
-        return _loss(r, d.w0, sigma) + ridge + float(l1 @ z), np.concatenate([g, -g[ps]]) + l1
-
-    gtol = 1e-9 * sigma * sigma * len(d.y)
-    res = minimize(cost, z0, jac=True, method="L-BFGS-B", bounds=Bounds(lo, hi),
-                   options={"maxiter": steps, "ftol": 1e-9, "gtol": gtol})  # fmt: skip
-    return theta_of(res.x)
-
-
-def _gradient_rows(d: _Design) -> sp.csr_matrix:
-    """`d.Xr` as each job's residual moves with the columns: a failed job's target moves
-    with its level and load (`_targets`), so they move none of its residual."""
-    if not d.failed.any():
-        return d.Xr
-    k = _n_base(d)
-    keep = sp.diags((~d.failed).astype(float))
-    return sp.hstack([keep @ d.Xr[:, :k], d.Xr[:, k:]]).tocsr()
 
 
 def _active(d: _Design, theta: np.ndarray, held: np.ndarray) -> tuple[list[_Block], list[_Shift]]:

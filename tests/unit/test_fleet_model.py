@@ -216,22 +216,3 @@ def test_noise_too_large_to_decide_measures_until_the_budget_then_says_unjudged(
     assert v.rounds <= 4 and v.exit_code == 5 and not v.drain
     words = ("too few jobs", "estimated slow", "no partner")
     assert v.unjudged and all(any(w in n.reason for w in words) for n in v.unjudged)
-
-
-def test_a_small_design_is_fitted_to_the_descents_optimum(monkeypatch: pytest.MonkeyPatch):
-    """L-BFGS-B (a small design) and coordinate descent run to convergence (a large one's
-    solver) reach the same penalized objective on a sweep fitted beside three stored ones."""
-    from fleetval.fleet import model
-
-    stored = _clean_history(3)
-    tonight = fleet(7).measure([Planned(1, SweepPhase.ALONE, (n,)) for n in EIGHT])
-    obs = [Obs(m.job.phase, m.job.nodes, m.score) for m in tonight]
-    obs += past_jobs([v for _, v in stored])
-    d = model._design(obs, RACKS)
-    start, sigma = model._start(d), 0.08
-    lam = model._penalties(d, sigma)
-    quasi = model._descend(d, start, sigma)
-    monkeypatch.setattr(model, "SMALL_COLUMNS", 0)
-    descent = model._descend(d, start, sigma, passes=20_000, tol=1e-10)
-    a, b = model._objective(d, quasi, sigma, lam), model._objective(d, descent, sigma, lam)
-    assert a == pytest.approx(b, rel=1e-5)
