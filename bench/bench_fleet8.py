@@ -10,8 +10,9 @@ Every sweep runs through `fleetval.run.sweep.sweep` (what `fleetval sweep` calls
 set of warm ranks (`keep_warm`); a scenario's store is a fresh directory, or a copy of one
 of `--histories` stores of 10 clean sweeps of the same fleet (repeat i takes store i mod
 K; each store's sweeps and repeat i's sweeps have their own `sweep.seed`, so the repeats
-plan other matchings, not one history's order every time). Prints one table row per scenario, store and
-delay: expected verdicts, healthy nodes drained or left suspect, exit codes, seconds.
+plan other matchings, not one history's order every time). Prints one table row per
+scenario, store and delay: expected verdicts, healthy nodes drained or left suspect, exit
+codes, seconds.
 """
 
 from __future__ import annotations

@@ -678,7 +678,8 @@ def _tested(
             levels[(int(key[0]), SweepPhase(key[1]), key[2])] = float(theta[k])
         elif kind == "load":
             loads[(int(key[0]), int(key[1]))] = float(theta[k])
-    base = d.Xr[:, : _n_base(d)] @ theta[: _n_base(d)]
+    k = _n_base(d)
+    base = d.Xr[:, :k] @ theta[:k]
     deficits = np.where(d.failed, FAILED, d.y - base)
     return Fit(
         sigma, threshold, effects, levels, loads, [float(x) for x in deficits],

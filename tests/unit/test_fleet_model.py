@@ -112,7 +112,7 @@ def test_one_wild_job_carries_no_verdict():
 def test_a_failed_job_is_its_nodes_not_its_rounds_load():
     """node-3 fails alone and in both its pairs: its own effect takes the failures, each
     round's load stays where its healthy jobs put it (a failed job read against its level
-    alone let a level and a load move apart to explain it, and node-3 went unjudged)."""
+    alone let a level and a load move apart to explain it: loads of +-67)."""
     obs = [Obs(SweepPhase.ALONE, (n,), 100.0 * (1 + 0.01 * i)) for i, n in enumerate(EIGHT)]
     obs[3] = Obs(SweepPhase.ALONE, ("node-3",), None, failed=True)
     for r, pairs in enumerate(
