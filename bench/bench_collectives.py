@@ -32,14 +32,23 @@ HERE = Path(__file__).resolve().parent
 MiB = 1 << 20
 
 
+def gpus_per_rank(world: int, cuda: bool) -> float:
+    """0 on CPU; on GPUs, the ranks spread evenly (4 ranks on one GPU: a quarter each)."""
+    if not cuda:
+        return 0
+    import torch
+
+    return min(1.0, torch.cuda.device_count() / world)
+
+
 def fleetval_sweep(
-    store: Store, world: int, sizes: list[int], warmup: int, iters: int
+    store: Store, world: int, sizes: list[int], warmup: int, iters: int, cuda: bool = False
 ) -> dict[int, float]:
     """Mean over ranks of each rank's median time (us) per size, as nccl-tests averages ranks."""
     spec = parse_suite(
         {
             "name": "bench-allreduce",
-            "placement": {"world_sizes": [world], "gpus_per_rank": 0},
+            "placement": {"world_sizes": [world], "gpus_per_rank": gpus_per_rank(world, cuda)},
             "steps": [
                 {
                     "check": "bandwidth",
@@ -58,7 +67,9 @@ def fleetval_sweep(
     }
 
 
-def torchrun_sweep(world: int, sizes: list[int], warmup: int, iters: int) -> dict[int, float]:
+def torchrun_sweep(
+    world: int, sizes: list[int], warmup: int, iters: int, cuda: bool = False
+) -> dict[int, float]:
     cmd = [
         sys.executable,
         "-m",
@@ -72,20 +83,21 @@ def torchrun_sweep(world: int, sizes: list[int], warmup: int, iters: int) -> dic
         str(iters),
         "--sizes",
         *map(str, sizes),
+        *(["--cuda"] if cuda else []),
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600).stdout
     return {int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
 
 
 def latency_pairs(
-    store: Store, world: int, repeats: int, warmup: int, iters: int
+    store: Store, world: int, repeats: int, warmup: int, iters: int, cuda: bool = False
 ) -> dict[str, list[float]]:
     """8-byte all_reduce time, fleetval and torchrun back to back, alternating who goes first."""
     out: dict[str, list[float]] = {"fleetval": [], "torchrun": [], "ratio": []}
     for i in range(repeats):
         runs = [
-            ("fleetval", lambda: fleetval_sweep(store, world, [8, 64], warmup, iters)[8]),
-            ("torchrun", lambda: torchrun_sweep(world, [8, 64], warmup, iters)[8]),
+            ("fleetval", lambda: fleetval_sweep(store, world, [8, 64], warmup, iters, cuda)[8]),
+            ("torchrun", lambda: torchrun_sweep(world, [8, 64], warmup, iters, cuda)[8]),
         ]
         got = dict((name, fn()) for name, fn in (runs if i % 2 == 0 else runs[::-1]))
         out["fleetval"].append(got["fleetval"])
@@ -130,22 +142,33 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=10)
     # 8-byte latency is scheduler noise at 10 iterations on a few cores: its own, longer pairs.
     ap.add_argument("--latency-iters", type=int, default=200)
+    ap.add_argument("--cuda", action="store_true", help="gloo over CUDA tensors (ranks share GPUs)")
+    ap.add_argument("--no-smoke", action="store_true", help="skip the start-up and smoke timings")
     args = ap.parse_args()
     sizes = [8]
     while sizes[-1] * 8 <= args.max_mib * MiB:
         sizes.append(sizes[-1] * 8)
     console = Console(width=150)
     tmp = tempfile.mkdtemp(prefix="fleetval-bench-")
-    smoke_cli = cli_smoke_wall(str(Path(tmp) / "cli"))  # first: a cold process, nothing cached
     store = Store(Path(tmp) / "data")
-    to_first, smoke_inproc = startup_and_smoke(store)
+    if not args.no_smoke:
+        smoke_cli = cli_smoke_wall(str(Path(tmp) / "cli"))  # first: a cold process, no cache
+        to_first, smoke_inproc = startup_and_smoke(store)
     ratios: dict[int, list[float]] = {s: [] for s in sizes}
     fv_all: dict[int, list[float]] = {s: [] for s in sizes}
     tr_all: dict[int, list[float]] = {s: [] for s in sizes}
     for i in range(args.repeats):
         pair = [
-            ("fleetval", lambda: fleetval_sweep(store, args.world, sizes, args.warmup, args.iters)),
-            ("torchrun", lambda: torchrun_sweep(args.world, sizes, args.warmup, args.iters)),
+            (
+                "fleetval",
+                lambda: fleetval_sweep(
+                    store, args.world, sizes, args.warmup, args.iters, args.cuda
+                ),
+            ),
+            (
+                "torchrun",
+                lambda: torchrun_sweep(args.world, sizes, args.warmup, args.iters, args.cuda),
+            ),
         ]
         got = dict(
             (name, fn()) for name, fn in (pair if i % 2 == 0 else pair[::-1])
@@ -158,7 +181,8 @@ def main() -> None:
             )  # busbw ratio = inverse time ratio
 
     table = Table(
-        title=f"all_reduce float32, gloo, {args.world} ranks, {args.repeats} paired repeats"
+        title=f"all_reduce float32, gloo{' over CUDA' if args.cuda else ''}, {args.world} ranks, "
+        f"{args.repeats} paired repeats"
     )
     for col in (
         "size",
@@ -182,7 +206,7 @@ def main() -> None:
             f"{min(ratios[s]):.2f}..{max(ratios[s]):.2f}",
         )
     console.print(table)
-    lat = latency_pairs(store, args.world, args.repeats, args.warmup, args.latency_iters)
+    lat = latency_pairs(store, args.world, args.repeats, args.warmup, args.latency_iters, args.cuda)
     console.print(
         f"8-byte latency, {args.latency_iters} iterations x {args.repeats} pairs: fleetval "
         f"{statistics.median(lat['fleetval']):.1f} us, torchrun {statistics.median(lat['torchrun']):.1f} us; "
@@ -192,6 +216,8 @@ def main() -> None:
     console.print(
         f"busbw ratio at >= 16 MiB: {', '.join(f'{r:.3f}' for r in big)}  (target >= 0.97)"
     )
+    if args.no_smoke:
+        return
     console.print(f"run start (incl. Ray start) to first step: {to_first:.1f} s")
     console.print(
         f"smoke suite in-process (incl. Ray start): {smoke_inproc:.1f} s; `fleetval run smoke` CLI wall: {smoke_cli:.1f} s (target < 20 s)"

@@ -37,13 +37,14 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--backend", default="gloo")
+    ap.add_argument("--cuda", action="store_true", help="gloo over CUDA tensors, ranks share GPUs")
     args = ap.parse_args()
     dist.init_process_group(args.backend)
-    device = (
-        torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-        if args.backend == "nccl"
-        else torch.device("cpu")
-    )
+    device = torch.device("cpu")
+    if args.backend == "nccl" or args.cuda:  # ranks spread evenly over the GPUs, as Ray's shares
+        local, world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+        device = torch.device("cuda", local * torch.cuda.device_count() // world)
+        torch.cuda.set_device(device)
     medians = {}
     for size in args.sizes:
         buf = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)

@@ -41,9 +41,9 @@ class Missing:
 
 def load(trace: bytes) -> dict[str, Any]:
     """A dump as torch writes it: pickle (`_dump_nccl_trace`) or JSON (`..._json`)."""
-    if trace.lstrip()[:1] == b"{":
-        return json.loads(trace)
-    return pickle.loads(trace)  # NOTE: our own ranks' dumps, fetched over Ray
+    dump = json.loads(trace) if trace.lstrip()[:1] == b"{" else pickle.loads(trace)
+    dump.setdefault("entries", [])  # NOTE: torch's JSON leaves the key out when none recorded
+    return dump  # NOTE: pickles only from our own ranks, fetched over Ray
 
 
 def _group(entry: Mapping[str, Any]) -> str:

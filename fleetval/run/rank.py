@@ -170,14 +170,17 @@ def bind_device(
 FR_BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # torch >= 2.9, older
 
 
-def _fr_dump(*, stacks: bool) -> bytes | None:
-    """This process's Flight Recorder buffer, pickled (what torch's analyser unpickles).
+def _fr_dump(backend: str, *, stacks: bool) -> bytes | None:
+    """This process's Flight Recorder buffer for `backend`, pickled (what torch's analyser reads).
 
-    NOTE: torch >= 2.9 names it `_dump_fr_trace` (every backend records, gloo too),
-    earlier releases `_dump_nccl_trace`; both take the same flags."""
+    NOTE: torch keeps two recorders. NCCL's collectives go to the CUDA one, `_dump_nccl_trace`;
+    `_dump_fr_trace` is the generic one (gloo, CPU), which on a GPU host holds none of NCCL's
+    entries (0 entries from a one-rank NCCL group on torch 2.11, H200, bench/RESULTS.md). A CPU
+    wheel has no NCCL symbol, so only a GPU run can tell them apart."""
     from torch._C import _distributed_c10d as c10d
 
-    for name in ("_dump_fr_trace", "_dump_nccl_trace"):
+    names = ("_dump_nccl_trace", "_dump_fr_trace") if backend == "nccl" else ("_dump_fr_trace",)
+    for name in names:
         dump = getattr(c10d, name, None)
         if dump is None:
             continue
@@ -311,7 +314,7 @@ class RankActor:
         # NOTE: both are per process, and a pooled actor joins many jobs: the recorder keeps
         # earlier jobs' entries (under the same group name) and NCCL opens its debug file once.
         # This job's evidence is what comes after these marks.
-        self._fr_mark = flightrec.last_record(_fr_dump(stacks=False))
+        self._fr_mark = flightrec.last_record(_fr_dump(ctx.backend, stacks=False))
         if ctx.backend == "nccl":
             self._mark_nccl_log()
         self._heartbeat.set(phase="rendezvous")
@@ -397,7 +400,7 @@ class RankActor:
             return None
         if self._ctx.backend != "nccl" and not any(os.environ.get(v) for v in FR_BUFFER_VARS):
             return None
-        trace = _fr_dump(stacks=True)
+        trace = _fr_dump(self._ctx.backend, stacks=True)
         return None if trace is None else flightrec.since(trace, self._fr_mark)
 
     def files(self, pattern: str, max_bytes: int = 64 << 20) -> dict[str, bytes]:

@@ -274,3 +274,37 @@ def test_when_torchs_analyser_cannot_run_the_detail_says_so(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_analyser)
     (line,) = flightrec.torch_verdict({0: {"version": "2.10", "pg_config": {}, "entries": []}})
     assert line.startswith("torch's analyser not run: this torch lacks it")
+
+
+# ---- which recorder holds a backend's collectives (found on the first GPU contact) -----------
+
+GPU_DATA = ROOT / "tests" / "data" / "gpu"
+
+
+def test_the_generic_recorder_after_an_nccl_job_holds_nothing_and_reads_as_no_entries():
+    """Real dumps of torch 2.11's generic recorder after three NCCL all_reduces (H200): no
+    entries (and no `entries` key in the JSON), so nothing can be missing in them."""
+    for name in ("generic-recorder-after-nccl.pickle", "generic-recorder-after-nccl.json"):
+        dump = flightrec.load((GPU_DATA / name).read_bytes())
+        assert dump["entries"] == [] and dump["version"] == "2.10", name
+        assert flightrec.missing({0: dump, 1: dump}) == []
+
+
+def test_an_nccl_rank_reads_the_cuda_recorder_and_a_gloo_rank_the_generic_one(monkeypatch):
+    """NCCL's entries are in `_dump_nccl_trace` (absent from a CPU wheel, so stood in for here);
+    a gloo rank's are in `_dump_fr_trace`, read for real from a one-rank gloo group."""
+    from torch._C import _distributed_c10d as c10d
+
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "100")
+    monkeypatch.setattr(c10d, "_dump_nccl_trace", lambda **_: b"nccl recorder", raising=False)
+    assert rank_mod._fr_dump("nccl", stacks=False) == b"nccl recorder"
+    actor = RankActor(1)
+    actor.join(ctx(), "127.0.0.1", free_port(), 30, {"TORCH_FR_BUFFER_SIZE": "100"})
+    try:
+        import torch.distributed as dist
+
+        dist.all_reduce(torch.ones(4))
+        dump = flightrec.load(rank_mod._fr_dump("gloo", stacks=False) or b"{}")
+        assert [e["profiling_name"] for e in dump["entries"]][-1:] == ["gloo:all_reduce"]
+    finally:
+        actor.reset()
