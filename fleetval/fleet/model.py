@@ -71,6 +71,13 @@ COMPOSE_STEPS = 6  # linearizations of the slow parts' sum in time, at most, per
 COMPOSE_TOL = 0.1  # ... until the last is within this many noise units of it in every job
 
 
+# NOTE: a block of at most this many cells (jobs x columns) is held dense: a sparse product
+# costs ~10 us whatever its size, the descent makes ~40 a pass, and a clean 8-node sweep
+# beside ten stored ones makes ~6,000 passes
+DENSE_CELLS = 1 << 16
+Matrix = sp.spmatrix | np.ndarray
+
+
 @dataclass
 class _Block:
     """Columns updated together: `most` of them share a row at most (1: exact updates)."""
@@ -78,15 +85,24 @@ class _Block:
     kind: str
     idx: np.ndarray
     most: int
-    X: sp.csc_matrix
-    XT: sp.csr_matrix
-    XT2: sp.csr_matrix  # XT's entries squared (a job's weight on an effect may be below 1)
+    X: Matrix
+    XT: Matrix
+    XT2: Matrix  # XT's entries squared (a job's weight on an effect may be below 1)
 
 
 def _block(X: sp.csc_matrix, kind: str, idx: np.ndarray, most: int) -> _Block:
-    Xb = X[:, idx]
+    return _Block(kind, idx, most, *_operands(X[:, idx]))
+
+
+def _operands(Xb: Matrix) -> tuple[Matrix, Matrix, Matrix]:
+    """A block's matrix, its transpose and its transpose's entries squared; dense where
+    small (`DENSE_CELLS`)."""
+    if Xb.shape[0] * Xb.shape[1] <= DENSE_CELLS:
+        A = Xb if isinstance(Xb, np.ndarray) else Xb.toarray()
+        AT = np.ascontiguousarray(A.T)
+        return A, AT, AT * AT
     XT = Xb.T.tocsr()
-    return _Block(kind, idx, most, Xb, XT, _squared(XT))
+    return Xb, XT, _squared(XT)
 
 
 def _squared(XT: sp.csr_matrix) -> sp.csr_matrix:
@@ -105,14 +121,13 @@ class _Shift:
     base: np.ndarray
     past: np.ndarray
     most: int
-    X: sp.csc_matrix  # the base columns on tonight's jobs only
-    XT: sp.csr_matrix
-    XT2: sp.csr_matrix  # XT's entries squared
+    X: Matrix  # the base columns on tonight's jobs only
+    XT: Matrix
+    XT2: Matrix  # XT's entries squared
 
 
-def _shift_of(base: np.ndarray, past: np.ndarray, most: int, Xt: sp.csc_matrix) -> _Shift:
-    XT = Xt.T.tocsr()
-    return _Shift(base, past, most, Xt, XT, _squared(XT))
+def _shift_of(base: np.ndarray, past: np.ndarray, most: int, Xt: Matrix) -> _Shift:
+    return _Shift(base, past, most, *_operands(Xt))
 
 
 @dataclass
