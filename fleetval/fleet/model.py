@@ -691,8 +691,10 @@ def _tested(
         # NOTE: tonight's jobs only: a crossing of tonight's slow trunk 25% slower than the
         # others, and a past job of the same link slow with a node since fixed, each within the
         # noise, flagged the link beside the trunk; with one of tonight's jobs it is measured
-        # again instead
-        rows = int(np.count_nonzero(np.asarray(d.held[:, ks].sum(axis=1)).ravel() * tonight))
+        # again instead. The jobs of the effects estimated slow only: a node's alone job
+        # carries nothing of its network (flagged on one slow pair job and the alone job)
+        slow = [k for k in ks if theta[k] < threshold]
+        rows = int(np.count_nonzero(np.asarray(d.held[:, slow].sum(axis=1)).ravel() * tonight))
         for k in ks:
             e = effects[d.cols[k]]
             effects[d.cols[k]] = dataclasses.replace(

@@ -245,3 +245,20 @@ def test_a_fault_new_tonight_is_flagged_after_history_as_on_a_fresh_store(seed: 
     after = fit(tonight + past, SweepSettings(), RACKS).effects[("node", ("node-1",))]
     assert fresh.flagged and after.flagged, (fresh.z, after.z)
     assert after.z > 0.75 * fresh.z, (fresh.z, after.z)
+
+
+def test_a_nodes_network_is_not_flagged_on_one_pair_job_beside_its_alone_job():
+    """node-2's one pair job tonight is 20x slow; its partner is fast in another. Its network
+    explains that job as well as the link does (and costs less), so it is estimated slow and
+    measured again, not flagged: its alone job carries nothing of its network. Before, the
+    node's two jobs (alone and the pair) counted as the two a flag rests on: drained."""
+    obs = [Obs(SweepPhase.ALONE, (n,), 100.0 * (1 + 0.01 * i)) for i, n in enumerate(EIGHT)]
+    first = [("node-0", "node-1"), ("node-2", "node-5"), ("node-3", "node-4"), ("node-6", "node-7")]
+    second = [("node-0", "node-3"), ("node-1", "node-6"), ("node-4", "node-5")]
+    obs += [Obs(SweepPhase.PAIR, p, (2.5 if "node-2" in p else 50.0) * (1 + 0.01 * i), round=2)
+            for i, p in enumerate(first)]  # fmt: skip
+    obs += [Obs(SweepPhase.PAIR, p, 50.0 * (1 - 0.01 * i), round=3) for i, p in enumerate(second)]
+    f = fit(obs, SweepSettings(), RACKS)
+    net = f.effects[("nic", ("node-2",))]
+    assert net.estimate < f.threshold and net.z > 3  # estimated slow: measured again
+    assert not any(e.flagged for e in f.effects.values())
