@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from fleetval.checks.base import CheckContext, Heartbeat, RankContext
-from fleetval.testing.net import free_port
 
 
 def lone_rank(backend: str, device: str, *, run_id: str, node: str) -> RankContext:
@@ -24,8 +23,9 @@ def one_rank_group(rank: RankContext, step: str, **init: Any) -> Iterator[CheckC
     `init_process_group`'s arguments) and its context in `step`; the group destroyed after."""
     import torch.distributed as dist
 
-    dist.init_process_group(rank.backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                            world_size=1, **init)  # fmt: skip
+    # Port 0: the OS binds a free port in the same call (one found free first can be taken).
+    store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True)
+    dist.init_process_group(rank.backend, store=store, rank=0, world_size=1, **init)
     try:
         yield CheckContext(rank, step, (), Heartbeat())
     finally:

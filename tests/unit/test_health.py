@@ -17,7 +17,6 @@ from fleetval.checks.health import rank as h
 from fleetval.finding import RowFinding
 from fleetval.formats.nccllog import read_nccl_log
 from fleetval.suite import parse_suite
-from fleetval.testing.net import free_port
 from fleetval.vocab import Status
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -376,9 +375,9 @@ def test_meminfo() -> None:
 
 @pytest.fixture
 def gloo_group() -> Iterator[None]:
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-    )
+    # Port 0: the OS binds a free port in the same call (one found free first can be taken).
+    store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         yield
     finally:
