@@ -24,7 +24,7 @@ import pytest
 
 NODES = [f"node-{i}" for i in range(8)]
 DEADLINE_S = 1500  # the script's own watchdog; the test waits a little longer
-# NOTE: the five sweeps take 4-6 minutes on 2 shared cores, in the module fixture, on one set
+# NOTE: the six sweeps take 3-5 minutes on 2 shared cores, in the module fixture, on one set
 # of warm ranks (`keep_warm`): each node's rank starts once for all of them.
 pytestmark = [
     pytest.mark.slow,

@@ -57,6 +57,15 @@ def test_a_trunk_whose_crossings_bound_it_loosely_is_crossed_again():
     assert [(t.groups, t.confirmed) for t in v.trunks] == [(TRUNK, True)]
 
 
+def last_nights(rounds: list[list[tuple[str, str]]], slow: tuple[str, str]) -> list[Obs]:
+    """Last night's pair rounds (from round 2), `slow` at 8% of the others."""
+    return [
+        Obs(SweepPhase.PAIR, p, 8.0 if p == slow else 100.0 + 3 * i, round=r + 2, age=1)
+        for r, pairs in enumerate(rounds)
+        for i, p in enumerate(pairs)
+    ]
+
+
 def test_a_link_slow_in_a_past_sweep_is_measured_again_once_its_ends_are_proven():
     """A link slow in last night's one job of it, no job on it tonight yet: with no job of
     tonight's, its past slowness may sit on its change since then as cheaply as on the link,
@@ -68,11 +77,7 @@ def test_a_link_slow_in_a_past_sweep_is_measured_again_once_its_ends_are_proven(
         [("node-0", "node-2"), ("node-1", "node-5"), ("node-3", "node-6"), ("node-4", "node-7")],
         [("node-0", "node-3"), ("node-1", "node-2"), ("node-4", "node-5"), ("node-6", "node-7")],
     ]
-    past = [
-        Obs(SweepPhase.PAIR, p, 8.0 if p == link else 100.0 + 3 * i, round=r + 2, age=1)
-        for r, pairs in enumerate(last_night)
-        for i, p in enumerate(pairs)
-    ]
+    past = last_nights(last_night, slow=link)
     tonight = [Measurement(Planned(1, SweepPhase.ALONE, (n,)), None) for n in EIGHT]
     matching = [
         ("node-0", "node-2"),
@@ -87,3 +92,29 @@ def test_a_link_slow_in_a_past_sweep_is_measured_again_once_its_ends_are_proven(
     assert {"node-2", "node-5"} <= a.good and link in a.recheck_links, a.recheck_links
     jobs = next_round(EIGHT, a, 3, SETTINGS, Fabric(RACKS))
     assert any(j.nodes == link and j.why == "confirm link" for j in jobs), jobs
+
+
+def test_a_link_slow_tonight_is_measured_again_before_an_ends_link_slow_only_last_night():
+    """node-0 <-> node-7 slow in round 2 tonight, both ends fast with others in round 3; node-0
+    <-> node-1 slow in last night's one job of it. Both links are open, and they share
+    node-0: tonight's evidence is measured first. Taken in name order, the link slow only last
+    night went first, and on the 8-node Ray fleet node-0's past links took round after round
+    while tonight's slow link waited until round 7."""
+    link, old = ("node-0", "node-7"), ("node-0", "node-1")
+    last_night = [
+        [old, ("node-2", "node-3"), ("node-4", "node-6"), ("node-5", "node-7")],
+        [("node-0", "node-4"), ("node-1", "node-2"), ("node-3", "node-7"), ("node-5", "node-6")],
+        [("node-0", "node-5"), ("node-1", "node-3"), ("node-2", "node-6"), ("node-4", "node-7")],
+    ]
+    tonight = [Measurement(Planned(1, SweepPhase.ALONE, (n,)), None) for n in EIGHT]
+    r2 = [("node-3", "node-6"), ("node-1", "node-2"), link, ("node-4", "node-5")]
+    r3 = [("node-1", "node-3"), ("node-5", "node-6"), ("node-0", "node-2"), ("node-4", "node-7")]
+    tonight += [
+        Measurement(Planned(2, SweepPhase.PAIR, p), 5.0 if p == link else 100.0 + i)
+        for i, p in enumerate(r2)
+    ]
+    tonight += [Measurement(Planned(3, SweepPhase.PAIR, p), 101.0 + i) for i, p in enumerate(r3)]
+    a = assess(EIGHT, tonight, SETTINGS, RACKS, past=last_nights(last_night, slow=old))
+    assert list(a.pending_links) == [link] and a.recheck_links == {old}, a
+    jobs = next_round(EIGHT, a, 4, SETTINGS, Fabric(RACKS))
+    assert [j.nodes for j in jobs if j.why == "confirm link"] == [link], jobs
