@@ -9,6 +9,8 @@ run is the scenario's own truth (what was planted); there is no other judge to c
     python bench/bench_fabric_model.py eight --seeds 20        # 8 nodes in 2 racks, fresh and with history
                                                                # (a slow link at 5% and 20%)
     python bench/bench_fabric_model.py fit                     # one fit: 1,024 nodes x 30 sweeps
+    python bench/bench_fabric_model.py disturbed --noise 0.075 --seeds 100
+                      # 8 nodes, fresh store, transients in 1%, 10%, 20% of jobs (heavy tails)
 """
 
 from __future__ import annotations
@@ -93,6 +95,17 @@ SCENARIOS8: dict[str, Callable[[int, float], SimFleet]] = {
     ),
 }
 EIGHT_SETTINGS = SweepSettings(max_drain_share=0.25)
+# (share of jobs hit by a transient, the most it slows a job): the simulator's default, and
+# the heavy tails of a loaded shared box (a job now and then 2-5x slow beside a 7.5% core)
+DISTURBED = ((0.01, 0.12), (0.1, 0.6), (0.2, 0.8))
+
+
+def disturbed_one(args: tuple[int, str, float, float, float]) -> dict[str, Any]:
+    """A fresh store's sweep of SCENARIOS8[name] with transients in `share` of its jobs."""
+    seed, name, noise, share_, most = args
+    fleet = SCENARIOS8[name](seed, noise)
+    fleet.disturbed, fleet.disturbance = share_, most
+    return score(fleet, run_rounds(EIGHT, fleet.measure, EIGHT_SETTINGS, fabric=Fabric(RACKS8)))
 
 
 def history8(nights: int, noise: float, seed: int) -> Fabric:
@@ -183,7 +196,7 @@ def fit_time() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("large", "clean", "eight", "fit"))
+    ap.add_argument("what", choices=("large", "clean", "eight", "fit", "disturbed"))
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--noise", type=float, nargs="+", default=[0.05, 0.3])
@@ -198,6 +211,14 @@ def main() -> None:
             rs = run(large_one, [(s, kind, cut) for s in seeds], args.workers)
             print(line(f"1,024 nodes / 64 racks, 3 slow trunks, {cut} rounds" if kind == "trunk"
                        else f"1,024 nodes / 64 racks, 8 bad nodes, {cut} rounds", rs))  # fmt: skip
+    elif args.what == "disturbed":
+        for noise in args.noise:
+            for share_, most in DISTURBED:
+                for name in ("clean", "two slow nodes"):
+                    jobs = [(s, name, noise, share_, most) for s in seeds]
+                    rs = run(disturbed_one, jobs, args.workers)
+                    print(line(f"8 nodes / 2 racks, {name}, noise {noise:.1%}, transients in "
+                               f"{share_:.0%} of jobs (up to {most:.0%} slower)", rs))  # fmt: skip
     elif args.what == "clean":
         for noise in args.noise:
             rs = run(clean_one, [(s, noise) for s in seeds], args.workers)
