@@ -262,3 +262,40 @@ def test_a_nodes_network_is_not_flagged_on_one_pair_job_beside_its_alone_job():
     net = f.effects[("nic", ("node-2",))]
     assert net.estimate < f.threshold and net.z > 3  # estimated slow: measured again
     assert not any(e.flagged for e in f.effects.values())
+
+
+def test_the_descents_exact_step_reaches_the_same_minimum_in_fewer_passes(monkeypatch):
+    """The exact step of the active columns (`model._newton`) is a faster way to the same
+    penalized minimum, not another estimate: on a sweep with two slow nodes beside ten stored
+    ones (a design with levels, loads, effects and their changes since), the descent with it
+    ends no higher than the plain descent run to 20x its passes, every effect within 0.01
+    of it, in under a fifth of the passes; and every effect that is not a change stays at
+    most 0 (a step is cut where an effect would cross it)."""
+    from fleetval.fleet import model as m
+    from fleetval.fleet.judge import observations
+
+    fab = history(10)
+    v = sweep(fleet(3, compute={"node-1": 0.2}, nic={"node-6": 0.2}), fab)
+    obs = observations([j.m for j in v.trials], {}) + list(fab.past)
+    d = m._design(obs, RACKS)
+    sigma = 0.08
+    lam = m._penalties(d, sigma)
+    passes = {"count": 0}
+    real_pass = m._pass
+
+    def counted(*args: object, **kwargs: object) -> float:
+        passes["count"] += 1
+        return real_pass(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(m, "_pass", counted)
+    exact = m._descend(d, m._start(d), sigma)
+    with_step = passes["count"]
+    monkeypatch.setattr(m, "NEWTON_COLS", 0)  # no exact step: coordinate passes only
+    passes["count"] = 0
+    plain = m._descend(d, m._start(d), sigma, passes=8000, tol=1e-7)
+    assert with_step < passes["count"] / 5, (with_step, passes["count"])
+    objective = m._objective(d, exact, sigma, lam)
+    assert objective <= m._objective(d, plain, sigma, lam) + 1e-6 * abs(objective)
+    assert np.max(np.abs(exact - plain)) < 0.01
+    changes = np.array([kind.endswith(m.PAST) for kind, _ in d.cols])
+    assert np.all(exact[d.effect & ~changes] <= 0.0)
