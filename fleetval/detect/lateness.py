@@ -18,7 +18,10 @@ Per measurement (one collective at one size, or one DDP step), with samples S[ra
    of one rank against its peers, measured in this step, on this fabric. A floor of a
    small share of the iteration time keeps the exit skew of a collective's algorithm
    (ranks leave a ring a few microseconds apart) from reading as lateness when the
-   measured jitter is tiny.
+   measured jitter is tiny. The iteration is all of a call, not the collective alone:
+   where ranks work (or wait out a delay) between collectives, their arrival jitters with
+   that work (two ranks each delayed 20 ms a call arrived 176 us apart on a loaded box:
+   rank 0 was named late at 3.6x a noise read from the collectives' own 2 us).
 
 A rank's score is its lateness in units of noise, averaged over measurements; a rank is
 late when the score, each measurement capped at RATIO_CAP, reaches `threshold`. The mean (not the median) over measurements
@@ -74,14 +77,16 @@ class Lateness:
     iters: int
 
 
-def lateness(samples_us: np.ndarray) -> Lateness:
-    """Lateness per rank and noise from samples_us[rank, iteration] of one measurement."""
+def lateness(samples_us: np.ndarray, call_us: float = 0.0) -> Lateness:
+    """Lateness per rank and noise from samples_us[rank, iteration] of one measurement;
+    `call_us`: the time of a whole call where it is longer than the collective's samples
+    (work or an injected delay between collectives)."""
     s = np.asarray(samples_us, dtype=np.float64)
     d = s - np.median(s, axis=0, keepdims=True)
     offset = np.median(d, axis=1)
     residual = d - offset[:, None]
     mad = 1.4826 * float(np.median(np.abs(residual)))
-    floor = max(ABS_FLOOR_US, REL_FLOOR * float(np.median(s)))
+    floor = max(ABS_FLOOR_US, REL_FLOOR * max(float(np.median(s)), call_us))
     return Lateness(offset.max() - offset, max(mad, floor), s.shape[1])
 
 
@@ -96,9 +101,15 @@ class Scores:
     iters: int  # iterations the evidence rests on, in all
 
 
-def scores(measurements: Sequence[np.ndarray], threshold: float = THRESHOLD) -> Scores:
-    """Scores of the ranks (rows) of every samples_us[rank, iteration] matrix given."""
-    found = [lateness(m) for m in measurements]
+def scores(
+    measurements: Sequence[np.ndarray],
+    threshold: float = THRESHOLD,
+    calls_us: Sequence[float] | None = None,
+) -> Scores:
+    """Scores of the ranks (rows) of every samples_us[rank, iteration] matrix given (and
+    each one's whole call, `lateness`)."""
+    found = [lateness(m, c) for m, c in zip(measurements, calls_us or [0.0] * len(measurements),
+                                            strict=True)]  # fmt: skip
     ratios = np.array([f.lateness_us / f.noise_us for f in found])
     return Scores(
         score=ratios.mean(axis=0),
@@ -172,6 +183,16 @@ def _measurements(
     return by_key
 
 
+def _calls_us(recs: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, ...], float]:
+    """Per measurement, the median over its ranks of their time per call (what they did
+    between collectives included; 0 where no row says)."""
+    by_key: dict[tuple[Any, ...], list[float]] = {}
+    for rec in recs:
+        if rec.get("time_us_median") is not None:
+            by_key.setdefault(_key(rec), []).append(float(rec["time_us_median"]))
+    return {k: float(np.median(v)) for k, v in by_key.items()}
+
+
 def late_ranks_in_step(
     rows: Sequence[Row | Mapping[str, Any]],
     threshold: float = THRESHOLD,
@@ -194,6 +215,8 @@ def late_ranks_in_step(
     }
     # Group measurements by (job, ranks taking part): each group is judged on its own.
     groups: dict[tuple[Any, tuple[int, ...]], list[np.ndarray]] = {}
+    calls: dict[tuple[Any, tuple[int, ...]], list[float]] = {}
+    call_of = _calls_us(recs)
     for key, per_rank in _measurements(recs, metrics).items():
         ranks = tuple(sorted(per_rank))
         n = min(len(per_rank[r]) for r in ranks)
@@ -201,9 +224,10 @@ def late_ranks_in_step(
             continue
         matrix = np.array([per_rank[r][:n] for r in ranks], dtype=np.float64)
         groups.setdefault((key[1], ranks), []).append(matrix)
+        calls.setdefault((key[1], ranks), []).append(call_of.get(key, 0.0))
     found: dict[tuple[Any, int], LateRank] = {}
     for (job, ranks), matrices in groups.items():
-        sc = scores(matrices, threshold)
+        sc = scores(matrices, threshold, calls[(job, ranks)])
         for i in np.flatnonzero(sc.verdict >= threshold):
             w = who[(job, ranks[i])]
             evidence = (

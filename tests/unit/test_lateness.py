@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -221,3 +223,21 @@ def test_bisection_measures_a_round_side_by_side_and_needs_a_measure():
     assert rounds[:2] == [[(0, 1, 2, 3), (4, 5, 6, 7)]] * 2  # measured, then confirmed
     with pytest.raises(ValueError, match="measure"):
         isolate(list(range(8)), None)
+
+
+def test_arrival_skew_small_against_the_whole_call_is_not_lateness():
+    """Two ranks each delayed 20 ms a call (the work between collectives), rank 0 arriving
+    ~180 us after rank 1 each time: against the collective's own 100 us and 2 us of jitter
+    that is lateness, against the 20 ms call it is scheduling jitter (a loaded box named rank
+    0 late at 3.6x so). The rows' time per call sets the noise's floor; a rank late by a
+    share of the whole call that the floor does not cover is still named."""
+    rng = np.random.default_rng(7)
+    skew = collective_samples(rng, 2, 20, base_us=100.0, jitter_us=2.0, delay_us={0: 180.0})
+    rows = [dataclasses.replace(r, time_us_median=20_000.0 + float(np.median(r.samples_us)))
+            for r in rows_of([skew], ["node-a", "node-b"])]  # fmt: skip
+    assert [lr.rank for lr in late_ranks_in_step(rows_of([skew], ["node-a", "node-b"]))] == [0]
+    assert late_ranks_in_step(rows) == []
+    late = collective_samples(rng, 2, 20, base_us=100.0, jitter_us=2.0, delay_us={0: 4_000.0})
+    rows = [dataclasses.replace(r, time_us_median=20_000.0 + float(np.median(r.samples_us)))
+            for r in rows_of([late], ["node-a", "node-b"])]  # fmt: skip
+    assert [lr.rank for lr in late_ranks_in_step(rows)] == [0]
