@@ -174,23 +174,18 @@ class _Who:
 
 def _measurements(
     recs: Sequence[Mapping[str, Any]], metrics: frozenset[str]
-) -> dict[tuple[Any, ...], dict[int, list[float]]]:
-    """Per job and set of ranks, the samples matrices (rank -> samples) of its measurements."""
-    by_key: dict[tuple[Any, ...], dict[int, list[float]]] = {}
+) -> dict[tuple[Any, ...], tuple[dict[int, list[float]], float]]:
+    """Per measurement, its samples (rank -> samples) and the median over its ranks of their
+    time per call (what they did between collectives included; 0 where no row says)."""
+    samples: dict[tuple[Any, ...], dict[int, list[float]]] = {}
+    calls: dict[tuple[Any, ...], list[float]] = {}
     for rec in recs:
         if _synchronizing(rec, metrics):
-            by_key.setdefault(_key(rec), {})[int(rec["rank"])] = list(rec["samples_us"])
-    return by_key
-
-
-def _calls_us(recs: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, ...], float]:
-    """Per measurement, the median over its ranks of their time per call (what they did
-    between collectives included; 0 where no row says)."""
-    by_key: dict[tuple[Any, ...], list[float]] = {}
-    for rec in recs:
-        if rec.get("time_us_median") is not None:
-            by_key.setdefault(_key(rec), []).append(float(rec["time_us_median"]))
-    return {k: float(np.median(v)) for k, v in by_key.items()}
+            key = _key(rec)
+            samples.setdefault(key, {})[int(rec["rank"])] = list(rec["samples_us"])
+            if rec.get("time_us_median") is not None:
+                calls.setdefault(key, []).append(float(rec["time_us_median"]))
+    return {k: (v, float(np.median(calls[k])) if k in calls else 0.0) for k, v in samples.items()}
 
 
 def late_ranks_in_step(
@@ -214,20 +209,18 @@ def late_ranks_in_step(
         for rec in recs
     }
     # Group measurements by (job, ranks taking part): each group is judged on its own.
-    groups: dict[tuple[Any, tuple[int, ...]], list[np.ndarray]] = {}
-    calls: dict[tuple[Any, tuple[int, ...]], list[float]] = {}
-    call_of = _calls_us(recs)
-    for key, per_rank in _measurements(recs, metrics).items():
+    groups: dict[tuple[Any, tuple[int, ...]], list[tuple[np.ndarray, float]]] = {}
+    for key, (per_rank, call_us) in _measurements(recs, metrics).items():
         ranks = tuple(sorted(per_rank))
         n = min(len(per_rank[r]) for r in ranks)
         if len(ranks) < 2 or n < MIN_ITERS:
             continue
         matrix = np.array([per_rank[r][:n] for r in ranks], dtype=np.float64)
-        groups.setdefault((key[1], ranks), []).append(matrix)
-        calls.setdefault((key[1], ranks), []).append(call_of.get(key, 0.0))
+        groups.setdefault((key[1], ranks), []).append((matrix, call_us))
     found: dict[tuple[Any, int], LateRank] = {}
-    for (job, ranks), matrices in groups.items():
-        sc = scores(matrices, threshold, calls[(job, ranks)])
+    for (job, ranks), measured in groups.items():
+        matrices = [m for m, _ in measured]
+        sc = scores(matrices, threshold, [c for _, c in measured])
         for i in np.flatnonzero(sc.verdict >= threshold):
             w = who[(job, ranks[i])]
             evidence = (

@@ -232,12 +232,16 @@ def test_arrival_skew_small_against_the_whole_call_is_not_lateness():
     0 late at 3.6x so). The rows' time per call sets the noise's floor; a rank late by a
     share of the whole call that the floor does not cover is still named."""
     rng = np.random.default_rng(7)
-    skew = collective_samples(rng, 2, 20, base_us=100.0, jitter_us=2.0, delay_us={0: 180.0})
-    rows = [dataclasses.replace(r, time_us_median=20_000.0 + float(np.median(r.samples_us)))
-            for r in rows_of([skew], ["node-a", "node-b"])]  # fmt: skip
-    assert [lr.rank for lr in late_ranks_in_step(rows_of([skew], ["node-a", "node-b"]))] == [0]
-    assert late_ranks_in_step(rows) == []
-    late = collective_samples(rng, 2, 20, base_us=100.0, jitter_us=2.0, delay_us={0: 4_000.0})
-    rows = [dataclasses.replace(r, time_us_median=20_000.0 + float(np.median(r.samples_us)))
-            for r in rows_of([late], ["node-a", "node-b"])]  # fmt: skip
-    assert [lr.rank for lr in late_ranks_in_step(rows)] == [0]
+
+    def late_in_20ms_calls(delay_us: float) -> tuple[list[int], list[int]]:
+        """Ranks named late against the collective alone, and against 20 ms calls."""
+        m = collective_samples(rng, 2, 20, base_us=100.0, jitter_us=2.0, delay_us={0: delay_us})
+        rows = rows_of([m], ["node-a", "node-b"])
+        calls = [dataclasses.replace(r, time_us_median=20_000.0 + float(np.median(r.samples_us)))
+                 for r in rows]  # fmt: skip
+        return [lr.rank for lr in late_ranks_in_step(rows)], [
+            lr.rank for lr in late_ranks_in_step(calls)
+        ]
+
+    assert late_in_20ms_calls(180.0) == ([0], [])
+    assert late_in_20ms_calls(4_000.0)[1] == [0]
