@@ -58,6 +58,7 @@ class Effect:
     z: float = 0.0  # evidence that it is slower than the tolerance (0: not a candidate)
     p: float = 1.0
     q: float = 1.0  # p adjusted for every effect tested (Benjamini-Hochberg)
+    aside: int = 0  # its slowest jobs of tonight's that p stands without (transients')
     flagged: bool = False
 
     @property

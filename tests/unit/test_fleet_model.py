@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fleetval.fleet.coverage import Fabric
-from fleetval.fleet.effects import Obs
+from fleetval.fleet.effects import Z_HEALTHY, Obs
 from fleetval.fleet.history import link_history, past_jobs
 from fleetval.fleet.judge import Measurement, Planned
 from fleetval.fleet.model import fit
@@ -237,13 +237,19 @@ def _one_sweep(age: int, rng: np.random.Generator, noise: float, slow: str = "")
 def test_a_fault_new_tonight_is_flagged_after_history_as_on_a_fresh_store(seed: int):
     """node-1 5x slow tonight at 50% noise, after ten sweeps that saw it fine. Before, its
     change since then cost what the fault did, and its evidence paid both: this failed in 5
-    of 6 seeds (3 unflagged after history, 2 with z under 3/4 of the fresh store's)."""
+    of 6 seeds (3 unflagged after history, 2 with z under 3/4 of the fresh store's).
+
+    Its three jobs are all it has tonight: its slowest is set aside as a transient's when
+    tonight's jobs say transients could be that large (`transients`), and at 50% noise the
+    other two flag it in 2 of 6 seeds on a fresh store; the rest leave it a suspect that the
+    sweep measures again."""
     rng = np.random.default_rng(seed)
     tonight = _one_sweep(0, rng, 0.5, slow="node-1")
     past = [o for age in range(1, 11) for o in _one_sweep(age, rng, 0.5)]
     fresh = fit(tonight, SweepSettings(), RACKS).effects[("node", ("node-1",))]
     after = fit(tonight + past, SweepSettings(), RACKS).effects[("node", ("node-1",))]
-    assert fresh.flagged and after.flagged, (fresh.z, after.z)
+    assert after.flagged or not fresh.flagged, (fresh, after)
+    assert after.q < 0.05 and after.z > Z_HEALTHY, after
     assert after.z > 0.75 * fresh.z, (fresh.z, after.z)
 
 
