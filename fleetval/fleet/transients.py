@@ -28,7 +28,7 @@ import numpy as np
 # fleet times 16 jobs a sweep), and slow a job by SIZE_PRIOR (log scale, mean), counted as
 # SIZE_JOBS transients
 RATE_PRIOR, RATE_JOBS = 0.05, 20.0
-SIZE_PRIOR, SIZE_JOBS = 0.1, 4.0
+SIZE_PRIOR, SIZE_JOBS = 0.3, 8.0
 
 
 def set_aside(excess: np.ndarray, hits: np.ndarray, seen: int, cut: float, alpha: float) -> int:
