@@ -23,7 +23,9 @@ An effect is flagged when its penalized likelihood ratio against "no worse than 
 tolerance" (`evidence`: the fit redone with the effect held at the threshold, so the other
 effects may take its jobs if they can) clears the false-discovery rate over every effect
 tested, and it rests on two of tonight's jobs or more (a job can be disturbed once by
-anything, and a past sweep's job was fitted beside effects that have changed since). A node
+anything, and a past sweep's job was fitted beside effects that have changed since); that
+evidence is taken without the slowest of its jobs that tonight's transients may have made
+(`fleetval.fleet.transients`). A node
 is judged healthy where its fastest jobs bound it within the tolerance
 (`fleetval.fleet.judge`; where the noise is large, within a wider share that is said).
 """
@@ -771,7 +773,11 @@ def _tested(
         for k in ks:
             e = effects[d.cols[k]]
             effects[d.cols[k]] = dataclasses.replace(
-                e, z=z[t], p=p[t], q=q[t], aside=int(aside[t].size),
+                e,
+                z=z[t],
+                p=p[t],
+                q=q[t],
+                aside=int(aside[t].size),
                 flagged=t in flagged and own[t].size >= 2,
             )
     levels = {}
@@ -817,7 +823,8 @@ def _set_aside(
 ) -> dict[Key, np.ndarray]:
     """Per tested effect: the slowest of its jobs (`own`, with what it explains of them)
     that transients may have made (`transients.set_aside`), at the rate and size tonight's
-    other jobs show (those slower than their fit past the loss's quadratic zone)."""
+    other jobs show (those slower than their fit past the loss's quadratic zone), or that
+    are unlike the rest of its jobs (`transients.unlike`)."""
     cut = HUBER * sigma
     out = {}
     for t, rows in own.items():
@@ -827,7 +834,10 @@ def _set_aside(
         ks = tested[t]
         slowness = -(r[rows] + d.Xr[rows][:, ks] @ theta[ks])
         order = np.argsort(-slowness, kind="stable")
-        h = transients.set_aside(slowness[order] + threshold, hits, int(others.sum()), cut, alpha)
+        h = max(
+            transients.set_aside(slowness[order] + threshold, hits, int(others.sum()), cut, alpha),
+            transients.unlike(r[rows][order], sigma),
+        )
         out[t] = rows[order[:h]]
     return out
 

@@ -15,7 +15,9 @@ jobs are transients: its own slow jobs count among the hits. Its evidence must t
 without its `set_aside` slowest jobs: as many as transients of the rate and size read make,
 with a chance of at least `alpha`, at least as slow as they are. A job far past any
 transient's size (a 20x link) is never set aside; two 2-3x jobs beside a fleet whose
-transients are that large are.
+transients are that large are. Nor does it rest on its slowest jobs that are `unlike` the
+rest of its own: a fault slows each of its jobs alike, up to the core noise, and a job
+slower than the others by more than that is a transient's on top of whatever it is.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from fleetval.fleet.effects import HUBER
 
 # The prior: transients hit RATE_PRIOR of jobs, counted as RATE_JOBS jobs (a fresh 8-node
 # fleet times 16 jobs a sweep), and slow a job by SIZE_PRIOR (log scale, mean), counted as
@@ -47,3 +51,16 @@ def set_aside(excess: np.ndarray, hits: np.ndarray, seen: int, cut: float, alpha
         if math.comb(excess.size, k) * chance < alpha:
             return k - 1
     return excess.size
+
+
+def unlike(residuals: np.ndarray, sigma: float) -> int:
+    """How many of an effect's slowest jobs (`residuals`: each one's fit less the job, the
+    slowest first) are each slower than the mean of those after it by more than the core
+    noise allows (`HUBER` noise units, for one job against the mean of m)."""
+    k = 0
+    while k < residuals.size - 1:
+        rest = residuals[k + 1 :]
+        if residuals[k] >= float(np.mean(rest)) - HUBER * sigma * math.sqrt(1 + 1 / rest.size):
+            break
+        k += 1
+    return k
