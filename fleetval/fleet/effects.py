@@ -75,10 +75,11 @@ class Effect:
         return 1 - self.lower
 
     def text(self) -> str:
+        aside = f", q {self.q:.2g} without its {self.aside} slowest (transients')"
         return (
             f"{self.subject()}: {self.ratio:.0%} of the level (95% >= {self.lower:.0%}), "
             f"{self.jobs} jobs ({self.tonight} tonight), z {self.z:.1f}"
-        )
+        ) + (aside if self.aside else "")
 
     def subject(self) -> str:
         """The effect in words: what is slow."""
