@@ -14,7 +14,7 @@ An effect is tested under the null that it is no slower than the tolerance and i
 jobs are transients: its own slow jobs count among the hits. Its evidence must then stand
 without its `set_aside` slowest jobs: as many as transients of the rate and size read make,
 with a chance of at least `alpha`, at least as slow as they are. A job far past any
-transient's size (a 20x link) is never set aside; two 2-3x jobs beside a fleet whose
+transient's size (a 20x link) is not set aside; two 2-3x jobs beside a fleet whose
 transients are that large are. Nor does it rest on its slowest jobs that are `unlike` the
 rest of its own: a fault slows each of its jobs alike, up to the core noise, and a job
 slower than the others by more than that is a transient's on top of whatever it is.
