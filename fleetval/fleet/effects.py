@@ -19,8 +19,9 @@ Z_HEALTHY = NormalDist().inv_cdf(0.95)  # one-sided 95%: how sure "no slower tha
 HUBER = 3.0
 # A slow estimate still unproven when the sweep ends is left suspect only while it is at
 # least as likely a fault as not over everything the sweep tested (its Benjamini-Hochberg
-# q-value); above that it is what the noise gives the slowest of so many healthy ones, and
-# the node is judged by the bound its jobs give, as every other node is
+# q-value over all its jobs, `Effect.q_all`); above that it is what the noise gives the
+# slowest of so many healthy ones, and the node is judged by the bound its jobs give, as
+# every other node is
 Q_SUSPECT = 0.5
 
 
@@ -59,6 +60,10 @@ class Effect:
     p: float = 1.0
     q: float = 1.0  # p adjusted for every effect tested (Benjamini-Hochberg)
     aside: int = 0  # its slowest jobs of tonight's that p stands without (transients')
+    # q with none of its jobs set aside: a fault as likely as not on all it was seen in is
+    # said (suspect, exit 5) when the rounds run out, not judged healthy, even where it is
+    # not flagged on the jobs transients could not have made
+    q_all: float = 1.0
     flagged: bool = False
 
     @property

@@ -769,6 +769,7 @@ def _tested(
     p = {t: float(student.sf(v, dof)) for t, v in robust.items()}
     flagged = _fdr(p, len(tests), settings.fdr)
     q = _qvalues(p, len(tests))
+    q_all = _qvalues({t: float(student.sf(v, dof)) for t, v in z.items()}, len(tests))
     for t, ks in candidates.items():
         for k in ks:
             e = effects[d.cols[k]]
@@ -777,6 +778,7 @@ def _tested(
                 z=z[t],
                 p=p[t],
                 q=q[t],
+                q_all=q_all[t],
                 aside=int(aside[t].size),
                 flagged=t in flagged and own[t].size >= 2,
             )

@@ -427,7 +427,7 @@ def verdict(
 
 def _likely(e: Effect | None) -> bool:
     """A slow estimate at least as likely a fault as not over everything tested."""
-    return e is not None and e.q <= Q_SUSPECT
+    return e is not None and e.q_all <= Q_SUSPECT
 
 
 def _held(v: NodeVerdict) -> NodeVerdict:
@@ -502,15 +502,15 @@ def _node(
     slow = [e for e in (a.fit.effect("node", (n,)), a.fit.effect("nic", (n,)))
             if e is not None and suspect(e, a.fit)]  # fmt: skip
     within = bounded(a, n, settings)
-    if slow and (within is None or min(e.q for e in slow) <= Q_SUSPECT):
+    if slow and (within is None or min(e.q_all for e in slow) <= Q_SUSPECT):
         reason = f"estimated slow, not proven within {rounds} rounds: {slow[0].text()}"
         return NodeVerdict(n, NodeState.SUSPECT, "low", reason, evidence, alone, pair)
     if slow and within is not None:
-        e = min(slow, key=lambda e: e.q)
+        e = min(slow, key=lambda e: e.q_all)
         reason = (
             f"no slower than the level by more than {within:.0%} (95%): estimated at "
             f"{e.ratio:.0%}, as slow as the noise ({a.fit.sigma:.0%}) makes the slowest of "
-            f"the {a.fit.tested} things tested (q {e.q:.2f}) within {rounds} rounds"
+            f"the {a.fit.tested} things tested (q {e.q_all:.2f}) within {rounds} rounds"
         )
         return NodeVerdict(n, NodeState.HEALTHY, "medium", reason, evidence, alone, pair)
     reason = (

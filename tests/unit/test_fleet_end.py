@@ -4,6 +4,7 @@ not; else judged by the bound its jobs give, as every node is."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -21,8 +22,8 @@ SETTINGS = SweepSettings()
 def one_node(q: float) -> Assessment:
     """node-1 at 64% of the level (z 2.0 against the tolerance) at 27% noise, over 2,000
     effects tested, its four jobs within 46% of the level (95%)."""
-    own = Effect("node", ("node-1",), -0.45, 0.1, 4, 4, z=2.0, p=0.023, q=q)
-    net = Effect("nic", ("node-1",), 0.0, 0.1, 3, 3, z=2.0, p=0.023, q=q)
+    own = Effect("node", ("node-1",), -0.45, 0.1, 4, 4, z=2.0, p=0.023, q=q, q_all=q)
+    net = Effect("nic", ("node-1",), 0.0, 0.1, 3, 3, z=2.0, p=0.023, q=q, q_all=q)
     fit = Fit(0.27, math.log(1 - SETTINGS.tolerance),
               {("node", own.key): own, ("nic", net.key): net}, {}, {}, [], tested=2000)  # fmt: skip
     a = Assessment(fit)
@@ -42,6 +43,16 @@ def test_a_slow_estimate_the_noise_explains_is_judged_by_its_bound() -> None:
 def test_a_slow_estimate_likely_a_fault_stays_suspect() -> None:
     v = _node("node-1", one_node(q=Q_SUSPECT / 2), {}, 8, SETTINGS)
     assert v.state == NodeState.SUSPECT and "not proven within 8 rounds" in v.reason
+
+
+def test_a_fault_as_likely_as_not_on_all_its_jobs_stays_suspect_when_set_aside() -> None:
+    """Not flagged on the jobs transients could not have made (q 0.9), but a fault as
+    likely as not on all of them: said, not judged healthy (`Effect.q_all`)."""
+    a = one_node(q=0.9)
+    for key, e in a.fit.effects.items():
+        a.fit.effects[key] = dataclasses.replace(e, q_all=Q_SUSPECT / 2, aside=1)
+    v = _node("node-1", a, {}, 8, SETTINGS)
+    assert v.state == NodeState.SUSPECT and "without its 1 slowest" in v.reason
 
 
 def test_a_slow_estimate_no_bound_holds_stays_suspect_whatever_its_q() -> None:
