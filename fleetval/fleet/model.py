@@ -830,16 +830,17 @@ def _set_aside(
     other jobs show (those slower than their fit past the loss's quadratic zone), or that
     are unlike the rest of its jobs (`transients.unlike`)."""
     cut = HUBER * sigma
+    hit = tonight & ~d.failed & (r < -cut)
     out = {}
     for t, rows in own.items():
-        others = tonight.copy()
+        others = hit.copy()
         others[rows] = False
-        hits = -r[others & ~d.failed & (r < -cut)]
+        seen = int(tonight.sum()) - rows.size
         ks = tested[t]
         slowness = -(r[rows] + d.Xr[rows][:, ks] @ theta[ks])
         order = np.argsort(-slowness, kind="stable")
         h = max(
-            transients.set_aside(slowness[order] + threshold, hits, int(others.sum()), cut, alpha),
+            transients.set_aside(slowness[order] + threshold, -r[others], seen, cut, alpha),
             transients.unlike(r[rows][order], sigma),
         )
         out[t] = rows[order[:h]]
