@@ -59,9 +59,8 @@ LINK_PRIOR = 1.2
 # Above LINK_PRIOR - 1, a node's network seen fine in past sweeps still costs more than a
 # link never measured (a lone slow job between two nodes is the link's); at 1 a new fault
 # paid twice, and a 5x slow node at 50% noise went unflagged after ten clean sweeps in 3 of
-# 6 seeds where a fresh store flagged it in 6; at 0.5 a 5x link new tonight at 30% noise
-# (its one job 3 noise units slow, its ends taking a part) was left at 0 in 3 of 20.
-CHANGE_PRICE = 0.25
+# 6 seeds where a fresh store flagged it in 6.
+CHANGE_PRICE = 0.5
 LOAD_SD = 1.0  # prior spread of a round's load (log scale): a busy box moves it 20x
 FAILED = math.log(0.01)  # a failed job reads as 1% of its level
 SIGMA_MIN = 0.005  # the noise is never taken as below 0.5%
@@ -862,11 +861,11 @@ def _dof(d: _Design, theta: np.ndarray, tonight: np.ndarray) -> float:
 
 
 def _odd(settings: SweepSettings, tonight: np.ndarray) -> float:
-    """How many noise units below the fit a job must be to be measured again: past what
-    the noise gives the slowest of tonight's jobs at `recheck_rate` (a clean 1,024-node
-    fleet has a few 3-unit jobs; a clean 8-node one measures one job again in ~1 of 10)."""
+    """How many noise units below the fit a job must be to be measured again: past the
+    loss's quadratic zone, and past what the noise gives the slowest of tonight's jobs at
+    the sweep's false-discovery rate (a clean 1,024-node fleet has a few 3-unit jobs)."""
     n = max(1, int(tonight.sum()))
-    return NormalDist().inv_cdf(1 - settings.recheck_rate / n)
+    return max(HUBER, NormalDist().inv_cdf(1 - settings.fdr / n))
 
 
 def _link_part(d: _Design, theta: np.ndarray) -> np.ndarray:

@@ -51,12 +51,6 @@ class SweepSettings(_Model):
     max_tolerance: float = Field(default=0.6, gt=0, lt=1)
     # The false-discovery rate over every node, link and trunk effect the model tests.
     fdr: float = Field(default=0.01, gt=0, lt=0.5)
-    # A job slower than its fit by more than the noise gives the slowest of tonight's jobs
-    # this often is measured again: about this share of clean sweeps measures one job again.
-    # Looser than `fdr`, as a job measured again proves nothing by itself: a link new
-    # tonight, seen fine in past sweeps, is shrunk by its price and its change's, and one
-    # job of it 3 noise units slow was otherwise left unexplained and never measured again.
-    recheck_rate: float = Field(default=0.1, gt=0, lt=1)
     # Never recommend draining more than this share of the fleet (at least one node).
     max_drain_share: float = Field(default=0.10, gt=0, le=1)
     # A racked fleet takes more: every pair of racks is crossed (64 racks of 16 nodes: 7).
