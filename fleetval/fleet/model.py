@@ -831,11 +831,12 @@ def _set_aside(
     are unlike the rest of its jobs (`transients.unlike`)."""
     cut = HUBER * sigma
     hit = tonight & ~d.failed & (r < -cut)
+    jobs = int(tonight.sum())
     out = {}
     for t, rows in own.items():
         others = hit.copy()
         others[rows] = False
-        seen = int(tonight.sum()) - rows.size
+        seen = jobs - rows.size
         ks = tested[t]
         slowness = -(r[rows] + d.Xr[rows][:, ks] @ theta[ks])
         order = np.argsort(-slowness, kind="stable")
